@@ -1,0 +1,30 @@
+# Two commands build everything from the repository's own files:
+#   make evaluate   the seven scenarios, every scheduler, report in results/
+#   make test       the test suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: evaluate test lint clean
+
+# The venv is rebuilt when pyproject.toml changes. torch is pinned to the CPU
+# build that lies on local disk; see the README for a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+evaluate: $(STAMP)
+	$(BIN)/python evaluate.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .ruff_cache

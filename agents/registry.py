@@ -1,0 +1,65 @@
+"""Every scheduler by name, behind one face: ``plan(scenario, options) -> Plan``.
+
+Adding a scheduler to the CLI and to ``evaluate.py`` is one line in ``SCHEDULERS``.
+Modules are imported on first use, so a scheduler whose optional dependency is
+missing does not stop the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Callable
+
+from agents.options import PlanOptions
+from gpu_env.metrics import compute_metrics
+from gpu_env.plan import Plan
+from gpu_env.scenario import Scenario
+
+Scheduler = Callable[[Scenario, PlanOptions], Plan]
+
+# name -> "module:function"; the order is the order of report columns.
+SCHEDULERS: dict[str, str] = {
+    "fifo": "agents.fifo:plan",
+    "greedy": "agents.greedy:plan",
+}
+
+
+class UnknownSchedulerError(ValueError):
+    """A scheduler name that is not in SCHEDULERS."""
+
+
+def get_scheduler(name: str) -> Scheduler:
+    """The plan function of a scheduler.
+
+    Raises:
+        UnknownSchedulerError: No scheduler has this name.
+    """
+    if name not in SCHEDULERS:
+        raise UnknownSchedulerError(f"unknown scheduler {name!r} (expected one of: {', '.join(SCHEDULERS)})")
+    module, function = SCHEDULERS[name].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def available_schedulers() -> list[str]:
+    """Schedulers whose modules import here (optional dependencies installed)."""
+    names = []
+    for name in SCHEDULERS:
+        try:
+            get_scheduler(name)
+        except ImportError:
+            continue
+        names.append(name)
+    return names
+
+
+def run_scheduler(name: str, scenario: Scenario, options: PlanOptions | None = None) -> Plan:
+    """Plan with a scheduler, timing it and attaching the plan's metrics."""
+    scheduler = get_scheduler(name)
+    options = options or PlanOptions()
+    started = time.perf_counter()
+    plan = scheduler(scenario, options)
+    plan.solve_ms = (time.perf_counter() - started) * 1000.0
+    plan.scheduler = name
+    plan.metrics = compute_metrics(scenario, plan)
+    return plan

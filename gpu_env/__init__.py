@@ -1,0 +1,27 @@
+"""The GPU-cluster allocation problem: scenarios, rules, plans, metrics, validator and generators."""
+
+from gpu_env.metrics import Metrics, compute_metrics, placement_value
+from gpu_env.occupancy import Occupancy
+from gpu_env.plan import Placement, Plan
+from gpu_env.rules import Rule
+from gpu_env.scenario import App, Job, JobType, Scenario, ScenarioError, load_scenario, save_scenario
+from gpu_env.validation import Violation, validate
+
+__all__ = [
+    "App",
+    "Job",
+    "JobType",
+    "Metrics",
+    "Occupancy",
+    "Placement",
+    "Plan",
+    "Rule",
+    "Scenario",
+    "ScenarioError",
+    "Violation",
+    "compute_metrics",
+    "load_scenario",
+    "placement_value",
+    "save_scenario",
+    "validate",
+]

@@ -1,0 +1,140 @@
+"""Plans: which job starts when on which GPUs, and each app's real-time curve (SPEC section 2).
+
+A :class:`Plan` reads and writes the plan JSON of the spec. Whether it is valid is
+:func:`gpu_env.validation.validate`'s business; what it is worth is
+:func:`gpu_env.metrics.compute_metrics`'.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpu_env.scenario import ScenarioError, _Reader, write_text_atomic
+
+if TYPE_CHECKING:
+    from gpu_env.metrics import Metrics
+    from gpu_env.occupancy import Occupancy
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A job started at ``start`` on the GPUs listed (a contiguous block when valid)."""
+
+    job: str
+    start: int
+    gpus: tuple[int, ...]
+
+
+@dataclass
+class Plan:
+    """A schedule for one scenario, with optional metrics, timing and solver details."""
+
+    scenario: str
+    scheduler: str
+    placements: list[Placement] = field(default_factory=list)
+    realtime: dict[str, list[int]] = field(default_factory=dict)
+    metrics: Metrics | None = None
+    solve_ms: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. solver status and bound
+
+    @classmethod
+    def from_occupancy(cls, occupancy: Occupancy, scheduler: str) -> Plan:
+        """The plan an :class:`~gpu_env.occupancy.Occupancy` holds."""
+        sc = occupancy.scenario
+        placements = []
+        for index in sorted(occupancy.placed):
+            s = occupancy.placed[index]
+            job = sc.jobs[index]
+            placements.append(Placement(job.id, s.start, tuple(range(s.first_gpu, s.first_gpu + job.gpus))))
+        realtime = {app.name: [int(x) for x in occupancy.realtime[i]] for i, app in enumerate(sc.realtime)}
+        return cls(sc.name, scheduler, placements, realtime)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan JSON of SPEC section 2."""
+        data: dict[str, Any] = {
+            "scenario": self.scenario,
+            "scheduler": self.scheduler,
+            "placements": [{"job": p.job, "start": p.start, "gpus": list(p.gpus)} for p in self.placements],
+            "realtime": {name: list(curve) for name, curve in self.realtime.items()},
+        }
+        if self.metrics is not None:
+            data["metrics"] = self.metrics.to_dict()
+        if self.solve_ms is not None:
+            data["solve_ms"] = round(self.solve_ms, 3)
+        data.update(self.extra)
+        return data
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the plan JSON (atomically)."""
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dict>") -> Plan:
+        """Read a plan JSON document; checks its shape, not its rules.
+
+        Raises:
+            ScenarioError: A missing or mistyped field, named with the file.
+        """
+        r = _Reader(source)
+        allowed = {"scenario", "scheduler", "placements", "realtime", "metrics", "solve_ms"}
+        top = r.mapping(data, "", allowed | {"status", "bound", "gap"}, {"placements"})
+        placements = []
+        raw = top["placements"]
+        if not isinstance(raw, list):
+            raise r.fail("placements", "expected a list of placements")
+        for i, entry in enumerate(raw):
+            path = f"placements[{i}]"
+            entry = r.mapping(entry, path, {"job", "start", "gpus"}, {"job", "start", "gpus"})
+            job = entry["job"]
+            job = str(job) if isinstance(job, int) and not isinstance(job, bool) else r.string(job, f"{path}.job")
+            start = r.integer(entry["start"], f"{path}.start")
+            gpus = r.int_list(entry["gpus"], f"{path}.gpus", minimum=-(2**31))
+            placements.append(Placement(job, start, tuple(gpus)))
+        realtime: dict[str, list[int]] = {}
+        raw_rt = top.get("realtime", {}) or {}
+        if not isinstance(raw_rt, dict):
+            raise r.fail("realtime", "expected a mapping from application name to a list of integers")
+        for name, curve in raw_rt.items():
+            realtime[str(name)] = r.int_list(curve, f"realtime.{name}", minimum=-(2**31))
+        solve_ms = top.get("solve_ms")
+        if solve_ms is not None:
+            solve_ms = r.number(solve_ms, "solve_ms")
+        extra = {key: top[key] for key in ("status", "bound", "gap") if key in top}
+        return cls(
+            scenario=str(top.get("scenario", "")),
+            scheduler=str(top.get("scheduler", "")),
+            placements=placements,
+            realtime=realtime,
+            solve_ms=solve_ms,
+            extra=extra,
+        )
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Plan:
+        """Read a plan JSON file.
+
+        Raises:
+            ScenarioError: The file is missing, not JSON, or mis-shaped.
+        """
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ScenarioError(str(path), "<file>", "no such file") from None
+        except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
+            raise ScenarioError(str(path), "<file>", f"cannot read: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(str(path), f"<line {exc.lineno}>", f"invalid JSON: {exc.msg}") from None
+        return cls.from_dict(data, str(path))
+
+    def curve(self, app: str, slots: int) -> np.ndarray:
+        """An app's real-time curve, zeros when the plan has none for it."""
+        return np.asarray(self.realtime.get(app, [0] * slots), dtype=np.int64)

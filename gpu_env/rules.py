@@ -1,0 +1,190 @@
+"""The rules of SPEC section 2, stated once.
+
+Every other part of the project asks these functions (or :class:`gpu_env.occupancy.Occupancy`,
+which is built on them) whether a block, a start or a real-time curve is allowed:
+the validator, FIFO, the heuristic, the environment's masks and the CP-SAT model.
+Each rule has a member of :class:`Rule`; checks and constraints are keyed by it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from gpu_env.scenario import Job, Scenario
+
+
+class Rule(StrEnum):
+    """The validity rules of a plan, numbered as in SPEC section 2."""
+
+    ONE_JOB_PER_GPU = "1-one-job-per-gpu"
+    NO_PREEMPTION = "2-no-preemption"
+    RELEASE_HORIZON_DEADLINE = "3-release-horizon-deadline"
+    CONTIGUOUS_BLOCK = "4-contiguous-block"
+    INHERITED_HELD = "5-inherited-held"
+    REALTIME_RAMP = "6-realtime-ramp"
+    CAPACITY = "7-capacity"
+    PLAN_FORMAT = "0-plan-format"  # names a job or app the scenario lacks, or a curve of the wrong length
+
+
+# ----------------------------------------------------------------------------- rule 4: blocks
+
+
+@lru_cache(maxsize=4096)
+def _block_starts(k: int, gpus: int, node_size: int) -> tuple[int, ...]:
+    if k > gpus:
+        return ()
+    if k > node_size:
+        return tuple(a for a in range(0, gpus - k + 1, node_size))
+    return tuple(a for a in range(gpus - k + 1) if a // node_size == (a + k - 1) // node_size)
+
+
+def allowed_block_starts(k: int, gpus: int, node_size: int) -> np.ndarray:
+    """First GPUs ``a`` of every block ``a..a+k-1`` that rule 4 allows, ascending.
+
+    A block of ``k <= node_size`` GPUs lies inside one node; a larger one starts on
+    a node boundary.
+    """
+    return np.array(_block_starts(k, gpus, node_size), dtype=np.int64)
+
+
+def is_allowed_block(first: int, k: int, gpus: int, node_size: int) -> bool:
+    """Whether the block ``first..first+k-1`` is allowed by rule 4."""
+    if first < 0 or first + k > gpus:
+        return False
+    if k > node_size:
+        return first % node_size == 0
+    return first // node_size == (first + k - 1) // node_size
+
+
+def block_problem(block: list[int] | tuple[int, ...], k: int, gpus: int, node_size: int) -> str | None:
+    """Why a list of GPUs is not an allowed block for a job of ``k`` GPUs, or None when it is."""
+    if len(block) != k:
+        return f"expected {k} GPUs (the job's size), got {len(block)}"
+    if any(g < 0 or g >= gpus for g in block):
+        return f"GPUs must lie in 0..{gpus - 1}, got {list(block)}"
+    if list(block) != list(range(block[0], block[0] + k)):
+        return f"expected consecutive ascending GPUs, got {list(block)}"
+    if not is_allowed_block(block[0], k, gpus, node_size):
+        if k > node_size:
+            return f"a block of {k} > node_size={node_size} GPUs must start on a node boundary, got {block[0]}"
+        return f"a block of {k} <= node_size={node_size} GPUs must lie inside one node, got {list(block)}"
+    return None
+
+
+# ----------------------------------------------------------------------------- rules 3 and 5: starts
+
+
+def start_window(job: Job, slots: int) -> range:
+    """The starts that rules 3 and 5 allow for a job (possibly empty).
+
+    Inherited jobs start at 0. Others start in ``release..T-1`` and, with a
+    deadline, no later than ``deadline - d``.
+    """
+    if job.running_on is not None:
+        return range(0, 1)
+    last = slots - 1
+    if job.deadline is not None:
+        last = min(last, job.deadline - job.duration)
+    return range(job.release, last + 1)
+
+
+# ----------------------------------------------------------------------------- rule 6: ramps
+
+
+def ramp_problems(curve: np.ndarray | list[int], initial: int, ramp: int) -> list[int]:
+    """Slots t where ``|r_t - r_{t-1}| > R`` (with ``r_{-1} = initial``)."""
+    r = np.asarray(curve, dtype=np.int64)
+    steps = np.abs(np.diff(np.concatenate(([initial], r))))
+    return [int(t) for t in np.flatnonzero(steps > ramp)]
+
+
+def ramp_floor(initial: int, ramp: int, slots: int) -> np.ndarray:
+    """The least allocation the ramp allows in each slot: ``max(0, initial - R * (t + 1))``."""
+    return np.maximum(0, initial - ramp * (np.arange(slots) + 1))
+
+
+def ramp_ceiling(initial: int, ramp: int, slots: int) -> np.ndarray:
+    """The most allocation the ramp allows in each slot: ``initial + R * (t + 1)``."""
+    return initial + ramp * (np.arange(slots) + 1)
+
+
+def cover_curve(
+    demand: np.ndarray | list[int], initial: int, ramp: int, cap: np.ndarray | None = None
+) -> np.ndarray:
+    """The least ramp-feasible allocation that serves as much demand as possible.
+
+    Without ``cap`` this is ``r_t = max_s(D_s - R*|t - s|)`` raised to the ramp
+    floor and clipped to the ramp ceiling: it ramps up early enough for every
+    peak and comes down as fast as allowed afterwards. With ``cap`` (a per-slot
+    upper bound), the curve is additionally held under ``cap`` while keeping the
+    ramp, lowering earlier slots where a later cap forces it.
+
+    Returns:
+        An int array of shape (T,) that satisfies rule 6.
+    """
+    d = np.asarray(demand, dtype=np.int64)
+    slots = d.size
+    upper = ramp_ceiling(initial, ramp, slots)
+    if cap is not None:
+        upper = np.minimum(upper, np.asarray(cap, dtype=np.int64))
+        # A cap binds earlier slots too: r_t <= cap_s + R*|t-s|.
+        upper = _lipschitz_envelope(upper, ramp, lower=False)
+    target = np.minimum(d, upper)
+    low = _lipschitz_envelope(np.maximum(target, ramp_floor(initial, ramp, slots)), ramp, lower=True)
+    return np.minimum(low, upper).clip(min=0)
+
+
+def _lipschitz_envelope(x: np.ndarray, ramp: int, lower: bool) -> np.ndarray:
+    """Smallest R-Lipschitz curve above x (``lower=True``) or largest below x (``lower=False``)."""
+    y = x.astype(np.int64).copy()
+    sign = 1 if lower else -1
+    for t in range(1, y.size):  # forward pass
+        y[t] = sign * max(sign * y[t], sign * (y[t - 1] - sign * ramp))
+    for t in range(y.size - 2, -1, -1):  # backward pass
+        y[t] = sign * max(sign * y[t], sign * (y[t + 1] - sign * ramp))
+    return y
+
+
+# ----------------------------------------------------------------------------- rules 1, 5 and 7 on inherited work
+
+
+def inherited_load(scenario: Scenario) -> np.ndarray:
+    """GPUs held by inherited (``running_on``) jobs in each slot, shape (T,)."""
+    load = np.zeros(scenario.slots, dtype=np.int64)
+    for job in scenario.jobs:
+        if job.running_on is not None:
+            load[: min(job.duration, scenario.slots)] += job.gpus
+    return load
+
+
+def inherited_conflict(scenario: Scenario) -> tuple[str, str] | None:
+    """A (field, reason) pair when the inherited work alone makes every plan invalid.
+
+    Two running jobs on one GPU break rule 1; inherited work plus the least
+    real-time allocation the ramps allow above the cluster breaks rule 7.
+    """
+    owner: dict[int, str] = {}
+    for i, job in enumerate(scenario.jobs):
+        if job.running_on is None:
+            continue
+        for g in job.running_on:
+            if g in owner:
+                return f"jobs[{i}].running_on", f"GPU {g} is already held by running job {owner[g]!r}"
+            owner[g] = job.id
+    load = inherited_load(scenario)
+    for app in scenario.realtime:
+        load = load + ramp_floor(app.initial, app.ramp, scenario.slots)
+    over = np.flatnonzero(load > scenario.gpus)
+    if over.size:
+        t = int(over[0])
+        return (
+            "realtime",
+            f"in slot {t} inherited jobs plus the least real-time allocation the ramps allow "
+            f"need {int(load[t])} GPUs, more than the {scenario.gpus} the cluster has",
+        )
+    return None
