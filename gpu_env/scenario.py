@@ -154,10 +154,10 @@ class Scenario:
             }
             if job.release:
                 entry["release"] = job.release
+            if job.priority != 1.0:
+                entry["priority"] = _plain(job.priority)
             if job.value is not None:
                 entry["value"] = _plain(job.value)
-            else:
-                entry["priority"] = _plain(job.priority)
             if job.deadline is not None:
                 entry["deadline"] = job.deadline
             if job.running_on is not None:
