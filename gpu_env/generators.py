@@ -257,7 +257,7 @@ def _choice(rng: np.random.Generator, table: tuple[tuple[float, float], ...]) ->
 
 def _job_size(rng: np.random.Generator, fam: Family, G: int) -> int:
     while True:
-        k = int(round(_choice(rng, fam.sizes) * fam.node_size))
+        k = round(_choice(rng, fam.sizes) * fam.node_size)
         k = max(1, 1 << (max(k, 1).bit_length() - 1))  # a power of two
         if k <= G and rules.allowed_block_starts(k, G, fam.node_size).size:
             return k

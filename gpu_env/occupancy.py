@@ -43,6 +43,7 @@ class Occupancy:
         self.job_load = np.zeros(scenario.slots, dtype=np.int64)
         self.realtime = np.zeros((len(scenario.realtime), scenario.slots), dtype=np.int64)
         self.placed: dict[int, Slotting] = {}
+        self._busy_csum: np.ndarray | None = None  # cache of _busy_cumsum(); place/remove reset it
 
     def copy(self) -> Occupancy:
         """An independent copy."""
@@ -53,6 +54,7 @@ class Occupancy:
         other.job_load = self.job_load.copy()
         other.realtime = self.realtime.copy()
         other.placed = dict(self.placed)
+        other._busy_csum = self._busy_csum  # never written in place, so it may be shared
         return other
 
     # ------------------------------------------------------------------ capacity (rule 7)
@@ -86,20 +88,27 @@ class Occupancy:
         t0, t1 = window.start, window.stop
         d, k = job.duration, job.gpus
         # Busy GPU-slots per GPU over [t, t + d) for every t, via a cumulative sum over time.
-        busy = (self.owner != FREE).astype(np.int32)
-        csum = np.zeros((sc.gpus, self.width + 1), dtype=np.int32)
-        np.cumsum(busy, axis=1, out=csum[:, 1:])
-        ts = np.arange(t0, t1)
-        span_busy = csum[:, ts + d] - csum[:, ts]  # (G, n_t)
+        csum = self._busy_cumsum()
+        span_busy = csum[:, t0 + d : t1 + d] - csum[:, t0:t1]  # (G, n_t)
         # Busy GPUs inside each block, via a cumulative sum over GPUs.
-        gsum = np.zeros((sc.gpus + 1, ts.size), dtype=np.int32)
+        gsum = np.zeros((sc.gpus + 1, t1 - t0), dtype=np.int32)
         np.cumsum(span_busy > 0, axis=0, out=gsum[1:])
-        block_busy = gsum[starts + k] - gsum[starts]  # (B, n_t)
-        # Capacity: the least slack over the span inside the horizon.
-        slack = np.concatenate((self.slack(), np.full(d, np.iinfo(np.int64).max)))
-        least = np.lib.stride_tricks.sliding_window_view(slack, d)[ts].min(axis=1)  # (n_t,)
-        out[t0:t1] = (block_busy == 0).T & (least >= k)[:, None]
+        block_busy = gsum.take(starts + k, axis=0) - gsum.take(starts, axis=0)  # (B, n_t)
+        # Capacity: no slot of the span inside the horizon has less than k GPUs of slack.
+        short = np.zeros(sc.slots + d + 1, dtype=np.int32)
+        np.cumsum(self.slack() < k, out=short[1 : sc.slots + 1])
+        short[sc.slots + 1 :] = short[sc.slots]
+        fits = short[t0 + d : t1 + d] == short[t0:t1]  # (n_t,)
+        out[t0:t1] = (block_busy == 0).T & fits[:, None]
         return out
+
+    def _busy_cumsum(self) -> np.ndarray:
+        """Busy slots of each GPU before each slot, shape (G, width + 1), cached until the next place/remove."""
+        if self._busy_csum is None:
+            csum = np.zeros((self.scenario.gpus, self.width + 1), dtype=np.int32)
+            np.cumsum(self.owner != FREE, axis=1, out=csum[:, 1:])
+            self._busy_csum = csum
+        return self._busy_csum
 
     def earliest(self, job: Job) -> tuple[int, int] | None:
         """FIFO's choice: the earliest feasible start, then the lowest-index block."""
@@ -123,6 +132,7 @@ class Occupancy:
         if (cells != FREE).any():
             raise ValueError(f"job {job.id!r} overlaps another job at start {start} on GPU {first_gpu}")
         cells[...] = job_index
+        self._busy_csum = None
         self.job_load[start : min(start + job.duration, self.scenario.slots)] += job.gpus
         self.placed[job_index] = Slotting(job_index, start, first_gpu)
 
@@ -131,6 +141,7 @@ class Occupancy:
         s = self.placed.pop(job_index)
         job = self.scenario.jobs[job_index]
         self.owner[s.first_gpu : s.first_gpu + job.gpus, s.start : s.start + job.duration] = FREE
+        self._busy_csum = None
         self.job_load[s.start : min(s.start + job.duration, self.scenario.slots)] -= job.gpus
 
     def place_inherited(self) -> None:

@@ -113,9 +113,7 @@ def ramp_ceiling(initial: int, ramp: int, slots: int) -> np.ndarray:
     return initial + ramp * (np.arange(slots) + 1)
 
 
-def cover_curve(
-    demand: np.ndarray | list[int], initial: int, ramp: int, cap: np.ndarray | None = None
-) -> np.ndarray:
+def cover_curve(demand: np.ndarray | list[int], initial: int, ramp: int, cap: np.ndarray | None = None) -> np.ndarray:
     """The least ramp-feasible allocation that serves as much demand as possible.
 
     Without ``cap`` this is ``r_t = max_s(D_s - R*|t - s|)`` raised to the ramp

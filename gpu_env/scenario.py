@@ -351,8 +351,6 @@ def _read_jobs(r: _Reader, value: Any, gpus: int, node_size: int, slots: int) ->
         k = r.integer(entry["gpus"], f"{path}.gpus", 1)
         if k > gpus:
             raise r.fail(f"{path}.gpus", f"job needs {k} GPUs but the cluster has {gpus}")
-        if k > node_size and not rules.allowed_block_starts(k, gpus, node_size).size:
-            raise r.fail(f"{path}.gpus", f"no block of {k} GPUs starts on a node boundary of a {gpus}-GPU cluster")
         d = r.integer(entry["duration"], f"{path}.duration", 1)
         release = r.integer(entry.get("release", 0), f"{path}.release", 0)
         priority = r.number(entry.get("priority", 1.0), f"{path}.priority", positive=True)

@@ -32,16 +32,19 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
     out: list[Violation] = []
     G, T = scenario.gpus, scenario.slots
 
+    def flag(rule: Rule, message: str) -> None:
+        out.append(Violation(rule, message))
+
     # Which placements refer to real jobs, once each.
     seen: dict[str, int] = {}
     good: list[tuple[int, int, tuple[int, ...]]] = []  # (job index, start, gpus)
     for p in plan.placements:
         index = scenario.job_index(p.job)
         if index < 0:
-            out.append(Violation(Rule.PLAN_FORMAT, f"placement of unknown job {p.job!r}"))
+            flag(Rule.PLAN_FORMAT, f"placement of unknown job {p.job!r}")
             continue
         if p.job in seen:
-            out.append(Violation(Rule.NO_PREEMPTION, f"job {p.job!r} is placed more than once"))
+            flag(Rule.NO_PREEMPTION, f"job {p.job!r} is placed more than once")
             continue
         seen[p.job] = index
         good.append((index, p.start, p.gpus))
@@ -50,7 +53,7 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
     for index, _, gpus in good:
         job = scenario.jobs[index]
         if len(gpus) != job.gpus:
-            out.append(Violation(Rule.NO_PREEMPTION, f"job {job.id!r} needs {job.gpus} GPUs, the plan gives {len(gpus)}"))
+            flag(Rule.NO_PREEMPTION, f"job {job.id!r} needs {job.gpus} GPUs, the plan gives {len(gpus)}")
 
     # Rule 3: release, horizon, deadline.
     for index, start, _ in good:
@@ -58,11 +61,14 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
         if job.running_on is not None:
             continue  # rule 5 pins it
         if start < job.release:
-            out.append(Violation(Rule.RELEASE_HORIZON_DEADLINE, f"job {job.id!r} starts at {start}, before its release {job.release}"))
+            flag(Rule.RELEASE_HORIZON_DEADLINE, f"job {job.id!r} starts at {start}, before its release {job.release}")
         if start > T - 1:
-            out.append(Violation(Rule.RELEASE_HORIZON_DEADLINE, f"job {job.id!r} starts at {start}, after the last slot {T - 1}"))
+            flag(Rule.RELEASE_HORIZON_DEADLINE, f"job {job.id!r} starts at {start}, after the last slot {T - 1}")
         if job.deadline is not None and start + job.duration > job.deadline:
-            out.append(Violation(Rule.RELEASE_HORIZON_DEADLINE, f"job {job.id!r} ends at {start + job.duration}, after its deadline {job.deadline}"))
+            flag(
+                Rule.RELEASE_HORIZON_DEADLINE,
+                f"job {job.id!r} ends at {start + job.duration}, after its deadline {job.deadline}",
+            )
 
     # Rule 4: contiguous, node-aware blocks.
     for index, _, gpus in good:
@@ -70,18 +76,22 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
         if len(gpus) == job.gpus:
             problem = rules.block_problem(list(gpus), job.gpus, G, scenario.node_size)
             if problem:
-                out.append(Violation(Rule.CONTIGUOUS_BLOCK, f"job {job.id!r}: {problem}"))
+                flag(Rule.CONTIGUOUS_BLOCK, f"job {job.id!r}: {problem}")
 
     # Rule 5: inherited work held.
     for index, job in enumerate(scenario.jobs):
         if job.running_on is None:
             continue
         if job.id not in seen:
-            out.append(Violation(Rule.INHERITED_HELD, f"running job {job.id!r} is not placed"))
+            flag(Rule.INHERITED_HELD, f"running job {job.id!r} is not placed")
             continue
         p = next(q for q in good if q[0] == index)
         if p[1] != 0 or tuple(p[2]) != job.running_on:
-            out.append(Violation(Rule.INHERITED_HELD, f"running job {job.id!r} must start at 0 on GPUs {list(job.running_on)}, the plan has start {p[1]} on {list(p[2])}"))
+            flag(
+                Rule.INHERITED_HELD,
+                f"running job {job.id!r} must start at 0 on GPUs {list(job.running_on)}, "
+                f"the plan has start {p[1]} on {list(p[2])}",
+            )
 
     # Rule 1: one job per GPU per slot, past the horizon too.
     cells: dict[tuple[int, int], str] = {}
@@ -94,29 +104,32 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
                 if other != job.id:
                     clashes.setdefault((other, job.id), (g, t))
     for (a, b), (g, t) in clashes.items():
-        out.append(Violation(Rule.ONE_JOB_PER_GPU, f"jobs {a!r} and {b!r} both hold GPU {g} in slot {t}"))
+        flag(Rule.ONE_JOB_PER_GPU, f"jobs {a!r} and {b!r} both hold GPU {g} in slot {t}")
 
     # Rule 6: ramps (and the plan's curves matching the scenario's apps).
     names = {app.name for app in scenario.realtime}
     for name in plan.realtime:
         if name not in names:
-            out.append(Violation(Rule.PLAN_FORMAT, f"curve for unknown application {name!r}"))
+            flag(Rule.PLAN_FORMAT, f"curve for unknown application {name!r}")
     curves = np.zeros((len(scenario.realtime), T), dtype=np.int64)
     for i, app in enumerate(scenario.realtime):
         if app.name not in plan.realtime:
-            out.append(Violation(Rule.PLAN_FORMAT, f"no real-time curve for application {app.name!r}"))
+            flag(Rule.PLAN_FORMAT, f"no real-time curve for application {app.name!r}")
             continue
         curve = plan.realtime[app.name]
         if len(curve) != T:
-            out.append(Violation(Rule.PLAN_FORMAT, f"curve of {app.name!r} has {len(curve)} values, expected {T}"))
+            flag(Rule.PLAN_FORMAT, f"curve of {app.name!r} has {len(curve)} values, expected {T}")
             continue
         r = np.asarray(curve, dtype=np.int64)
         negative = np.flatnonzero(r < 0)
         if negative.size:
-            out.append(Violation(Rule.REALTIME_RAMP, f"curve of {app.name!r} is negative in slot {int(negative[0])}"))
+            flag(Rule.REALTIME_RAMP, f"curve of {app.name!r} is negative in slot {int(negative[0])}")
         for t in rules.ramp_problems(r, app.initial, app.ramp):
             before = app.initial if t == 0 else int(r[t - 1])
-            out.append(Violation(Rule.REALTIME_RAMP, f"{app.name!r} moves from {before} to {int(r[t])} at slot {t}, more than its ramp {app.ramp}"))
+            flag(
+                Rule.REALTIME_RAMP,
+                f"{app.name!r} moves from {before} to {int(r[t])} at slot {t}, more than its ramp {app.ramp}",
+            )
         curves[i] = np.maximum(r, 0)
 
     # Rule 7: capacity in every slot inside the horizon.
@@ -128,8 +141,11 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
             load[lo:hi] += len(gpus)
     total = load + curves.sum(axis=0)
     for t in np.flatnonzero(total > G):
-        out.append(Violation(Rule.CAPACITY, f"slot {int(t)} uses {int(total[t])} GPUs ({int(load[t])} by jobs, {int(total[t] - load[t])} real-time), more than {G}"))
+        flag(
+            Rule.CAPACITY,
+            f"slot {int(t)} uses {int(total[t])} GPUs ({int(load[t])} by jobs, "
+            f"{int(total[t] - load[t])} real-time), more than {G}",
+        )
 
-    order = {rule: i for i, rule in enumerate(Rule)}
-    out.sort(key=lambda v: (v.rule.value.split("-")[0], order[v.rule]))
+    out.sort(key=lambda v: v.rule.value.split("-")[0])  # rule order; stable within a rule
     return out

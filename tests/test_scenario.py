@@ -1,0 +1,184 @@
+"""Loading scenarios: the example of SPEC section 1 and every malformed input it lists."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpu_env.generators import FAMILIES, generate
+from gpu_env.scenario import JobType, ScenarioError, load_scenario, save_scenario, scenario_from_dict
+
+SPEC_EXAMPLE: dict[str, Any] = {
+    "name": "mixed-control",
+    "cluster": {"gpus": 16, "node_size": 8},
+    "horizon": {"slots": 24, "slot_minutes": 60, "decay": 0.99},
+    "realtime": [
+        {
+            "name": "chat",
+            "demand": [2, 2, 1, 1, 1, 2, 3, 5, 6, 6, 6, 5, 6, 6, 5, 4, 3, 3, 3, 2, 2, 2, 2, 2],
+            "ramp": 2,
+            "initial": 2,
+            "penalty": 8,
+        }
+    ],
+    "jobs": [
+        {
+            "id": "llama-sft",
+            "type": "training",
+            "gpus": 4,
+            "duration": 10,
+            "release": 0,
+            "priority": 3,
+            "deadline": 20,
+            "value": 120,
+        },
+        {"id": "nightly-eval", "type": "batch_inference", "gpus": 2, "duration": 3, "running_on": [8, 9]},
+    ],
+}
+
+
+def load(data: dict[str, Any]):
+    return scenario_from_dict(data, "s.yaml")
+
+
+def test_spec_example_loads_with_defaults():
+    s = load(SPEC_EXAMPLE)
+    assert (s.gpus, s.node_size, s.slots, s.decay) == (16, 8, 24, 0.99)
+    chat = s.realtime[0]
+    assert (chat.ramp, chat.initial, chat.penalty) == (2, 2, 8.0)
+    sft, nightly = s.jobs
+    assert sft.type is JobType.TRAINING
+    assert sft.weight == pytest.approx(120 / (4 * 10))  # value overrides priority
+    assert nightly.release == 0 and nightly.priority == 1.0 and nightly.running_on == (8, 9)
+
+
+def test_defaults_node_size_initial_decay():
+    data = copy.deepcopy(SPEC_EXAMPLE)
+    del data["cluster"]["node_size"], data["horizon"]["decay"], data["realtime"][0]["initial"]
+    s = load(data)
+    assert s.node_size == 16 and s.decay == 1.0 and s.realtime[0].initial == 2  # initial = D_0
+
+
+def test_yaml_and_json_files_round_trip(tmp_path: Path):
+    for family in FAMILIES:
+        s = generate(family, seed=3)
+        for suffix in (".yaml", ".json"):
+            path = tmp_path / f"{family}{suffix}"
+            save_scenario(s, path)
+            assert load_scenario(path) == s
+
+
+def mutate(path: str, value: Any, delete: bool = False) -> dict[str, Any]:
+    """The SPEC example with one field (dotted path, [i] for lists) set or deleted."""
+    data = copy.deepcopy(SPEC_EXAMPLE)
+    parts = path.replace("[", ".").replace("]", "").split(".")
+    node: Any = data
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node[part]
+    last = int(parts[-1]) if parts[-1].isdigit() else parts[-1]
+    if delete:
+        del node[last]
+    else:
+        node[last] = value
+    return data
+
+
+BAD_INPUTS = [
+    # (description, data, field named, words in the reason)
+    ("unknown top key", mutate("colour", "red"), "colour", "unknown key"),
+    ("unknown job key", mutate("jobs[0].gpu", 4), "jobs[0].gpu", "unknown key"),
+    ("unknown app key", mutate("realtime[0].peak", 4), "realtime[0].peak", "unknown key"),
+    ("missing name", mutate("name", None, delete=True), "name", "missing"),
+    ("missing cluster", mutate("cluster", None, delete=True), "cluster", "missing"),
+    ("missing gpus", mutate("cluster.gpus", None, delete=True), "cluster.gpus", "missing"),
+    ("missing slots", mutate("horizon.slots", None, delete=True), "horizon.slots", "missing"),
+    ("missing job id", mutate("jobs[0].id", None, delete=True), "jobs[0].id", "missing"),
+    ("missing duration", mutate("jobs[0].duration", None, delete=True), "jobs[0].duration", "missing"),
+    ("missing demand", mutate("realtime[0].demand", None, delete=True), "realtime[0].demand", "missing"),
+    ("gpus a string", mutate("cluster.gpus", "16"), "cluster.gpus", "integer"),
+    ("slots a float", mutate("horizon.slots", 24.5), "horizon.slots", "integer"),
+    ("job gpus a bool", mutate("jobs[0].gpus", True), "jobs[0].gpus", "integer"),
+    ("priority a string", mutate("jobs[0].priority", "high"), "jobs[0].priority", "number"),
+    ("jobs not a list", mutate("jobs", {"a": 1}), "jobs", "list"),
+    ("type unknown", mutate("jobs[0].type", "finetune"), "jobs[0].type", "training"),
+    ("zero gpus", mutate("cluster.gpus", 0), "cluster.gpus", "positive"),
+    ("negative job size", mutate("jobs[0].gpus", -2), "jobs[0].gpus", "positive"),
+    ("zero duration", mutate("jobs[0].duration", 0), "jobs[0].duration", "positive"),
+    ("zero slots", mutate("horizon.slots", 0), "horizon.slots", "positive"),
+    ("negative priority", mutate("jobs[0].priority", -1), "jobs[0].priority", "positive"),
+    ("zero value", mutate("jobs[0].value", 0), "jobs[0].value", "positive"),
+    ("decay above one", mutate("horizon.decay", 1.5), "horizon.decay", "(0, 1]"),
+    ("short demand", mutate("realtime[0].demand", [1, 2, 3]), "realtime[0].demand", "24 values"),
+    ("negative demand", mutate("realtime[0].demand[3]", -1), "realtime[0].demand[3]", "at least 0"),
+    ("duplicate id", mutate("jobs[1].id", "llama-sft"), "jobs[1].id", "duplicate"),
+    ("job larger than cluster", mutate("jobs[0].gpus", 32), "jobs[0].gpus", "cluster has 16"),
+    ("running_on wrong length", mutate("jobs[1].running_on", [8, 9, 10]), "jobs[1].running_on", "expected 2 GPUs"),
+    ("running_on not contiguous", mutate("jobs[1].running_on", [8, 10]), "jobs[1].running_on", "consecutive"),
+    ("running_on across nodes", mutate("jobs[1].running_on", [7, 8]), "jobs[1].running_on", "inside one node"),
+    ("running_on outside", mutate("jobs[1].running_on", [16, 17]), "jobs[1].running_on", "0..15"),
+    ("node_size above gpus", mutate("cluster.node_size", 32), "cluster.node_size", "at most"),
+]
+
+
+@pytest.mark.parametrize(("what", "data", "field", "reason"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
+def test_malformed_input_names_file_and_field(what: str, data: dict[str, Any], field: str, reason: str):
+    with pytest.raises(ScenarioError) as info:
+        load(data)
+    err = info.value
+    assert err.source == "s.yaml"
+    assert err.field == field, what
+    assert reason in err.reason, (what, err.reason)
+    assert str(err).startswith(f"s.yaml: {field}: ")
+
+
+def test_running_on_overlapping_another_running_job():
+    data = copy.deepcopy(SPEC_EXAMPLE)
+    data["jobs"].append({"id": "other", "type": "quantization", "gpus": 2, "duration": 1, "running_on": [9, 10]})
+    with pytest.raises(ScenarioError, match=r"jobs\[2\]\.running_on: GPU 9 is already held by running job"):
+        load(data)
+
+
+def test_large_block_allowed_from_a_node_boundary():
+    data = mutate("jobs[0].gpus", 12)  # 12 > node_size 8: the block 0..11 starts on a boundary
+    assert load(data).jobs[0].gpus == 12
+
+
+def test_inherited_work_that_leaves_no_room_for_the_ramp():
+    data = copy.deepcopy(SPEC_EXAMPLE)
+    data["realtime"][0]["initial"] = 16  # can only come down by 2 a slot; the running job needs 2 GPUs
+    data["realtime"][0]["ramp"] = 1
+    with pytest.raises(ScenarioError, match="realtime: in slot 0"):
+        load(data)
+
+
+def test_a_job_that_fits_nowhere_is_legal():
+    data = mutate("jobs[0].deadline", 5)  # 10 slots cannot end by slot 5
+    assert load(data).jobs[0].deadline == 5
+
+
+def test_file_errors(tmp_path: Path):
+    with pytest.raises(ScenarioError, match="no such file"):
+        load_scenario(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\ncluster: {gpus: 4\n")
+    with pytest.raises(ScenarioError, match=r"bad.yaml: <line \d+>: invalid YAML"):
+        load_scenario(bad)
+    bad_json = tmp_path / "bad.json"
+    bad_json.write_text("{")
+    with pytest.raises(ScenarioError, match="invalid JSON"):
+        load_scenario(bad_json)
+    top_list = tmp_path / "list.json"
+    top_list.write_text(json.dumps([1, 2]))
+    with pytest.raises(ScenarioError, match="<top>: expected a mapping"):
+        load_scenario(top_list)
+
+
+def test_yaml_never_constructs_python_objects(tmp_path: Path):
+    evil = tmp_path / "evil.yaml"
+    evil.write_text("name: !!python/object/apply:os.system ['echo hi']\ncluster: {gpus: 1}\nhorizon: {slots: 1}\n")
+    with pytest.raises(ScenarioError, match="invalid YAML"):
+        load_scenario(evil)
