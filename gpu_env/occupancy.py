@@ -7,7 +7,9 @@ the heuristic and the environment's action masks all place jobs through it.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -44,6 +46,7 @@ class Occupancy:
         self.realtime = np.zeros((len(scenario.realtime), scenario.slots), dtype=np.int64)
         self.placed: dict[int, Slotting] = {}
         self._busy_csum: np.ndarray | None = None  # cache of _busy_cumsum(); place/remove reset it
+        self._bits: list[int] | None = [0] * self.width  # busy GPUs per slot as bitmasks; see _busy_bits()
 
     def copy(self) -> Occupancy:
         """An independent copy."""
@@ -55,6 +58,7 @@ class Occupancy:
         other.realtime = self.realtime.copy()
         other.placed = dict(self.placed)
         other._busy_csum = self._busy_csum  # never written in place, so it may be shared
+        other._bits = None if self._bits is None else list(self._bits)
         return other
 
     # ------------------------------------------------------------------ capacity (rule 7)
@@ -111,15 +115,45 @@ class Occupancy:
         return self._busy_csum
 
     def earliest(self, job: Job) -> tuple[int, int] | None:
-        """FIFO's choice: the earliest feasible start, then the lowest-index block."""
-        feasible = self.feasible(job)
-        rows = np.flatnonzero(feasible.any(axis=1))
-        if not rows.size:
+        """FIFO's choice: the earliest feasible start, then the lowest-index block.
+
+        The first True of :meth:`feasible` in row-major order, found without building
+        the whole mask: a scan over per-slot bitmasks of busy GPUs that stops at the
+        first fit.
+
+        Returns:
+            (start, first GPU), or None when the job fits nowhere.
+        """
+        sc = self.scenario
+        window = rules.start_window(job, sc.slots)
+        everyone, allowed, shifts = _block_search(job.gpus, sc.gpus, sc.node_size)
+        if not len(window) or not allowed:
             return None
-        t = int(rows[0])
-        b = int(np.argmax(feasible[t]))
-        first = int(rules.allowed_block_starts(job.gpus, self.scenario.gpus, self.scenario.node_size)[b])
-        return t, first
+        d, k, T = job.duration, job.gpus, sc.slots
+        bits = self._busy_bits()
+        # short[t]: slots before t whose slack is under k (rule 7 holds for a span when none lies in it).
+        short = [0, *itertools.accumulate((self.slack() < k).tolist())]
+        for t in window:
+            if short[min(t + d, T)] != short[t]:
+                continue
+            span = 0
+            for s in range(t, t + d):
+                span |= bits[s]
+            # Bit a of `run`: GPUs a..a+k-1 are all free over the span (runs doubled by shifts).
+            run = everyone & ~span
+            for shift in shifts:
+                run &= run >> shift
+            run &= allowed
+            if run:
+                return t, (run & -run).bit_length() - 1
+        return None
+
+    def _busy_bits(self) -> list[int]:
+        """Busy GPUs of each slot as a bitmask (bit g for GPU g), shape (width,), kept up to date by place/remove."""
+        if self._bits is None:
+            packed = np.packbits(self.owner != FREE, axis=0, bitorder="little")  # (ceil(G / 8), width)
+            self._bits = [int.from_bytes(column.tobytes(), "little") for column in packed.T]
+        return self._bits
 
     def place(self, job_index: int, start: int, first_gpu: int) -> None:
         """Put a job on ``first_gpu..first_gpu+k-1`` from ``start`` for its duration.
@@ -129,10 +163,21 @@ class Occupancy:
         """
         job = self.scenario.jobs[job_index]
         cells = self.owner[first_gpu : first_gpu + job.gpus, start : start + job.duration]
-        if (cells != FREE).any():
+        bits = self._bits if first_gpu >= 0 and start >= 0 else None
+        if bits is not None:  # the bitmasks mirror `owner != FREE`; cheaper than asking numpy
+            mask = ((1 << job.gpus) - 1) << first_gpu
+            span = range(start, min(start + job.duration, self.width))
+            overlap = any(bits[s] & mask for s in span)
+        else:
+            self._bits = None  # an odd (negative) index: drop the bitmasks rather than mirror numpy's slicing
+            overlap = bool((cells != FREE).any())
+        if overlap:
             raise ValueError(f"job {job.id!r} overlaps another job at start {start} on GPU {first_gpu}")
         cells[...] = job_index
         self._busy_csum = None
+        if bits is not None:
+            for s in span:
+                bits[s] |= mask
         self.job_load[start : min(start + job.duration, self.scenario.slots)] += job.gpus
         self.placed[job_index] = Slotting(job_index, start, first_gpu)
 
@@ -142,6 +187,12 @@ class Occupancy:
         job = self.scenario.jobs[job_index]
         self.owner[s.first_gpu : s.first_gpu + job.gpus, s.start : s.start + job.duration] = FREE
         self._busy_csum = None
+        if s.first_gpu < 0 or s.start < 0:
+            self._bits = None  # rebuilt from `owner` when next needed
+        if self._bits is not None:
+            mask = ~(((1 << job.gpus) - 1) << s.first_gpu)
+            for slot in range(s.start, min(s.start + job.duration, self.width)):
+                self._bits[slot] &= mask
         self.job_load[s.start : min(s.start + job.duration, self.scenario.slots)] -= job.gpus
 
     def place_inherited(self) -> None:
@@ -149,3 +200,185 @@ class Occupancy:
         for i, job in enumerate(self.scenario.jobs):
             if job.running_on is not None and i not in self.placed:
                 self.place(i, 0, job.running_on[0])
+
+    # ------------------------------------------------------------------ batched queries (the environment's masks)
+
+    def free_runs(self) -> np.ndarray:
+        """How many consecutive free slots begin at each cell, slot-major.
+
+        Returns:
+            Int array of shape (width, G): entry [u, g] counts the slots u, u+1, ...
+            in a row in which GPU g holds no job (0 where it is busy at u). Past
+            its last busy cell a GPU is free for ever: the count there exceeds any
+            duration.
+        """
+        cols = np.arange(self.width, dtype=np.int64)[:, None]
+        nxt = np.where(self.owner.T != FREE, cols, _FAR)
+        return np.minimum.accumulate(nxt[::-1], axis=0)[::-1] - cols
+
+    def feasible_at(
+        self,
+        job_indices: np.ndarray | list[int],
+        starts: np.ndarray | list[int] | int,
+        slack: np.ndarray | None = None,
+        runs: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Which first GPUs let each of several jobs start at one given slot each.
+
+        The batched form of :meth:`feasible` for one start per job, indexed by
+        first GPU instead of by block: ``feasible_at([j], [t])[0, a]`` equals
+        ``feasible(job)[t, b]`` where ``a`` is the b-th allowed block start, and is
+        False for every ``a`` that is not an allowed block start. A job may be
+        asked about several starts at once by repeating its index.
+
+        Args:
+            job_indices: Indices into ``scenario.jobs``, shape (n,).
+            starts: The start slot asked for each job, shape (n,), or one int for all.
+            slack: Free capacity per slot, shape (T,), for rule 7; default :meth:`slack`.
+                A planner that may lower real-time curves passes the capacity left
+                above the apps' ramp floors instead.
+            runs: :meth:`free_runs` of the current grid, when the caller has it already.
+
+        Returns:
+            Bool array of shape (n, G): entry [i, a] is True when job ``job_indices[i]``
+            may start at ``starts[i]`` on GPUs ``a..a+k-1``: the block is allowed
+            (rule 4), the start lies in the job's window (rules 3 and 5), the GPUs
+            are free over ``[start, start + d)`` (rule 1, past the horizon too) and
+            the slack covers k GPUs in every slot of the span inside the horizon (rule 7).
+        """
+        table = self._job_table()
+        index = np.asarray(job_indices, dtype=np.intp).reshape(-1)
+        if np.ndim(starts) == 0:
+            start = np.full(index.size, int(starts), dtype=np.int64)
+        else:
+            start = np.asarray(starts, dtype=np.int64).reshape(-1)
+        k = table.k[index][:, None]
+        d = table.d[index]
+        if runs is None:
+            runs = self.free_runs()
+        # GPU g is free over [start, start + d) when its free run at the start lasts d slots.
+        free = runs[start % self.width] >= d[:, None]  # (n, G); starts outside the window are masked below
+        # Free GPUs in a row from each GPU on: a block fits where that run covers k GPUs.
+        gpus = table.gpu_index
+        nxt = np.where(free, self.scenario.gpus, gpus)
+        ok = np.minimum.accumulate(nxt[:, ::-1], axis=1)[:, ::-1] - gpus >= k
+        ok &= table.allowed[index]
+        # Capacity in every slot of the span inside the horizon, and the start window.
+        if slack is None:
+            slack = self.slack()
+        offset = (table.slot_index - start[:, None]).view(np.uint64)  # negative: huge, outside every span
+        short = ((offset < d[:, None]) & (slack < k)).any(axis=1)
+        outside = (start - table.lo[index]).view(np.uint64) >= table.window[index]
+        ok[short | outside] = False
+        return ok
+
+    def narrow_feasible(
+        self,
+        previous: np.ndarray,
+        job_indices: np.ndarray | list[int],
+        starts: np.ndarray | list[int] | int,
+        placed_job: int,
+        slack: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Bring :meth:`feasible_at` answers up to date after one more job was placed.
+
+        A placement only takes cells and capacity away, so a block that was
+        feasible stays feasible unless it meets the new job's GPUs while both
+        run, or the slack over its span no longer covers k. The result equals a
+        fresh ``feasible_at(job_indices, starts, slack)``, for less work.
+
+        Args:
+            previous: (n, G) ``feasible_at(job_indices, starts, ...)`` from just before
+                ``place(placed_job, ...)``.
+            job_indices: Indices into ``scenario.jobs``, shape (n,).
+            starts: The start slot of each answer, shape (n,), or one int for all.
+            placed_job: The job placed since ``previous`` was computed.
+            slack: Free capacity per slot after the placement; default :meth:`slack`.
+
+        Returns:
+            Bool array of shape (n, G), a new array.
+        """
+        table = self._job_table()
+        index = np.asarray(job_indices, dtype=np.intp).reshape(-1)
+        if np.ndim(starts) == 0:
+            start = np.full(index.size, int(starts), dtype=np.int64)
+        else:
+            start = np.asarray(starts, dtype=np.int64).reshape(-1)
+        spot = self.placed[placed_job]
+        first, k_new, d_new = spot.first_gpu, table.k[placed_job], table.d[placed_job]
+        k = table.k[index][:, None]
+        d = table.d[index]
+        both_run = (start < spot.start + d_new) & (start + d > spot.start)
+        gpus = table.gpu_index
+        meets = (gpus > first - k) & (gpus < first + k_new) & both_run[:, None]
+        out = previous & ~meets
+        if slack is None:
+            slack = self.slack()
+        offset = (table.slot_index - start[:, None]).view(np.uint64)
+        out[((offset < d[:, None]) & (slack < k)).any(axis=1)] = False
+        return out
+
+    def _job_table(self) -> _JobTable:
+        """Per-job sizes, start windows and allowed first GPUs, built once per instance."""
+        table = self.__dict__.get("_table")
+        if table is None:
+            table = _JobTable.build(self.scenario)
+            self._table = table
+        return table
+
+
+@lru_cache(maxsize=4096)
+def _block_search(k: int, gpus: int, node_size: int) -> tuple[int, int, tuple[int, ...]]:
+    """What :meth:`Occupancy.earliest` needs to find free blocks of k GPUs in a bitmask of free GPUs.
+
+    Returns:
+        The mask of all G GPUs; the mask of allowed first GPUs (rule 4); and shifts
+        such that ``run &= run >> shift`` for each turns "GPU a is free" into "GPUs
+        a..a+k-1 are free" (runs of 1, 2, 4, ... GPUs, then one overlapping step to k).
+    """
+    allowed = 0
+    for a in rules.allowed_block_starts(k, gpus, node_size):
+        allowed |= 1 << int(a)
+    shifts, have = [], 1
+    while 2 * have <= k:
+        shifts.append(have)
+        have *= 2
+    if have < k:
+        shifts.append(k - have)
+    return (1 << gpus) - 1, allowed, tuple(shifts)
+
+
+_FAR = 1 << 40  # "free for ever" in Occupancy.free_runs
+
+
+@dataclass(frozen=True)
+class _JobTable:
+    """Static facts about a scenario's jobs that the batched queries read (rules 3, 4, 5)."""
+
+    k: np.ndarray  # (J,) GPUs per job
+    d: np.ndarray  # (J,) duration
+    lo: np.ndarray  # (J,) first allowed start
+    window: np.ndarray  # (J,) uint64 number of allowed starts
+    allowed: np.ndarray  # (J, G) bool: allowed first GPUs of the job's block
+    gpu_index: np.ndarray  # (1, G) 0..G-1
+    slot_index: np.ndarray  # (1, T) 0..T-1
+
+    @classmethod
+    def build(cls, scenario: Scenario) -> _JobTable:
+        jobs = scenario.jobs
+        allowed = np.zeros((len(jobs), scenario.gpus), dtype=bool)
+        lo = np.zeros(len(jobs), dtype=np.int64)
+        hi = np.zeros(len(jobs), dtype=np.int64)
+        for i, job in enumerate(jobs):
+            allowed[i, rules.allowed_block_starts(job.gpus, scenario.gpus, scenario.node_size)] = True
+            window = rules.start_window(job, scenario.slots)
+            lo[i], hi[i] = window.start, max(window.start, window.stop)
+        return cls(
+            k=np.array([job.gpus for job in jobs], dtype=np.int64),
+            d=np.array([job.duration for job in jobs], dtype=np.int64),
+            lo=lo,
+            window=(hi - lo).astype(np.uint64),
+            allowed=allowed,
+            gpu_index=np.arange(scenario.gpus, dtype=np.int64)[None, :],
+            slot_index=np.arange(scenario.slots, dtype=np.int64)[None, :],
+        )

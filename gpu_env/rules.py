@@ -134,18 +134,37 @@ def cover_curve(demand: np.ndarray | list[int], initial: int, ramp: int, cap: np
         upper = _lipschitz_envelope(upper, ramp, lower=False)
     target = np.minimum(d, upper)
     low = _lipschitz_envelope(np.maximum(target, ramp_floor(initial, ramp, slots)), ramp, lower=True)
-    return np.minimum(low, upper).clip(min=0)
+    return np.maximum(np.minimum(low, upper), 0)
+
+
+@lru_cache(maxsize=64)
+def _distances(slots: int) -> np.ndarray:
+    """``|t - s|`` for all slot pairs, shape (T, T), read-only."""
+    t = np.arange(slots, dtype=np.int64)
+    out = np.abs(t[:, None] - t[None, :])
+    out.flags.writeable = False
+    return out
 
 
 def _lipschitz_envelope(x: np.ndarray, ramp: int, lower: bool) -> np.ndarray:
-    """Smallest R-Lipschitz curve above x (``lower=True``) or largest below x (``lower=False``)."""
-    y = x.astype(np.int64).copy()
-    sign = 1 if lower else -1
-    for t in range(1, y.size):  # forward pass
-        y[t] = sign * max(sign * y[t], sign * (y[t - 1] - sign * ramp))
-    for t in range(y.size - 2, -1, -1):  # backward pass
-        y[t] = sign * max(sign * y[t], sign * (y[t + 1] - sign * ramp))
-    return y
+    """Smallest R-Lipschitz curve above x (``lower=True``) or largest below x (``lower=False``).
+
+    That is ``max_s(x_s - R*|t - s|)`` (or ``min_s(x_s + R*|t - s|)``): one
+    vectorised step for day-length horizons, two scalar passes for long ones.
+    """
+    x = np.asarray(x, dtype=np.int64)
+    if x.size <= 256:
+        if lower:
+            return (x[None, :] - ramp * _distances(x.size)).max(axis=1, initial=np.iinfo(np.int64).min)
+        return (x[None, :] + ramp * _distances(x.size)).min(axis=1, initial=np.iinfo(np.int64).max)
+    y = x.tolist()  # plain ints: the passes below are scalar loops
+    step = -ramp if lower else ramp
+    pick = max if lower else min
+    for t in range(1, len(y)):  # forward pass
+        y[t] = pick(y[t], y[t - 1] + step)
+    for t in range(len(y) - 2, -1, -1):  # backward pass
+        y[t] = pick(y[t], y[t + 1] + step)
+    return np.array(y, dtype=np.int64)
 
 
 # ----------------------------------------------------------------------------- rules 1, 5 and 7 on inherited work

@@ -1,0 +1,374 @@
+"""The greedy heuristic: valid plans, hand-worked cases with known optima, determinism, never below FIFO."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from agents import fifo, greedy
+from agents.greedy import DEFAULT, FAST, GreedyConfig
+from agents.options import PlanOptions
+from agents.registry import run_scheduler
+from gpu_env import rules
+from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
+from gpu_env.metrics import compute_metrics
+from gpu_env.occupancy import Occupancy
+from gpu_env.plan import Placement, Plan
+from gpu_env.scenario import ScenarioError
+from gpu_env.validation import validate
+from tests.conftest import make_scenario
+
+families = st.sampled_from(sorted(FAMILIES))
+seeds = st.integers(min_value=0, max_value=10**6)
+
+
+def _objective(scenario, plan) -> float:
+    return compute_metrics(scenario, plan).objective
+
+
+# ----------------------------------------------------------------------------- every plan is valid
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=families, seed=seeds)
+def test_default_plans_validate_and_score_as_computed(family: str, seed: int):
+    scenario = generate(family, seed)
+    result = greedy.solve(scenario)
+    assert validate(scenario, result.plan) == []
+    assert _objective(scenario, result.plan) == pytest.approx(result.objective, abs=1e-6)
+
+
+VARIANTS = {
+    "fast": FAST,
+    "best_fit": replace(DEFAULT, block_rule="best_fit"),
+    "node_fit": replace(DEFAULT, block_rule="node_fit"),
+    "packed": replace(DEFAULT, block_rule="best_fit", start_rule="packed"),
+    "all orderings, all trade modes": replace(
+        DEFAULT, orderings=tuple(greedy.ORDERINGS), trades=("off", "inline", "after")
+    ),
+    "guard": replace(DEFAULT, fifo_guard=True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=families, seed=seeds)
+def test_every_variant_validates(name: str, family: str, seed: int):
+    scenario = generate(family, seed)
+    result = greedy.solve(scenario, VARIANTS[name])
+    assert validate(scenario, result.plan) == []
+    assert _objective(scenario, result.plan) == pytest.approx(result.objective, abs=1e-6)
+
+
+def test_plan_through_the_registry_round_trips():
+    scenario = generate("mixed-control", 1)
+    plan = run_scheduler("greedy", scenario, PlanOptions())
+    assert plan.scheduler == "greedy" and plan.metrics is not None and plan.solve_ms is not None
+    again = Plan.from_dict(plan.to_dict())
+    assert again.placements == plan.placements and again.realtime == plan.realtime
+
+
+def test_no_jobs_and_no_apps():
+    empty = make_scenario()
+    assert greedy.plan(empty).placements == []
+    no_apps = make_scenario(jobs=[{"id": "a", "type": "training", "gpus": 2, "duration": 3}])
+    plan = greedy.plan(no_apps)
+    assert plan.placements == [Placement("a", 0, (0, 1))]
+    assert validate(no_apps, plan) == []
+
+
+def test_config_rejects_unknown_names():
+    with pytest.raises(ValueError, match="block_rule"):
+        GreedyConfig(block_rule="first")
+    with pytest.raises(ValueError, match="orderings"):
+        GreedyConfig(orderings=("weight", "random"))
+    with pytest.raises(ValueError, match="trades"):
+        GreedyConfig(trades=())
+
+
+# ----------------------------------------------------------------------------- hand-worked cases
+
+
+def test_valuable_job_arriving_later_gets_the_slot():
+    # G=2, T=4, no decay. FIFO starts 'low' (2 GPUs x 4 slots, worth 1) at 0 and 'high' (released at 1,
+    # 2 GPUs x 2 slots, worth 5) never fits: 8. Greedy puts 'high' at 1 and 'low' after it at 3,
+    # where one of its slots lies inside the horizon: 5*2*2 + 1*2*1 = 22, the optimum (placing 'low'
+    # anywhere before 3 blocks 'high').
+    s = make_scenario(
+        cluster={"gpus": 2},
+        horizon={"slots": 4},
+        jobs=[
+            {"id": "low", "type": "training", "gpus": 2, "duration": 4, "priority": 1},
+            {"id": "high", "type": "training", "gpus": 2, "duration": 2, "release": 1, "priority": 5},
+        ],
+    )
+    assert _objective(s, fifo.plan(s)) == 8
+    plan = greedy.plan(s)
+    assert sorted(plan.placements, key=lambda p: p.job) == [Placement("high", 1, (0, 1)), Placement("low", 3, (0, 1))]
+    assert _objective(s, plan) == 22
+
+
+def test_realtime_follows_demand_not_the_peak():
+    # G=4, T=6. Demand [1,1,3,3,1,1], ramp 2: FIFO reserves 3 from slot 0 on and leaves one GPU, so the
+    # 3-GPU job never fits. Greedy serves the demand exactly (the ramp allows 1 -> 3 in one slot) and the
+    # job runs in slots 0-1 with no shortfall.
+    s = make_scenario(
+        realtime=[{"name": "rt", "demand": [1, 1, 3, 3, 1, 1], "ramp": 2, "initial": 1, "penalty": 10}],
+        jobs=[{"id": "A", "type": "batch_inference", "gpus": 3, "duration": 2}],
+    )
+    assert fifo.plan(s).placements == []
+    plan = greedy.plan(s)
+    assert plan.realtime == {"rt": [1, 1, 3, 3, 1, 1]}
+    assert plan.placements == [Placement("A", 0, (0, 1, 2))]
+    metrics = compute_metrics(s, plan)
+    assert metrics.shortfall == 0 and metrics.objective == 6
+
+
+def test_realtime_ramps_early_enough_for_the_peak():
+    # Ramp 1 from 1 to a peak of 4 at slot 4: the curve climbs one GPU a slot from slot 2 (2, 3, 4),
+    # not earlier, and comes down after the peak as fast as the ramp allows.
+    s = make_scenario(
+        cluster={"gpus": 8},
+        realtime=[{"name": "rt", "demand": [1, 1, 1, 1, 4, 1], "ramp": 1, "initial": 1, "penalty": 10}],
+        jobs=[{"id": "A", "type": "training", "gpus": 4, "duration": 6}],
+    )
+    plan = greedy.plan(s)
+    assert plan.realtime == {"rt": [1, 1, 2, 3, 4, 3]}
+    assert plan.realtime["rt"] == rules.cover_curve([1, 1, 1, 1, 4, 1], 1, 1).tolist()
+    assert compute_metrics(s, plan).shortfall == 0
+    assert validate(s, plan) == []
+
+
+def _whole_cluster_job(priority: float):
+    # G=4, T=4, the app wants 1 GPU in every slot (penalty 10); the job needs all 4 GPUs for 2 slots.
+    # Placing it at 0 drops the app to 0 for two slots: value 8w against a penalty of 20.
+    return make_scenario(
+        horizon={"slots": 4},
+        realtime=[{"name": "rt", "demand": [1, 1, 1, 1], "ramp": 1, "initial": 1, "penalty": 10}],
+        jobs=[{"id": "J", "type": "training", "gpus": 4, "duration": 2, "priority": priority}],
+    )
+
+
+def test_job_takes_realtime_capacity_when_that_pays():
+    s = _whole_cluster_job(5.0)  # 40 > 20
+    plan = greedy.plan(s)
+    assert plan.placements == [Placement("J", 0, (0, 1, 2, 3))]
+    assert plan.realtime == {"rt": [0, 0, 1, 1]}
+    metrics = compute_metrics(s, plan)
+    assert (metrics.shortfall, metrics.objective) == (2, 20)
+    assert validate(s, plan) == []
+
+
+@pytest.mark.parametrize("priority", [2.0, 2.5])  # 16 < 20, and 20 = 20: no gain
+def test_job_leaves_realtime_alone_when_that_does_not_pay(priority: float):
+    s = _whole_cluster_job(priority)
+    plan = greedy.plan(s)
+    assert plan.placements == []
+    assert plan.realtime == {"rt": [1, 1, 1, 1]}
+    assert _objective(s, plan) == 0
+
+
+@pytest.mark.parametrize(("release", "placed"), [(0, True), (1, False)])
+def test_value_per_gpu_slot_times_decay_against_the_penalty(release: int, placed: bool):
+    # G=2, the app wants both GPUs (penalty 5); a 1-GPU, 1-slot job worth 5.5 per GPU-slot, decay 0.9.
+    # At slot 0 it earns 5.5 > 5: it takes a GPU from the app. Released at 1 it earns 4.95 < 5: it does not.
+    s = make_scenario(
+        cluster={"gpus": 2},
+        horizon={"slots": 3, "decay": 0.9},
+        realtime=[{"name": "rt", "demand": [2, 2, 2], "ramp": 2, "initial": 2, "penalty": 5}],
+        jobs=[{"id": "J", "type": "quantization", "gpus": 1, "duration": 1, "release": release, "priority": 5.5}],
+    )
+    plan = greedy.plan(s)
+    assert bool(plan.placements) is placed
+    assert _objective(s, plan) == pytest.approx(0.5 if placed else 0.0)
+    assert validate(s, plan) == []
+
+
+def test_trade_keeps_the_ramp_and_finds_the_cheapest_start():
+    # G=4, T=6, the app wants 3 GPUs throughout (initial 3, ramp 1, penalty 1); a 4-GPU, 1-slot job
+    # worth 3 per GPU-slot (12). The app must reach 0 in the job's slot, one GPU a slot: starting at
+    # 2, 3 or 4 costs 9, 9 or 8 GPU-slots of shortfall, at 5 (the last slot) only 6 (curve 3,3,3,2,1,0).
+    # The optimum is 12 - 6 = 6.
+    s = make_scenario(
+        horizon={"slots": 6},
+        realtime=[{"name": "rt", "demand": [3] * 6, "ramp": 1, "initial": 3, "penalty": 1}],
+        jobs=[{"id": "J", "type": "training", "gpus": 4, "duration": 1, "priority": 3}],
+    )
+    plan = greedy.plan(s)
+    assert plan.placements == [Placement("J", 5, (0, 1, 2, 3))]
+    assert plan.realtime == {"rt": [3, 3, 3, 2, 1, 0]}
+    assert _objective(s, plan) == 6
+    assert validate(s, plan) == []
+
+
+def test_inline_and_deferred_trades_both_run_and_the_best_wins():
+    # G=4, T=4, the app wants 1 GPU (penalty 1). 'big' (4 GPUs x 2 slots, worth 2 per GPU-slot: 16) fits
+    # only by taking the app's GPU; 'small' (3 GPUs x 4 slots, worth 1: 12) fits as it is. Trading as
+    # 'big' comes: 16 - 2 + 'small' at 2 with two slots inside the horizon (6) = 20, the optimum.
+    # Deferring trades to the jobs left out places 'small' at 0 first, and 'big' then never fits: 12.
+    s = make_scenario(
+        horizon={"slots": 4},
+        realtime=[{"name": "rt", "demand": [1, 1, 1, 1], "ramp": 1, "initial": 1, "penalty": 1}],
+        jobs=[
+            {"id": "big", "type": "training", "gpus": 4, "duration": 2, "priority": 2},
+            {"id": "small", "type": "training", "gpus": 3, "duration": 4, "priority": 1},
+        ],
+    )
+    assert greedy.solve(s, replace(DEFAULT, trades=("inline",), promote_rounds=0)).objective == 20
+    assert greedy.solve(s, replace(DEFAULT, trades=("after",), promote_rounds=0)).objective == 12
+    both = greedy.solve(s)
+    assert both.objective == 20 and both.ordering.endswith("/inline")
+    assert validate(s, both.plan) == []
+
+
+# ----------------------------------------------------------------------------- determinism and FIFO
+
+
+def test_deterministic():
+    scenario = generate("batch-fragmentation", 7)
+    first = greedy.plan(scenario).to_dict()
+    assert greedy.plan(scenario).to_dict() == first
+    assert greedy.plan(scenario, PlanOptions(seed=123)).to_dict() == first
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_never_below_fifo_on_the_benchmark_scenarios(family: str):
+    scenario = generate(family, BENCHMARK_SEEDS[family])
+    result = greedy.solve(scenario)
+    assert not result.guard_fired
+    assert _objective(scenario, result.plan) >= _objective(scenario, fifo.plan(scenario)) - 1e-9
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=families, seed=seeds)
+def test_never_below_fifo_on_drawn_scenarios(family: str, seed: int):
+    scenario = generate(family, seed)
+    assert greedy.solve(scenario).objective >= _objective(scenario, fifo.plan(scenario)) - 1e-9
+
+
+# ----------------------------------------------------------------------------- the grid's fast path
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(family=families, seed=seeds, data=st.data())
+def test_fast_earliest_agrees_with_the_feasibility_mask(family: str, seed: int, data):
+    # Occupancy.earliest scans bitmasks kept up to date by place/remove; it must give the first True of
+    # Occupancy.feasible in row-major order on every grid, including after removals and copies.
+    scenario = generate(family, seed)
+    grid = Occupancy(scenario)
+    for i, curve in enumerate(fifo.peak_reservation(scenario)):
+        grid.set_realtime(i, np.maximum(0, curve - data.draw(st.integers(0, 3))))
+    grid.place_inherited()
+    rng = np.random.default_rng(seed)
+    for j in rng.permutation(len(scenario.jobs)):
+        job = scenario.jobs[j]
+        if j in grid.placed:
+            continue
+        mask = grid.feasible(job)
+        rows = np.flatnonzero(mask.any(axis=1))
+        expected = None
+        if rows.size:
+            starts = rules.allowed_block_starts(job.gpus, scenario.gpus, scenario.node_size)
+            expected = (int(rows[0]), int(starts[int(mask[rows[0]].argmax())]))
+        assert grid.earliest(job) == expected
+        if rows.size:
+            t, b = np.argwhere(mask)[rng.integers(int(mask.sum()))]
+            grid.place(int(j), int(t), int(rules.allowed_block_starts(job.gpus, scenario.gpus, scenario.node_size)[b]))
+        if grid.placed and rng.random() < 0.3:
+            victim = int(rng.choice([i for i in grid.placed if scenario.jobs[i].running_on is None] or [-1]))
+            if victim >= 0:
+                grid.remove(victim)
+        if rng.random() < 0.3:
+            grid = grid.copy()
+
+
+# ----------------------------------------------------------------------------- odd shapes the generators never draw
+
+
+@st.composite
+def odd_scenarios(draw):
+    """Small scenarios with any job sizes (not only powers of two), several apps, deadlines and a running job."""
+    node = draw(st.sampled_from([2, 3, 4, 5]))
+    gpus = node * draw(st.integers(1, 3))
+    slots = draw(st.integers(3, 10))
+    apps = []
+    for a in range(draw(st.integers(0, 2))):
+        demand = draw(st.lists(st.integers(0, max(1, gpus // 3)), min_size=slots, max_size=slots))
+        apps.append(
+            {
+                "name": f"app{a}",
+                "demand": demand,
+                "ramp": draw(st.integers(1, 2)),
+                "initial": demand[0],
+                "penalty": draw(st.sampled_from([0.5, 2.0, 8.0])),
+            }
+        )
+    jobs = []
+    if draw(st.booleans()):
+        k = draw(st.integers(1, node))
+        jobs.append(
+            {
+                "id": "run",
+                "type": "training",
+                "gpus": k,
+                "duration": draw(st.integers(1, 4)),
+                "running_on": list(range(k)),
+            }
+        )
+    for i in range(draw(st.integers(1, 8))):
+        d = draw(st.integers(1, 5))
+        release = draw(st.integers(0, slots - 1))
+        job = {
+            "id": f"j{i}",
+            "type": "batch_inference",
+            "gpus": draw(st.integers(1, gpus)),
+            "duration": d,
+            "release": release,
+            "priority": draw(st.sampled_from([0.5, 1, 3, 9])),
+        }
+        if draw(st.booleans()):
+            job["deadline"] = release + d + draw(st.integers(0, 3))
+        jobs.append(job)
+    try:
+        return make_scenario(
+            cluster={"gpus": gpus, "node_size": node},
+            horizon={"slots": slots, "decay": draw(st.sampled_from([1.0, 0.9]))},
+            realtime=apps,
+            jobs=jobs,
+        )
+    except ScenarioError:
+        assume(False)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scenario=odd_scenarios())
+def test_odd_shapes_validate_and_beat_fifo(scenario):
+    for config in (DEFAULT, FAST, replace(DEFAULT, block_rule="best_fit", start_rule="packed")):
+        result = greedy.solve(scenario, config)
+        assert validate(scenario, result.plan) == []
+        assert _objective(scenario, result.plan) == pytest.approx(result.objective, abs=1e-6)
+        assert result.objective >= _objective(scenario, fifo.plan(scenario)) - 1e-9
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(scenario=odd_scenarios(), data=st.data())
+def test_fast_earliest_agrees_on_odd_shapes(scenario, data):
+    grid = Occupancy(scenario)
+    grid.place_inherited()
+    for i, app in enumerate(scenario.realtime):
+        grid.set_realtime(i, rules.cover_curve(app.demand, app.initial, app.ramp))
+    for j in data.draw(st.permutations(range(len(scenario.jobs)))):
+        job = scenario.jobs[j]
+        if j in grid.placed:
+            continue
+        mask = grid.feasible(job)
+        cells = np.argwhere(mask)
+        starts = rules.allowed_block_starts(job.gpus, scenario.gpus, scenario.node_size)
+        assert grid.earliest(job) == (None if not cells.size else (int(cells[0][0]), int(starts[cells[0][1]])))
+        if cells.size:
+            t, b = cells[data.draw(st.integers(0, len(cells) - 1))]
+            grid.place(j, int(t), int(starts[b]))
