@@ -193,7 +193,41 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--policy", type=Path, metavar="PATH", help="exported policy for the learned scheduler")
     parser.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    rolling = parser.add_argument_group("rolling horizon (docs/rolling.md)")
+    rolling.add_argument(
+        "--rolling", action="store_true", help="also compare open loop with rolling re-planning under forecast error"
+    )
+    rolling.add_argument(
+        "--rolling-sigmas",
+        type=_sigmas,
+        default=(0.0, 0.1, 0.2, 0.3),
+        metavar="LIST",
+        help="comma-separated forecast errors (default: 0,0.1,0.2,0.3)",
+    )
+    rolling.add_argument(
+        "--rolling-seeds", type=_int_at_least(1), default=5, metavar="N", help="actual-demand draws per error (5)"
+    )
+    rolling.add_argument(
+        "--rolling-time-limit",
+        type=_positive_float,
+        default=0.5,
+        metavar="S",
+        help="seconds per re-plan for anytime schedulers (default: 0.5)",
+    )
+    rolling.add_argument(
+        "--rolling-replan-every", type=_int_at_least(1), default=1, metavar="K", help="re-plan every K slots (1)"
+    )
     return parser
+
+
+def _sigmas(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(not math.isfinite(v) or v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers >= 0, got {text!r}")
+    return values
 
 
 def find_scenarios(paths: Sequence[Path] | None) -> list[Path]:
@@ -700,6 +734,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         schedulers = pick_schedulers(args.schedulers)
         if args.policy is not None and not args.policy.is_file():
             raise InputError(f"{args.policy}: <file>: no such policy file (--policy)")
+        if "ppo" in schedulers:  # a bad policy file is bad input, not a scheduler failure per scenario
+            from agents.ppo import PolicyError, load_policy
+
+            try:
+                load_policy(args.policy)
+            except PolicyError as exc:
+                raise InputError(f"--policy: {exc}") from None
         if args.out.exists() and not args.out.is_dir():
             raise InputError(f"{args.out}: not a folder (--out)")
     except (InputError, ScenarioError) as exc:
@@ -708,6 +749,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = PlanOptions(time_limit=args.time_limit, seed=args.seed, workers=args.workers, policy=args.policy)
     command = shlex.join(["python", "evaluate.py", *args_list])
     evaluation = run_evaluation(scenarios, schedulers, options, command, show_progress=not args.quiet)
+    if args.rolling:
+        from dataclasses import replace
+
+        from agents.rolling import evaluation_section
+
+        evaluation.sections.append(
+            evaluation_section(
+                [scenario for scenario, _ in scenarios],
+                schedulers,
+                args.rolling_sigmas,
+                range(args.rolling_seeds),
+                args.out,
+                replace(options, time_limit=args.rolling_time_limit),
+                open_options=options,
+                replan_every=args.rolling_replan_every,
+                figures=not args.no_figures,
+                show_progress=not args.quiet,
+                command=command,
+            )
+        )
     try:
         report = write_outputs(evaluation, args.out, figures=not args.no_figures, show_progress=not args.quiet)
     except OSError as exc:

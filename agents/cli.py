@@ -4,6 +4,7 @@
     gpualloc validate configs/scenarios/mixed-control.yaml plan.json
     gpualloc generate training-heavy --seed 7 -o my.yaml
     gpualloc render configs/scenarios/mixed-control.yaml plan.json -o plan.png
+    gpualloc convert-2kp ../shared/benchmarks/2kp/ngcut1.json -o ngcut1.yaml
 
 Exit status: 0 ok, 1 an invalid plan, 2 bad input (a malformed scenario or plan
 file, an unknown scheduler or family, bad arguments). Bad input prints one line
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from agents.options import PlanOptions
+from agents.ppo import PolicyError
 from agents.registry import SCHEDULERS, UnknownSchedulerError, run_scheduler
 from gpu_env.metrics import Metrics, compute_metrics
 from gpu_env.plan import Plan
@@ -157,6 +159,8 @@ def _plan(args: argparse.Namespace) -> int:
         raise CliError(f"--scheduler: {exc}") from None
     except ImportError as exc:
         raise CliError(f"--scheduler: {args.scheduler!r} cannot be loaded here: {exc}") from None
+    except PolicyError as exc:
+        raise CliError(f"--policy: {exc}") from None
     violations = validate(scenario, plan)
     metrics = plan.metrics or compute_metrics(scenario, plan)
     if args.output is None:
@@ -197,8 +201,9 @@ def _validate(args: argparse.Namespace) -> int:
 
 def _generate_arguments(p: argparse.ArgumentParser) -> None:
     from gpu_env.generators import FAMILIES
+    from gpu_env.traces import TRACE_FAMILIES
 
-    p.add_argument("family", metavar="FAMILY", help=f"one of: {', '.join(FAMILIES)}")
+    p.add_argument("family", metavar="FAMILY", help=f"one of: {', '.join([*FAMILIES, *TRACE_FAMILIES])}")
     p.add_argument(
         "--seed", type=_int_at_least(0), metavar="N", help="seed of every draw (default: the benchmark seed)"
     )
@@ -211,12 +216,14 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
 def _generate(args: argparse.Namespace) -> int:
     from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
     from gpu_env.scenario import scenario_from_dict
+    from gpu_env.traces import TRACE_FAMILIES
 
-    if args.family not in FAMILIES:
-        raise CliError(f"FAMILY: unknown family {args.family!r} (expected one of: {', '.join(FAMILIES)})")
+    if args.family not in FAMILIES and args.family not in TRACE_FAMILIES:
+        names = ", ".join([*FAMILIES, *TRACE_FAMILIES])
+        raise CliError(f"FAMILY: unknown family {args.family!r} (expected one of: {names})")
     if args.output is not None:
         _check_output(args.output, (".yaml", ".yml", ".json"))
-    seed = args.seed if args.seed is not None else BENCHMARK_SEEDS[args.family]
+    seed = args.seed if args.seed is not None else BENCHMARK_SEEDS.get(args.family, 0)
     try:
         scenario = generate(args.family, seed, gpus=args.gpus, num_jobs=args.jobs, name=args.name)
     except ValueError as exc:
@@ -267,6 +274,209 @@ def _render(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ----------------------------------------------------------------------------- simulate (docs/rolling.md)
+
+
+def _simulate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("scenario", type=Path, help="scenario file; its real-time demand is the forecast")
+    p.add_argument("--scheduler", "-s", required=True, metavar="NAME", help=f"one of: {', '.join(SCHEDULERS)}")
+    p.add_argument("--replan-every", type=_int_at_least(1), default=1, metavar="K", help="re-plan every K slots")
+    p.add_argument(
+        "--forecast-error", type=float, default=0.0, metavar="SIGMA", help="relative forecast error (default: 0)"
+    )
+    p.add_argument("--seed", type=_int_at_least(0), default=0, metavar="N", help="seed of the actual demand")
+    p.add_argument("-o", "--output", type=Path, metavar="DIR", help="write actual.yaml, executed.json, ... here")
+    p.add_argument("--time-limit", type=_positive_float, default=2.0, metavar="S", help="seconds per re-plan")
+    p.add_argument("--reveal", choices=("release", "all"), default="release", help="when jobs become known")
+    p.add_argument("--correction", choices=("ratio", "bias", "none"), default="ratio", help="forecast correction")
+    p.add_argument("--margin", type=float, default=1.0, metavar="Z", help="safety margin, in observed error SDs")
+    p.add_argument("--no-picture", action="store_true", help="skip simulation.png")
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from agents import rolling
+
+    scenario = load_scenario(args.scenario)
+    if not math.isfinite(args.forecast_error) or args.forecast_error < 0:
+        raise CliError(f"--forecast-error: expected a number >= 0, got {args.forecast_error}")
+    if not math.isfinite(args.margin) or args.margin < 0:
+        raise CliError(f"--margin: expected a number >= 0, got {args.margin}")
+    if args.output is not None and args.output.exists() and not args.output.is_dir():
+        raise CliError(f"{args.output}: -o: expected a folder, found a file")
+    try:
+        roll, fixed = rolling.simulate(
+            scenario,
+            args.scheduler,
+            sigma=args.forecast_error,
+            seed=args.seed,
+            replan_every=args.replan_every,
+            options=PlanOptions(time_limit=args.time_limit, seed=args.seed),
+            corrector=rolling.Corrector(method=args.correction, margin=args.margin),
+            reveal=args.reveal,
+        )
+    except UnknownSchedulerError as exc:
+        raise CliError(f"--scheduler: {exc}") from None
+    except ImportError as exc:
+        raise CliError(f"--scheduler: {args.scheduler!r} cannot be loaded here: {exc}") from None
+    except rolling.RollingError as exc:
+        print(f"gpualloc simulate: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    settings = {
+        "replan_every": args.replan_every,
+        "forecast_error": args.forecast_error,
+        "seed": args.seed,
+        "reveal": args.reveal,
+        "correction": args.correction,
+        "margin": args.margin,
+        "time_limit": args.time_limit,
+    }
+    if args.output is None:
+        print(json.dumps({**settings, "rolling": roll.summary(), "open_loop": fixed.summary()}, indent=1))
+    else:
+        rolling.write_simulation(args.output, roll, fixed, settings, picture=not args.no_picture)
+    r, o = roll.metrics, fixed.metrics
+    print(
+        f"{args.scheduler} on {scenario.name}, forecast error {args.forecast_error:g}, seed {args.seed}: "
+        f"rolling objective {r.objective:.2f} (shortfall {r.shortfall}), "
+        f"open loop {o.objective:.2f} (shortfall {o.shortfall}); {roll.replans} re-plans, "
+        f"slowest {max(roll.solve_ms):.1f} ms" + (f" -> {args.output}/" if args.output is not None else ""),
+        file=sys.stderr,
+    )
+    violations = validate(roll.actual, roll.executed)
+    if violations:
+        _report_violations(violations, sys.stderr)
+        return EXIT_INVALID
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- from-trace (docs/traces.md)
+
+
+def _day(text: str) -> int | str:
+    if text in ("most-loaded", "busiest"):
+        return text
+    return _int_at_least(0)(text)
+
+
+def _from_trace_arguments(p: argparse.ArgumentParser) -> None:
+    from gpu_env import traces
+
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write .yaml/.yml or .json here (default: stdout)")
+    p.add_argument(
+        "--family", choices=sorted(traces.TRACE_FAMILIES), default="trace-alibaba", help="preset of the choices below"
+    )
+    p.add_argument("--traces", type=Path, default=traces.DEFAULT_TRACES, metavar="DIR", help="traces folder")
+    p.add_argument("--pods", type=Path, metavar="CSV", help="pod trace file (default: under --traces)")
+    p.add_argument(
+        "--demand",
+        action="append",
+        metavar="SOURCE[=CSV]",
+        help=f"a real-time app from {', '.join(traces.DEMAND_FILES)} (repeat for more; default: the family's)",
+    )
+    p.add_argument("--job-day", type=_day, metavar="N|most-loaded", help="day of the pod trace (default: middle)")
+    p.add_argument("--demand-day", type=_day, default=0, metavar="N|busiest", help="day of the demand (default: 0)")
+    p.add_argument("--gpus", type=_int_at_least(1), metavar="G", help="cluster size")
+    p.add_argument("--node-size", type=_int_at_least(1), metavar="N", help="GPUs per node")
+    p.add_argument("--slots", type=_int_at_least(1), metavar="T", help="horizon in slots")
+    p.add_argument("--slot-minutes", type=_positive_float, metavar="M", help="minutes per slot")
+    p.add_argument("--load", type=_positive_float, metavar="X", help="job GPU-slots kept per free GPU-slot")
+    p.add_argument("--peak", type=_positive_float, metavar="F", help="demand peak as a fraction of the cluster")
+    p.add_argument("--jobs", type=_int_at_least(1), metavar="N", help="keep this many jobs instead")
+    p.add_argument("--seed", type=_int_at_least(0), default=0, metavar="N", help="seed of the thinning draw")
+    p.add_argument("--name", metavar="NAME", help="scenario name (default: the family name)")
+
+
+def _from_trace(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from gpu_env import traces
+
+    if args.output is not None:
+        _check_output(args.output, (".yaml", ".yml", ".json"))
+    spec = replace(traces.TRACE_FAMILIES[args.family], family=None)
+    changes = {
+        "gpus": args.gpus,
+        "node_size": args.node_size,
+        "slots": args.slots,
+        "slot_minutes": args.slot_minutes,
+        "load": args.load,
+        "peak": args.peak,
+        "name": args.name,
+    }
+    spec = replace(spec, **{k: v for k, v in changes.items() if v is not None})
+    if args.node_size is None and spec.node_size > spec.gpus:
+        spec = replace(spec, node_size=spec.gpus)
+    paths: dict[str, Path] = {}
+    if args.demand:
+        sources = []
+        for entry in args.demand:
+            key, _, path = entry.partition("=")
+            if key not in traces.DEMAND_FILES:
+                raise CliError(f"--demand: unknown source {key!r} (expected one of: {', '.join(traces.DEMAND_FILES)})")
+            sources.append(key)
+            if path:
+                paths[key] = Path(path)
+        spec = replace(spec, apps=tuple(sources))
+    request = traces.TraceRequest(
+        spec,
+        job_day=args.job_day,
+        demand_day=args.demand_day,
+        seed=args.seed,
+        traces=args.traces,
+        pods=args.pods,
+        demand_paths=paths,
+        num_jobs=args.jobs,
+    )
+    try:
+        scenario, info = traces.from_trace(request)
+    except ValueError as exc:
+        if isinstance(exc, ScenarioError):
+            raise
+        raise CliError(str(exc)) from None
+    if args.output is None:
+        sys.stdout.write(dump_scenario(scenario))
+    else:
+        save_scenario(scenario, args.output)
+    demand = ", ".join(f"{k} from {v}" for k, v in info["demand"].items())
+    print(
+        f"{scenario.name}: {scenario.gpus} GPUs x {scenario.slots} slots, {len(scenario.jobs)} jobs "
+        f"({info['running_kept']} running) kept of {info['window_jobs']} in pod-trace day {info['job_day']}, "
+        f"offered load {info['offered_load']:.2f}; demand {demand}"
+        + (f" -> {args.output}" if args.output is not None else ""),
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
+# ----------------------------------------------------------------------------- convert-2kp (docs/exact-mode.md)
+
+
+def _convert_2kp_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("instance", type=Path, help="2D-knapsack instance JSON (../shared/benchmarks/2kp/)")
+    p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write .yaml/.yml or .json here (default: stdout)")
+
+
+def _convert_2kp(args: argparse.Namespace) -> int:
+    from gpu_env.knapsack import load_knapsack, to_scenario
+
+    if args.output is not None:
+        _check_output(args.output, (".yaml", ".yml", ".json"))
+    instance = load_knapsack(args.instance)
+    scenario = to_scenario(instance)
+    if args.output is None:
+        sys.stdout.write(dump_scenario(scenario))
+    else:
+        save_scenario(scenario, args.output)
+    optimum = "unknown" if instance.optimum is None else f"{instance.optimum:g}"
+    print(
+        f"{scenario.name}: bin {instance.width} x {instance.height} as {scenario.gpus} GPUs x {scenario.slots} slots, "
+        f"{len(scenario.jobs)} jobs from {len(instance.items)} item types, literature optimum {optimum}"
+        + (f" -> {args.output}" if args.output is not None else ""),
+        file=sys.stderr,
+    )
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------------------- the table and main
 
 COMMANDS: list[Command] = [
@@ -274,6 +484,9 @@ COMMANDS: list[Command] = [
     Command("validate", "check a plan against every rule and print its metrics", _validate_arguments, _validate),
     Command("generate", "draw a scenario from a generator family", _generate_arguments, _generate),
     Command("render", "draw a plan: a text grid, or a PNG with -o", _render_arguments, _render),
+    Command("simulate", "simulate the rolling horizon under forecast error", _simulate_arguments, _simulate),
+    Command("from-trace", "build a scenario from the public traces", _from_trace_arguments, _from_trace),
+    Command("convert-2kp", "turn a 2D-knapsack instance into a scenario", _convert_2kp_arguments, _convert_2kp),
 ]
 
 

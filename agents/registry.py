@@ -22,6 +22,9 @@ Scheduler = Callable[[Scenario, PlanOptions], Plan]
 SCHEDULERS: dict[str, str] = {
     "fifo": "agents.fifo:plan",
     "greedy": "agents.greedy:plan",
+    "ppo": "agents.ppo:plan",
+    "cpsat": "agents.cpsat:plan",
+    "full": "agents.full:plan",
 }
 
 

@@ -25,3 +25,9 @@ __all__ = [
     "save_scenario",
     "validate",
 ]
+
+# The Gymnasium environment, registered on import: gymnasium.make("GpuCluster-v0", scenario=...).
+import gymnasium as _gymnasium  # noqa: E402
+
+if "GpuCluster-v0" not in _gymnasium.registry:
+    _gymnasium.register(id="GpuCluster-v0", entry_point="gpu_env.env:GpuClusterEnv")

@@ -197,6 +197,10 @@ def generate(
         KeyError: Unknown family name.
         ValueError: Sizes the family cannot draw.
     """
+    if isinstance(family, str) and family.startswith("trace-"):  # drawn from real traces: gpu_env/traces.py
+        from gpu_env import traces
+
+        return traces.generate(family, seed, gpus=gpus, num_jobs=num_jobs, name=name)
     fam = FAMILIES[family] if isinstance(family, str) else family
     if gpus is not None:
         if gpus < 1:

@@ -1,0 +1,288 @@
+"""The allocator's learned fast mode: roll out an exported policy (ONNX) on the plain episode, no torch.
+
+The policy file is an ONNX model written by :mod:`agents.export` with a JSON
+card beside it (``default.onnx`` + ``default.json``). Planning loads it with
+onnxruntime (one thread), drives a :class:`gpu_env.episode.Episode` through its
+:class:`gpu_env.observation.Encoder`, applies the action masks itself and
+decodes the chosen actions; stable-baselines3 and torch are never imported.
+
+Several rollouts run in one batch: the first takes the most likely action at
+every step, the others sample from the policy (seeded by ``options.seed``); the
+most valuable plan wins. Every plan is valid by construction (the masks allow
+only actions that keep SPEC section 2) and is validated again in the tests.
+
+>>> from gpu_env.generators import generate
+>>> plan(generate("training-heavy", seed=0)).scheduler
+'ppo'
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.options import PlanOptions
+from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode, Episode
+from gpu_env.observation import (
+    APP_CURVES,
+    APP_FEATURES,
+    GLOBAL_FEATURES,
+    GPU_FEATURES,
+    JOB_FEATURES,
+    SLOT_FEATURES,
+    Encoder,
+    Limits,
+)
+from gpu_env.plan import Plan
+from gpu_env.scenario import Scenario
+
+ENV_ID = "GpuCluster-v0"
+CARD_FORMAT = "gpualloc-policy/1"
+INPUTS: tuple[str, ...] = ("jobs", "gpus", "slots", "apps", "app_info", "globals")
+DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.onnx"
+DEFAULT_SAMPLES = 1  # rollouts per plan: 1 = the most likely action at every step
+
+
+class PolicyError(ValueError):
+    """A policy file that is missing, corrupt, or made for another environment."""
+
+
+def observation_spec() -> dict[str, Any]:
+    """What a policy must have been trained on: feature names per observation key and the action layout."""
+    return {
+        "env": ENV_ID,
+        "actions": ActionMode.FIT.value,
+        "fit_rules": list(FIT_RULES),
+        "inputs": list(INPUTS),
+        "features": {
+            "jobs": list(JOB_FEATURES),
+            "gpus": list(GPU_FEATURES),
+            "slots": list(SLOT_FEATURES),
+            "apps": list(APP_CURVES),
+            "app_info": list(APP_FEATURES),
+            "globals": list(GLOBAL_FEATURES),
+        },
+        "reward_scale": "gpus * slots * w_max",
+        "trade_realtime": True,
+        "realtime": "cover",
+    }
+
+
+LogitsFn = Callable[[dict[str, np.ndarray]], np.ndarray]
+
+
+@dataclass
+class LoadedPolicy:
+    """An exported policy ready to plan: its ONNX session and card.
+
+    Attributes:
+        path: The ONNX file.
+        card: The card's contents.
+        limits: The padded sizes the policy was trained with (observations are
+            padded at least to these, so features are scaled as in training).
+        logits: Batch of observations -> (B, n_actions) raw logits.
+    """
+
+    path: Path
+    card: dict[str, Any]
+    limits: Limits
+    logits: LogitsFn
+
+
+_CACHE: dict[tuple[str, float, float], LoadedPolicy] = {}
+
+
+def card_path(policy: Path) -> Path:
+    """The card beside a policy file: same name, ``.json``."""
+    return Path(policy).with_suffix(".json")
+
+
+def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
+    """Load (once per file version) an exported policy and check its card against this environment.
+
+    Args:
+        path: The ``.onnx`` file; default the shipped ``policies/default.onnx``.
+
+    Raises:
+        PolicyError: The file or its card is missing or unreadable, or the card's
+            observation spec differs from this environment's.
+    """
+    onnx_path = Path(path) if path is not None else DEFAULT_POLICY
+    card_file = card_path(onnx_path)
+    for file, what in ((onnx_path, "policy file"), (card_file, "policy card")):
+        if not file.is_file():
+            raise PolicyError(f"{file}: {what} not found (train one with train.py, or pass --policy)")
+    key = (str(onnx_path.resolve()), onnx_path.stat().st_mtime, card_file.stat().st_mtime)
+    if key in _CACHE:
+        return _CACHE[key]
+    card = _read_card(card_file)
+    _check_spec(card, card_file)
+    limits = _card_limits(card, card_file)
+    logits = _onnx_logits(onnx_path, card)
+    loaded = LoadedPolicy(onnx_path, card, limits, logits)
+    _CACHE[key] = loaded
+    return loaded
+
+
+def _read_card(card_file: Path) -> dict[str, Any]:
+    try:
+        card = json.loads(card_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyError(f"{card_file}: not a readable JSON policy card ({exc})") from None
+    if not isinstance(card, dict):
+        raise PolicyError(f"{card_file}: expected a JSON object, got {type(card).__name__}")
+    if card.get("format") != CARD_FORMAT:
+        raise PolicyError(f"{card_file}: field 'format': expected {CARD_FORMAT!r}, got {card.get('format')!r}")
+    return card
+
+
+def _check_spec(card: dict[str, Any], card_file: Path) -> None:
+    spec = card.get("observation_spec")
+    if not isinstance(spec, dict):
+        raise PolicyError(f"{card_file}: field 'observation_spec' missing or not an object")
+    expected = observation_spec()
+    for field, want in expected.items():
+        got = spec.get(field)
+        if field == "features" and isinstance(got, dict):
+            for key, names in want.items():
+                if got.get(key) != names:
+                    raise PolicyError(
+                        f"{card_file}: field 'observation_spec.features.{key}': the policy was trained on "
+                        f"{got.get(key)}, this environment has {names}; retrain or export a matching policy"
+                    )
+        elif got != want:
+            raise PolicyError(
+                f"{card_file}: field 'observation_spec.{field}': the policy was trained with {got!r}, "
+                f"this environment has {want!r}; retrain or export a matching policy"
+            )
+
+
+def _card_limits(card: dict[str, Any], card_file: Path) -> Limits:
+    limits = card.get("limits")
+    names = ("max_gpus", "max_jobs", "max_slots", "max_apps")
+    if not isinstance(limits, dict) or not all(isinstance(limits.get(n), int) and limits[n] >= 1 for n in names):
+        raise PolicyError(f"{card_file}: field 'limits': expected positive integers {', '.join(names)}")
+    return Limits(**{n: limits[n] for n in names})
+
+
+def _onnx_logits(onnx_path: Path, card: dict[str, Any]) -> LogitsFn:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for corrupt files
+        raise PolicyError(f"{onnx_path}: not a loadable ONNX policy ({str(exc).splitlines()[0]})") from None
+    names = [i.name for i in session.get_inputs()]
+    if len(names) != len(INPUTS):
+        raise PolicyError(f"{onnx_path}: expected {len(INPUTS)} inputs ({', '.join(INPUTS)}), the model has {names}")
+    output = session.get_outputs()[0].name
+
+    def logits(obs: dict[str, np.ndarray]) -> np.ndarray:
+        return session.run([output], {name: obs[key] for name, key in zip(names, INPUTS, strict=True)})[0]
+
+    return logits
+
+
+# ----------------------------------------------------------------------------- rollouts
+
+
+def padded_limits(scenario: Scenario, rows: int, base: Limits) -> Limits:
+    """The training limits, grown where the scenario is larger (so features keep their training scale)."""
+    return Limits(
+        max_gpus=max(base.max_gpus, scenario.gpus),
+        max_jobs=max(base.max_jobs, rows, 1),
+        max_slots=max(base.max_slots, scenario.slots),
+        max_apps=max(base.max_apps, len(scenario.realtime), 1),
+    )
+
+
+def reward_scale(episode: Episode) -> float:
+    """The environment's default reward scale: ``G * T * w_max``."""
+    sc = episode.scenario
+    return float(sc.gpus * sc.slots * episode.w_max)
+
+
+def rollout(
+    scenario: Scenario,
+    logits_fn: LogitsFn,
+    base_limits: Limits,
+    samples: int = 1,
+    seed: int = 0,
+) -> tuple[Episode, list[float]]:
+    """Plan a scenario with a policy: ``samples`` rollouts in one batch, the best episode returned.
+
+    Rollout 0 takes the most likely allowed action at every step; the others
+    sample from the masked softmax with a generator seeded by ``seed``.
+
+    Args:
+        scenario: The problem.
+        logits_fn: Batch of observations (keys of ``INPUTS``) -> (B, n_actions) logits.
+        base_limits: The padded sizes the policy was trained with.
+        samples: Number of rollouts (at least 1).
+        seed: Seed of the sampled rollouts.
+
+    Returns:
+        The finished episode with the highest objective, and every rollout's objective.
+    """
+    rows = sum(job.running_on is None for job in scenario.jobs)
+    limits = padded_limits(scenario, rows, base_limits)
+    layout = ActionLayout.make(ActionMode.FIT, limits.max_jobs, limits.max_gpus)
+    first = Episode(scenario, layout)
+    episodes = [first] + [first.copy() for _ in range(max(1, samples) - 1)]
+    scale = reward_scale(first)
+    encoders = [Encoder(ep, limits, scale) for ep in episodes]
+    rng = np.random.default_rng(seed)
+    advance = layout.advance
+    active = [i for i, ep in enumerate(episodes) if not ep.done]
+    while active:
+        observed = [encoders[i].observe(copy=False) for i in active]
+        batch = {key: np.stack([o[key] for o in observed]) for key in INPUTS}
+        masks = np.stack([o["action_mask"] for o in observed]).astype(bool)
+        logits = np.where(masks, logits_fn(batch), -np.inf)
+        for b, i in enumerate(active):
+            mask = masks[b]
+            allowed = np.flatnonzero(mask)
+            if allowed.size == 1:
+                action = int(allowed[0])
+            elif i == 0:
+                action = int(np.argmax(logits[b]))
+            else:
+                z = logits[b, allowed]
+                p = np.exp(z - z.max())
+                action = int(allowed[rng.choice(allowed.size, p=p / p.sum())])
+            if not mask[action]:  # cannot happen with finite logits; ADVANCE is always allowed until the end
+                action = advance
+            episodes[i].apply(action)
+        active = [i for i in active if not episodes[i].done]
+    objectives = [ep.objective for ep in episodes]
+    return episodes[int(np.argmax(objectives))], objectives
+
+
+def plan(scenario: Scenario, options: PlanOptions | None = None, samples: int = DEFAULT_SAMPLES) -> Plan:
+    """The learned fast mode as a scheduler: the exported policy's best rollout.
+
+    Args:
+        scenario: The problem.
+        options: ``options.policy`` names the exported ``.onnx`` file (default the
+            shipped one); ``options.seed`` seeds the sampled rollouts.
+        samples: Rollouts in the batch (1: the most likely action at each step).
+
+    Raises:
+        PolicyError: The policy file is missing, corrupt, or does not match the environment.
+    """
+    options = options or PlanOptions()
+    policy = load_policy(options.policy)
+    episode, objectives = rollout(scenario, policy.logits, policy.limits, samples=samples, seed=options.seed)
+    result = episode.plan("ppo")
+    result.extra = {"policy": policy.path.name, "samples": len(objectives)}
+    return result

@@ -1,0 +1,155 @@
+"""Environment steps per second with a random masked policy, per family and at 64 GPUs x 30 jobs.
+
+Each configuration runs whole episodes of the benchmark scenario of a family
+(``generate(family, BENCHMARK_SEEDS[family])``) for about ``--seconds``: reset,
+then ``action_masks()``, a uniform draw among the allowed actions and ``step``
+until the episode ends. Three levels are timed:
+
+* ``env``: :class:`gpu_env.env.GpuClusterEnv` itself (observation, info and mask on every step);
+* ``core``: :class:`gpu_env.episode.Episode` alone (mask and transition; what an allocator drives);
+* ``fresh``: the env with a generator source, so every reset draws a new 64 x 30 scenario.
+
+Rates are steps per CPU-second of this process (``time.process_time``), which
+other processes on a shared machine disturb less than wall time; wall-clock
+rates are printed too. Resets count in the time, divided over the episode's steps.
+
+Usage: ``.venv/bin/python benchmarks/env_speed.py [--seconds 2]``; writes
+``benchmarks/results/env_speed.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gpu_env.env import GpuClusterEnv  # noqa: E402
+from gpu_env.episode import ActionLayout, Episode  # noqa: E402
+from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
+from gpu_env.scenario import write_text_atomic  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.md"
+TARGET = 20_000  # steps per second at 64 x 30 (the issue's target)
+
+
+def run_env(env: GpuClusterEnv, seconds: float, seed: int) -> tuple[int, int, float, float]:
+    """Episodes of the env for about ``seconds`` of CPU time: (steps, episodes, cpu s, wall s)."""
+    rng = np.random.default_rng(seed)
+    steps = episodes = 0
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    while time.process_time() - cpu0 < seconds:
+        env.reset(seed=seed + episodes)
+        done = False
+        while not done:
+            allowed = np.flatnonzero(env.action_masks())
+            _, _, terminated, truncated, _ = env.step(allowed[rng.integers(allowed.size)])
+            done = terminated or truncated
+            steps += 1
+        episodes += 1
+    return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
+
+
+def run_core(scenario, actions: str, seconds: float, seed: int) -> tuple[int, int, float, float]:
+    """Episodes of the plain Episode (no observation) for about ``seconds`` of CPU time."""
+    rows = sum(job.running_on is None for job in scenario.jobs)
+    layout = ActionLayout.make(actions, rows, scenario.gpus)
+    rng = np.random.default_rng(seed)
+    steps = episodes = 0
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    while time.process_time() - cpu0 < seconds:
+        ep = Episode(scenario, layout)
+        while not ep.done:
+            allowed = np.flatnonzero(ep.action_mask())
+            ep.step(int(allowed[rng.integers(allowed.size)]))
+            steps += 1
+        episodes += 1
+    return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
+
+
+def machine() -> str:
+    model = platform.processor() or "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (
+        f"{model}, {os.cpu_count()} logical CPUs, load average {load:.2f} at the start; "
+        f"Python {platform.python_version()}, numpy {np.__version__}"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0, help="CPU seconds per configuration")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+
+    about = machine()
+    rows = []
+
+    def record(name: str, actions: str, level: str, result: tuple[int, int, float, float]) -> float:
+        steps, episodes, cpu, wall = result
+        rate = steps / cpu
+        rows.append((name, actions, level, steps / max(episodes, 1), rate, steps / wall, 1e6 * cpu / steps))
+        print(f"{name:22s} {actions:5s} {level:5s} {rate:9.0f} steps/CPU-s {steps / wall:9.0f} steps/s wall")
+        return rate
+
+    headline = {}
+    for family in FAMILIES:
+        sc = generate(family, BENCHMARK_SEEDS[family])
+        name = f"{family} ({sc.gpus}x{len(sc.jobs)})"
+        record(name, "fit", "env", run_env(GpuClusterEnv(sc, actions="fit"), args.seconds, args.seed))
+        if family == "scale-64x30":
+            headline["env fit"] = rows[-1][4]
+            for actions in ("block",):
+                record(name, actions, "env", run_env(GpuClusterEnv(sc, actions=actions), args.seconds, args.seed))
+                headline[f"env {actions}"] = rows[-1][4]
+            for actions in ("fit", "block"):
+                headline[f"core {actions}"] = record(name, actions, "core", run_core(sc, actions, args.seconds, args.seed))
+            fresh = GpuClusterEnv({"families": "scale-64x30"}, actions="fit")
+            headline["fresh fit"] = record(name, "fit", "fresh", run_env(fresh, args.seconds, args.seed))
+
+    lines = [
+        "# Environment speed",
+        "",
+        f"Machine: {about}.",
+        "",
+        "Random masked policy (uniform over the allowed actions), whole episodes, resets included;",
+        "rates per CPU-second of the process and per wall-clock second. `env`: GpuClusterEnv (observation,",
+        "info and mask every step); `core`: the plain Episode (mask and transition only); `fresh`: a new",
+        "scenario drawn at every reset.",
+        "",
+        "| scenario | actions | level | steps / episode | steps / CPU-s | steps / wall-s | CPU us / step |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, actions, level, per_episode, rate, wall_rate, us in rows:
+        lines.append(f"| {name} | {actions} | {level} | {per_episode:.1f} | {rate:.0f} | {wall_rate:.0f} | {us:.0f} |")
+    met = "met" if headline["env fit"] >= TARGET else "missed"
+    lines += [
+        "",
+        f"Target: {TARGET} steps/s at 64 GPUs x 30 jobs on one core: **{met}** on this machine "
+        f"(env, fit actions: {headline['env fit']:.0f} steps/CPU-s; the plain episode: "
+        f"{headline['core fit']:.0f}).",
+        "",
+        f"Reproduce: `.venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}`.",
+        "",
+    ]
+    write_text_atomic(args.out, "\n".join(lines))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,303 @@
+"""Benchmarks of the learned fast mode: quality per family, latency, generalisation, training cost.
+
+    .venv/bin/python benchmarks/ppo_benchmarks.py [--policy policies/default.onnx] [--instances 50]
+        [--best-time-limit 2] [--repeats 50] [--samples 1,4]
+
+Writes ``benchmarks/results/ppo.md``:
+
+* **Quality.** The seven scenarios (``configs/scenarios/``) and ``--instances``
+  fresh instances per family (seeds 20000, 20001, ...; the training draws and
+  the training-time evaluation seeds are elsewhere). Per instance: FIFO, greedy,
+  ppo (one rollout: the most likely action at each step; and the best of
+  several sampled rollouts) and the best known objective: the best of those and
+  of full mode (CP-SAT hinted with the better of greedy and ppo) with
+  ``--best-time-limit`` seconds, which is a proven optimum where CP-SAT proves it.
+* **Latency.** Wall time of ``agents.ppo.plan`` (policy loaded once), pinned to
+  one CPU core, ``--repeats`` times per benchmark scenario: median, p90, p99, max.
+* **Generalisation.** Instances of sizes the policy did not train on: 128 GPUs
+  with 60 jobs, and 16 GPUs for the families trained at another size.
+* **Training.** Time, steps and steps per second from the run's ``summary.json``.
+
+Times are wall clock on a shared 2-core machine: noisy, and a lower bound on
+quality of service only when the machine is quiet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from agents import ppo  # noqa: E402
+from agents.options import PlanOptions  # noqa: E402
+from agents.registry import run_scheduler  # noqa: E402
+from gpu_env.generators import FAMILIES, generate  # noqa: E402
+from gpu_env.scenario import Scenario, load_scenario, write_text_atomic  # noqa: E402
+from gpu_env.validation import validate  # noqa: E402
+
+RESULTS = ROOT / "benchmarks" / "results" / "ppo.md"
+FRESH_SEED = 20_000
+
+
+@dataclass
+class Row:
+    """One instance's objectives."""
+
+    family: str
+    name: str
+    fifo: float
+    greedy: float
+    ppo: float
+    sampled: float
+    best: float
+    proven: bool
+
+
+def ppo_objective(sc: Scenario, policy: Path, samples: int) -> float:
+    plan = ppo.plan(sc, PlanOptions(policy=policy), samples=samples)
+    problems = validate(sc, plan)
+    if problems:
+        raise RuntimeError(f"ppo plan invalid on {sc.name}: {problems[0]}")
+    return plan.metrics.objective
+
+
+def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: float) -> Row:
+    fifo = run_scheduler("fifo", sc).metrics.objective
+    greedy = run_scheduler("greedy", sc).metrics.objective
+    one = ppo_objective(sc, policy, 1)
+    sampled = ppo_objective(sc, policy, samples) if samples > 1 else one
+    best, proven = max(fifo, greedy, one, sampled), False
+    if best_time > 0:
+        from agents import full
+
+        result = full.solve(sc, time_limit=best_time, options=PlanOptions(time_limit=best_time, policy=policy))
+        if result.objective is not None:
+            best = max(best, result.objective)
+        proven = result.status.value == "optimal"
+    return Row(family, sc.name, fifo, greedy, one, sampled, best, proven)
+
+
+def quality(policy: Path, instances: int, samples: int, best_time: float) -> list[Row]:
+    rows = []
+    for family in FAMILIES:
+        scenarios = [load_scenario(ROOT / "configs" / "scenarios" / f"{family}.yaml")]
+        scenarios += [generate(family, FRESH_SEED + i, name=f"{family}-{FRESH_SEED + i}") for i in range(instances)]
+        for sc in scenarios:
+            rows.append(measure(sc, family, policy, samples, best_time))
+        print(f"quality: {family} done", file=sys.stderr)
+    return rows
+
+
+def quality_table(rows: list[Row], samples: int) -> list[str]:
+    lines = [
+        f"| family | n | FIFO / best | greedy / best | ppo / best | ppo best of {samples} / best | ppo / greedy "
+        "| ppo < greedy | ppo < FIFO | proven optima |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    fams = list(dict.fromkeys(r.family for r in rows))
+    for family in [*fams, "all"]:
+        rs = [r for r in rows if family in ("all", r.family)]
+        a = np.array([(r.fifo, r.greedy, r.ppo, r.sampled, r.best) for r in rs])
+        best = a[:, 4]
+        lines.append(
+            f"| {family} | {len(rs)} | {np.mean(a[:, 0] / best):.3f} | {np.mean(a[:, 1] / best):.3f} "
+            f"| {np.mean(a[:, 2] / best):.3f} | {np.mean(a[:, 3] / best):.3f} | {np.mean(a[:, 2] / a[:, 1]):.3f} "
+            f"| {int(np.sum(a[:, 2] < a[:, 1] - 1e-6))} | {int(np.sum(a[:, 2] < a[:, 0] - 1e-6))} "
+            f"| {sum(r.proven for r in rs)} |"
+        )
+    return lines
+
+
+def seven_table(rows: list[Row]) -> list[str]:
+    lines = [
+        "| scenario | FIFO | greedy | ppo | ppo best of N | best known | proven | ppo / best |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+    ]
+    for r in rows:
+        if r.name in FAMILIES:
+            lines.append(
+                f"| {r.name} | {r.fifo:.1f} | {r.greedy:.1f} | {r.ppo:.1f} | {r.sampled:.1f} | {r.best:.1f} "
+                f"| {'yes' if r.proven else 'no'} | {r.ppo / r.best:.3f} |"
+            )
+    return lines
+
+
+def latency(policy: Path, repeats: int, samples_list: list[int]) -> list[str]:
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    ppo.load_policy(policy)
+    lines = [
+        "| scenario | GPUs x jobs | samples | median ms | p90 ms | p99 ms | max ms | greedy median ms |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for family in FAMILIES:
+        sc = load_scenario(ROOT / "configs" / "scenarios" / f"{family}.yaml")
+        greedy_times = []
+        for _ in range(max(5, repeats // 5)):
+            t0 = time.perf_counter()
+            run_scheduler("greedy", sc)
+            greedy_times.append((time.perf_counter() - t0) * 1000)
+        for samples in samples_list:
+            times = []
+            for i in range(repeats + 3):
+                t0 = time.perf_counter()
+                ppo.plan(sc, PlanOptions(policy=policy, seed=i), samples=samples)
+                if i >= 3:  # warm-up runs dropped
+                    times.append((time.perf_counter() - t0) * 1000)
+            q = np.percentile(times, [50, 90, 99])
+            lines.append(
+                f"| {family} | {sc.gpus} x {len(sc.jobs)} | {samples} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} "
+                f"| {max(times):.2f} | {statistics.median(greedy_times):.2f} |"
+            )
+        print(f"latency: {family} done", file=sys.stderr)
+    return lines
+
+
+def generalisation(policy: Path, instances: int, samples: int, best_time: float) -> list[str]:
+    card = ppo.load_policy(policy).card
+    trained = card.get("config", {}) or {}
+    sized = trained.get("scenarios", {}).get("gpus")
+    lines = [
+        "| family | size | n | ppo / greedy | ppo / FIFO | ppo best of N / greedy | ppo / best known | ppo < FIFO |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for family, fam in FAMILIES.items():
+        sizes = [(128, 60)]
+        if fam.gpus != 16 and sized is None:
+            sizes.insert(0, (16, None))
+        for gpus, jobs in sizes:
+            rows = []
+            for i in range(instances):
+                sc = generate(family, FRESH_SEED + 500 + i, gpus=gpus, num_jobs=jobs)
+                rows.append(measure(sc, family, policy, samples, best_time if gpus <= 64 else 0.0))
+            a = np.array([(r.fifo, r.greedy, r.ppo, r.sampled, r.best) for r in rows])
+            label = f"{gpus} GPUs" + (f", {jobs} jobs" if jobs else f", {len(sc.jobs)} jobs (last)")
+            lines.append(
+                f"| {family} | {label} | {len(rows)} | {np.mean(a[:, 2] / a[:, 1]):.3f} "
+                f"| {np.mean(a[:, 2] / a[:, 0]):.3f} | {np.mean(a[:, 3] / a[:, 1]):.3f} "
+                f"| {np.mean(a[:, 2] / a[:, 4]):.3f} | {int(np.sum(a[:, 2] < a[:, 0] - 1e-6))} |"
+            )
+        print(f"generalisation: {family} done", file=sys.stderr)
+    return lines
+
+
+def training_section(policy: Path) -> list[str]:
+    card = ppo.load_policy(policy).card
+    info = card.get("training", {})
+    run_dir = Path((card.get("config") or {}).get("run_dir", "runs/default"))
+    lines = [
+        f"- Policy: `{policy.relative_to(ROOT) if policy.is_relative_to(ROOT) else policy}`, "
+        f"seed {card.get('seed')}, PPO steps {card.get('training_steps')} (the best evaluation's checkpoint), "
+        f"{card['network']['parameters']} parameters, file {policy.stat().st_size / 1024:.0f} KiB.",
+        f"- Device: {info.get('device')}; imitation: {info.get('imitation_samples')} teacher decisions in "
+        f"{_fmt(info.get('imitation_seconds'))} s (data and fitting); PPO: {info.get('ppo_steps')} steps in "
+        f"{_fmt(info.get('ppo_seconds'))} s, {_fmt(info.get('steps_per_second'))} steps/s.",
+    ]
+    summary = run_dir / "summary.json"
+    if not summary.is_absolute():
+        summary = ROOT / summary
+    if summary.exists():
+        history = json.loads(summary.read_text()).get("history", [])
+        if history:
+            lines += [
+                "",
+                "Training-time evaluation (most likely action, fixed instances, mean over families):",
+                "",
+                "| PPO steps | ppo / greedy | ppo / FIFO | below FIFO |",
+                "| ---: | ---: | ---: | ---: |",
+            ]
+            lines += [
+                f"| {h['steps']} | {h['mean_vs_greedy']:.3f} | {h['mean_vs_fifo']:.3f} | {int(h['below_fifo'])} |"
+                for h in history
+            ]
+    return lines
+
+
+def _fmt(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policy", type=Path, default=ppo.DEFAULT_POLICY)
+    parser.add_argument("--instances", type=int, default=50, help="fresh instances per family (quality)")
+    parser.add_argument("--general-instances", type=int, default=10, help="instances per family and size")
+    parser.add_argument("--best-time-limit", type=float, default=2.0, help="full-mode seconds for the best known")
+    parser.add_argument("--repeats", type=int, default=50, help="latency repeats per scenario")
+    parser.add_argument("--samples", default="4", help="sampled rollouts for the best-of-N columns")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--skip", default="", help="comma-separated sections to skip: quality,latency,general")
+    args = parser.parse_args()
+    samples = int(args.samples)
+    skip = set(filter(None, args.skip.split(",")))
+    policy = args.policy.resolve()
+    started = time.perf_counter()
+    out = [
+        "# Learned fast mode (ppo): quality, latency, generalisation",
+        "",
+        f"Written by `.venv/bin/python benchmarks/ppo_benchmarks.py {' '.join(sys.argv[1:])}` on "
+        f"{time.strftime('%Y-%m-%d')} (Python {platform.python_version()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs shared with other work).",
+        "",
+        "## Training",
+        "",
+        *training_section(policy),
+    ]
+    if "quality" not in skip:
+        rows = quality(policy, args.instances, samples, args.best_time_limit)
+        out += [
+            "",
+            "## Quality",
+            "",
+            f"Objective / best known, averaged per family over the benchmark scenario and {args.instances} fresh "
+            f"instances (seeds {FRESH_SEED}..{FRESH_SEED + args.instances - 1}). Best known: the best of FIFO, "
+            f"greedy, ppo and full mode with {args.best_time_limit:g} s (hinted with the better of greedy and ppo); "
+            "'proven optima': instances where CP-SAT proved it optimal. 'ppo < greedy' and 'ppo < FIFO' count "
+            "instances where the single ppo rollout is worse.",
+            "",
+            *quality_table(rows, samples),
+            "",
+            "The seven benchmark scenarios:",
+            "",
+            *seven_table(rows),
+        ]
+    if "latency" not in skip:
+        out += [
+            "",
+            "## Latency",
+            "",
+            f"`agents.ppo.plan` on the benchmark scenarios, policy loaded once, pinned to one core, {args.repeats} "
+            "runs after 3 warm-up runs (wall ms; the machine is shared, so the tail is noisy).",
+            "",
+            *latency(policy, args.repeats, sorted({1, samples})),
+        ]
+    if "general" not in skip:
+        out += [
+            "",
+            "## Generalisation",
+            "",
+            f"{args.general_instances} instances per family and size (seeds {FRESH_SEED + 500}...), sizes the "
+            "policy never saw in training. Best known: full mode where G <= 64, else the best of the fast modes.",
+            "",
+            *generalisation(policy, args.general_instances, samples, args.best_time_limit),
+        ]
+    out += ["", f"Total benchmark time {time.perf_counter() - started:.0f} s.", ""]
+    write_text_atomic(args.out, "\n".join(out))
+    print("\n".join(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

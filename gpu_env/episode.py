@@ -1,0 +1,568 @@
+"""One planning episode as a plain class: state, actions, masks and rewards, without gymnasium.
+
+The environment (:mod:`gpu_env.env`) wraps an :class:`Episode`; the learned
+allocator drives one directly. An episode walks a clock through the horizon:
+
+* at clock t, an action places one pending job to start at t: on a block chosen
+  by one of a few placement rules (``ActionMode.FIT``) or on any allowed first
+  GPU (``ActionMode.BLOCK``);
+* ADVANCE moves the clock to the next slot at which some pending job can start,
+  and ends the episode when there is none.
+
+Every plan is reachable in ``BLOCK`` mode (start the jobs in the order of their
+starts); ``FIT`` mode keeps the action space independent of the cluster size
+(see ``docs/environment.md`` for the trade-off, measured).
+
+Masks come from :meth:`gpu_env.occupancy.Occupancy.feasible_at` and
+:meth:`~gpu_env.occupancy.Occupancy.narrow_feasible` (rules 1, 3, 4, 5 and 7).
+With ``trade_realtime`` the capacity a job may use is what the apps' ramp
+floors leave (rules 6 and 7): a placement that needs real-time capacity takes
+it, and the real-time curves are recomputed as the least-shortfall curves under
+the new load (:func:`realtime_curves`). The reward of a step is the change in
+the plan's objective (SPEC section 3), so the rewards of an episode add up to
+the final plan's objective.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from gpu_env import rules
+from gpu_env.metrics import compute_metrics, placement_value
+from gpu_env.occupancy import Occupancy
+from gpu_env.plan import Plan
+from gpu_env.scenario import App, Scenario
+
+_LOOKAHEAD = 6  # starts tried per row and call when an earliest start is lost
+_AHEAD = np.arange(_LOOKAHEAD)
+_NEVER = np.iinfo(np.int64).max
+
+
+class ActionMode(StrEnum):
+    """What one placement action names besides the job."""
+
+    FIT = "fit"  # one of FIT_RULES: the action space does not depend on the cluster size
+    BLOCK = "block"  # the first GPU of the block: every plan is reachable
+
+
+FIT_RULES: tuple[str, ...] = ("first", "best", "last")
+"""Placement rules of ``ActionMode.FIT``, among the blocks free at the clock.
+
+``first``: the lowest-index block (FIFO's rule). ``best``: the block whose run of
+free GPUs inside its node is shortest (best fit; ties to the lowest index).
+``last``: the highest-index block.
+"""
+
+
+class InvalidActionError(ValueError):
+    """An action that the mask forbids (or an episode that has ended)."""
+
+
+@dataclass(frozen=True)
+class ActionLayout:
+    """How a flat ``Discrete`` action decodes into (job row, option) or ADVANCE.
+
+    Action ``row * width + option`` places the job of that row (the row-th job
+    to place, in file order) with that option; the last action, ``n - 1``, is
+    ADVANCE.
+
+    Attributes:
+        mode: FIT (options are ``FIT_RULES``) or BLOCK (options are first GPUs).
+        max_jobs: Job rows, padding included.
+        width: Options per row: ``len(FIT_RULES)`` or the padded GPU count.
+    """
+
+    mode: ActionMode
+    max_jobs: int
+    width: int
+
+    @classmethod
+    def make(cls, mode: ActionMode | str, max_jobs: int, max_gpus: int) -> ActionLayout:
+        """The layout of a mode for the given padded sizes."""
+        mode = ActionMode(mode)
+        return cls(mode, max_jobs, len(FIT_RULES) if mode == ActionMode.FIT else max_gpus)
+
+    @property
+    def n(self) -> int:
+        """Number of actions."""
+        return self.max_jobs * self.width + 1
+
+    @property
+    def advance(self) -> int:
+        """The ADVANCE action."""
+        return self.max_jobs * self.width
+
+    def encode(self, row: int, option: int) -> int:
+        """The action that places row ``row`` with option ``option``."""
+        return row * self.width + option
+
+    def decode(self, action: int) -> tuple[int, int] | None:
+        """(row, option) of a placement action, or None for ADVANCE."""
+        if action == self.advance:
+            return None
+        return divmod(int(action), self.width)
+
+
+def realtime_curves(
+    base: np.ndarray,
+    apps: tuple[App, ...],
+    order: np.ndarray,
+    floors: np.ndarray,
+    gpus: int,
+    job_load: np.ndarray,
+) -> np.ndarray:
+    """Real-time curves that serve as much of ``base`` as the jobs leave room for.
+
+    Apps are served in ``order`` (highest penalty first). Each gets
+    :func:`gpu_env.rules.cover_curve` of its base curve under a cap: the GPUs the
+    jobs and the apps served before it leave, less the ramp floors of the apps
+    still to serve. The curves keep rule 6 and, with the jobs, rule 7 whenever
+    ``job_load + sum(floors) <= gpus`` in every slot. With one app the result has
+    the least shortfall any ramp-feasible curve under that load can have.
+
+    Args:
+        base: (apps, T) the curves to serve: the demand, or reference curves that keep rule 6.
+        apps: The scenario's apps (initial allocation and ramp).
+        order: (apps,) the serving order.
+        floors: (apps, T) the ramp floors (``rules.ramp_floor``).
+        gpus: G.
+        job_load: (T,) GPUs held by jobs.
+
+    Returns:
+        (apps, T) int curves.
+    """
+    curves = np.zeros_like(base)
+    free = gpus - job_load - floors.sum(axis=0)
+    for a in order:
+        cap = free + floors[a]
+        curves[a] = rules.cover_curve(base[a], apps[a].initial, apps[a].ramp, cap)
+        free = cap - curves[a]
+    return curves
+
+
+class Episode:
+    """The state of one planning episode and its transitions.
+
+    Attributes:
+        scenario: The scenario being planned.
+        layout: The action layout.
+        occupancy: The grid (inherited work placed at the start).
+        rows: (R,) scenario job index of each row: the jobs to place, in file order.
+        clock: The slot at which placement actions start their job.
+        earliest: (R,) earliest feasible start >= clock of each unplaced row, -1 when it has none.
+        at_earliest: (R, G) first GPUs on which each row's job may start at ``earliest``.
+        placed: (R,) whether each row's job is placed (``start``, ``first_gpu``: where).
+        curves: (apps, T) the real-time curves of the plan so far.
+        objective: The objective of the plan so far (SPEC section 3).
+        log: (row, start, first GPU) of each placement, in order.
+        curves_changed: How many times a placement has lowered the real-time curves.
+        done: Whether the episode has ended.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        layout: ActionLayout,
+        *,
+        trade_realtime: bool = True,
+        realtime: np.ndarray | None = None,
+    ) -> None:
+        """Start an episode: inherited work placed, clock at the first slot where a job can start.
+
+        Args:
+            scenario: The scenario to plan.
+            layout: The action layout (its padded sizes must hold the scenario).
+            trade_realtime: Whether a placement may lower real-time curves below
+                their base to make room (paying the shortfall penalty).
+            realtime: (apps, T) base real-time curves that keep rule 6 (for example
+                FIFO's peak reservation); default: each app's demand.
+
+        Raises:
+            ValueError: The scenario has more jobs to place than ``layout.max_jobs``
+                or, in BLOCK mode, more GPUs than ``layout.width``; or ``realtime``
+                has the wrong shape or breaks rule 6.
+        """
+        sc = scenario
+        self.scenario = sc
+        self.layout = layout
+        self.trade_realtime = trade_realtime
+        self.rows = np.array([i for i, job in enumerate(sc.jobs) if job.running_on is None], dtype=np.intp)
+        if self.rows.size > layout.max_jobs:
+            raise ValueError(
+                f"scenario {sc.name!r} has {self.rows.size} jobs to place, more than max_jobs={layout.max_jobs}"
+            )
+        if layout.mode == ActionMode.BLOCK and sc.gpus > layout.width:
+            raise ValueError(f"scenario {sc.name!r} has {sc.gpus} GPUs, more than max_gpus={layout.width}")
+        jobs = [sc.jobs[i] for i in self.rows]
+        self.k = np.array([job.gpus for job in jobs], dtype=np.int64)
+        self.d = np.array([job.duration for job in jobs], dtype=np.int64)
+        self.weight = np.array([job.weight for job in jobs], dtype=np.float64)
+        windows = [rules.start_window(job, sc.slots) for job in jobs]
+        self.lo = np.array([w.start for w in windows], dtype=np.int64)
+        self.hi = np.array([max(w.start, w.stop) for w in windows], dtype=np.int64)
+
+        # Real-time: base curves, ramp floors and the serving order (highest penalty first).
+        n_apps = len(sc.realtime)
+        self.demand = sc.demand
+        self.penalty = np.array([app.penalty for app in sc.realtime], dtype=np.float64)
+        self.floors = np.array(
+            [rules.ramp_floor(app.initial, app.ramp, sc.slots) for app in sc.realtime], dtype=np.int64
+        ).reshape(n_apps, sc.slots)
+        self.order = np.argsort(-self.penalty, kind="stable")
+        self.base = self.demand.copy() if realtime is None else _checked_reference(sc, realtime)
+        self._static_tables()
+
+        self.occupancy = Occupancy(sc)
+        self.occupancy.place_inherited()
+        self.curves = realtime_curves(self.base, sc.realtime, self.order, self.floors, sc.gpus, self.occupancy.job_load)
+        self._sync_curves()
+        self.job_value = sum(placement_value(sc.jobs[i], 0, sc) for i in self.occupancy.placed)
+        self.shortfall_cost = self._shortfall_cost()
+        self.objective = self.job_value - self.shortfall_cost
+        self._unpaid = self.objective  # what the plan is worth before any action: paid with the first step
+
+        R = self.rows.size
+        self.placed = np.zeros(R, dtype=bool)
+        self.start = np.full(R, -1, dtype=np.int64)
+        self.first_gpu = np.full(R, -1, dtype=np.int64)
+        self.earliest = np.where(self.lo < self.hi, self.lo, -1)
+        self.at_earliest = np.zeros((R, sc.gpus), dtype=bool)
+        self.log: list[tuple[int, int, int]] = []
+        self.curves_changed = 0
+        self.clock = 0
+        self.steps = 0
+        self.done = False
+        self._clear_caches()
+        self._settle(np.flatnonzero(self.earliest >= 0))
+        first = self.earliest[self.earliest >= 0]
+        self.clock = int(first.min()) if first.size else 0  # with nothing to place, ADVANCE ends the episode
+
+    def _static_tables(self) -> None:
+        """Facts that do not change during the episode (values per start, features for the observation)."""
+        sc = self.scenario
+        T = sc.slots
+        jobs = [sc.jobs[i] for i in self.rows]
+        self.w_max = max((job.weight for job in sc.jobs), default=1.0)
+        self.slot_index = np.arange(T, dtype=np.int64)[None, :]  # (1, T)
+        # values[row, s]: what the row's job earns when it starts at s (placement_value); column T is 0.
+        cum = np.concatenate(([0.0], np.cumsum(sc.decay_weights)))
+        starts = np.arange(T + 1)[None, :]
+        ends = np.minimum(starts + self.d[:, None], T)
+        self.values = (self.weight * self.k)[:, None] * (cum[ends] - cum[starts])
+        self.n_blocks = np.array(
+            [rules.allowed_block_starts(job.gpus, sc.gpus, sc.node_size).size for job in jobs], dtype=np.int64
+        )
+        # k/G, k/node, d/T, w/w_max, release/T, last start/T, has deadline: the static job features
+        self.row_table = np.array(
+            [
+                [
+                    job.gpus / sc.gpus,
+                    job.gpus / sc.node_size,
+                    job.duration / T,
+                    job.weight / self.w_max,
+                    job.release / T,
+                    (hi - 1) / T,
+                    float(job.deadline is not None),
+                ]
+                for job, hi in zip(jobs, self.hi, strict=True)
+            ],
+            dtype=np.float64,
+        ).reshape(len(jobs), 7)
+        self.app_table = np.array(
+            [[1.0, app.penalty / self.w_max, app.ramp / sc.gpus, app.initial / sc.gpus] for app in sc.realtime],
+            dtype=np.float64,
+        ).reshape(len(sc.realtime), 4)
+        self.cheapest_penalty = float(self.penalty.min()) if self.penalty.size else 0.0
+        self.floor_total = self.floors.sum(axis=0)
+        gpu = np.arange(sc.gpus, dtype=np.int64)
+        self.node_lo = (gpu // sc.node_size) * sc.node_size
+        self.node_hi = np.minimum(self.node_lo + sc.node_size, sc.gpus)
+        self.gpu_index = gpu
+
+    def _clear_caches(self) -> None:
+        self._runs: np.ndarray | None = None
+        self._slack: np.ndarray | None = None
+        self._mask: np.ndarray | None = None
+        self._options: np.ndarray | None = None
+        self._waste: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ copies
+
+    def copy(self) -> Episode:
+        """An independent copy (for search and tests)."""
+        other = Episode.__new__(Episode)
+        other.__dict__.update(self.__dict__)
+        other.occupancy = self.occupancy.copy()
+        for name in ("curves", "placed", "start", "first_gpu", "earliest", "at_earliest"):
+            setattr(other, name, getattr(self, name).copy())
+        other.log = list(self.log)
+        other._clear_caches()
+        return other
+
+    # ------------------------------------------------------------------ capacity
+
+    def job_slack(self) -> np.ndarray:
+        """(T,) GPUs a new job may use in each slot: above the ramp floors when trading, else above the curves."""
+        if self._slack is None:
+            occ = self.occupancy
+            if self.trade_realtime:
+                self._slack = self.scenario.gpus - self.floor_total - occ.job_load
+            else:
+                self._slack = occ.slack()
+        return self._slack
+
+    def free_runs(self) -> np.ndarray:
+        """:meth:`Occupancy.free_runs` of the current grid, (width, G) (cached until the next placement)."""
+        if self._runs is None:
+            self._runs = self.occupancy.free_runs()
+        return self._runs
+
+    def _shortfall_cost(self) -> float:
+        short = np.maximum(0, self.demand - self.curves).sum(axis=1)
+        return float((self.penalty * short).sum())
+
+    def _sync_curves(self) -> None:
+        for a in range(self.curves.shape[0]):
+            self.occupancy.set_realtime(a, self.curves[a])
+
+    # ------------------------------------------------------------------ feasibility bookkeeping
+
+    def _settle(self, rows: np.ndarray, retry: bool = True) -> None:
+        """Move each row's earliest start forward to its first feasible slot (-1 when none is left).
+
+        Placements only take cells and capacity away, so a start that was
+        infeasible stays infeasible: the search starts at the row's last answer
+        (``retry``) or just after it, and tries ``_LOOKAHEAD`` starts per row and call.
+        """
+        if not rows.size:
+            return
+        occ = self.occupancy
+        slack = self.job_slack()
+        runs = self.free_runs()
+        if retry:
+            feasible = occ.feasible_at(self.rows[rows], self.earliest[rows], slack, runs)
+            found = feasible.any(axis=1)
+            self.at_earliest[rows] = feasible
+            rows = rows[~found]
+        while rows.size:
+            first = self.earliest[rows] + 1
+            starts = first[:, None] + _AHEAD
+            feasible = occ.feasible_at(np.repeat(self.rows[rows], _LOOKAHEAD), starts.ravel(), slack, runs)
+            feasible = feasible.reshape(rows.size, _LOOKAHEAD, -1)
+            fits = feasible.any(axis=2)  # (m, lookahead)
+            found = fits.any(axis=1)
+            at = fits.argmax(axis=1)
+            hit = np.flatnonzero(found)
+            self.earliest[rows[hit]] = first[hit] + at[hit]
+            self.at_earliest[rows[hit]] = feasible[hit, at[hit]]
+            rows, last = rows[~found], first[~found] + (_LOOKAHEAD - 1)
+            gone = last + 1 >= self.hi[rows]
+            self.earliest[rows] = np.where(gone, -1, last)
+            self.at_earliest[rows] = False
+            rows = rows[~gone]
+
+    def _move_clock(self) -> None:
+        """Set the clock to the next slot where an unplaced row can start, or end the episode."""
+        e = self.earliest[self.earliest >= 0]  # placed rows hold -1
+        if e.size:
+            self.clock = int(e.min())
+        else:
+            self.done = True
+
+    @property
+    def now(self) -> np.ndarray:
+        """(R,) rows whose job can start at the clock."""
+        return self.earliest == self.clock  # placed rows hold -1
+
+    @property
+    def pending(self) -> np.ndarray:
+        """(R,) rows whose job is not placed and can still start at some slot >= clock."""
+        return self.earliest >= 0
+
+    def options(self) -> np.ndarray:
+        """(R, len(FIT_RULES)) first GPU each fit rule picks at the clock; -1 where the row cannot start now."""
+        if self._options is None:
+            self._fit_options()
+        return self._options
+
+    def option_waste(self) -> np.ndarray:
+        """(R, len(FIT_RULES)) :meth:`fit_waste` of the block each fit rule picks; -1 where the row cannot start now."""
+        if self._options is None:
+            self._fit_options()
+        return self._waste
+
+    def _fit_options(self) -> None:
+        sc = self.scenario
+        options = np.full((self.rows.size, len(FIT_RULES)), -1, dtype=np.int64)
+        picked = np.full((self.rows.size, len(FIT_RULES)), -1, dtype=np.int64)
+        now = np.flatnonzero(self.now)
+        if now.size and not self.done:
+            feasible = self.at_earliest[now]
+            waste = self.fit_waste(now)
+            choice = np.empty((now.size, len(FIT_RULES)), dtype=np.int64)
+            choice[:, 0] = feasible.argmax(axis=1)
+            choice[:, 1] = np.where(feasible, waste, _NEVER).argmin(axis=1)
+            choice[:, 2] = sc.gpus - 1 - feasible[:, ::-1].argmax(axis=1)
+            options[now] = choice
+            picked[now] = waste[np.arange(now.size)[:, None], choice]
+        self._options, self._waste = options, picked
+
+    def fit_waste(self, rows: np.ndarray) -> np.ndarray:
+        """(n, G) free GPUs left beside a block in its node's run of free GPUs, for rows placed at the clock.
+
+        Entry [i, a] is the length of the run of GPUs that are free over the
+        row's span ``[clock, clock + d)`` and contain ``a..a+k-1``, inside the
+        node, less k; 0 for blocks wider than a node. Meaningful where the block fits.
+        """
+        G = self.scenario.gpus
+        gpu = self.gpu_index
+        free = self.free_runs()[self.clock] >= self.d[rows][:, None]  # (n, G)
+        nxt = np.minimum.accumulate(np.where(free, G, gpu)[:, ::-1], axis=1)[:, ::-1]  # next busy GPU
+        prv = np.maximum.accumulate(np.where(free, -1, gpu), axis=1)  # previous busy GPU
+        run = np.minimum(nxt, self.node_hi) - np.maximum(prv + 1, self.node_lo)
+        k = self.k[rows][:, None]
+        return np.where(k > self.scenario.node_size, 0, run - k)
+
+    def action_mask(self) -> np.ndarray:
+        """(n_actions,) bool: True exactly for the actions that keep the plan valid and completable (a fresh array)."""
+        if self._mask is None:
+            layout = self.layout
+            mask = np.zeros(layout.n, dtype=bool)
+            if not self.done:
+                mask[layout.advance] = True
+                now = self.now
+                grid = mask[: layout.advance].reshape(layout.max_jobs, layout.width)
+                if layout.mode == ActionMode.FIT:
+                    grid[: self.rows.size] = now[:, None]
+                else:
+                    rows = np.flatnonzero(now)
+                    grid[rows, : self.scenario.gpus] = self.at_earliest[rows]
+            self._mask = mask
+        return self._mask.copy()
+
+    # ------------------------------------------------------------------ transitions
+
+    def step(self, action: int) -> float:
+        """Take an action.
+
+        Args:
+            action: A placement action or ADVANCE (see :class:`ActionLayout`).
+
+        Returns:
+            The change in the plan's objective (plus, on the first step, what the
+            plan was worth before any action), so that the returns of an episode
+            add up to the final plan's objective.
+
+        Raises:
+            InvalidActionError: The episode has ended or the mask forbids the action.
+        """
+        problem = self.action_problem(action)
+        if problem is not None:
+            raise InvalidActionError(problem)
+        return self.apply(action)
+
+    def apply(self, action: int) -> float:
+        """:meth:`step` without checking the action: for callers that asked :meth:`action_problem` already."""
+        before = self.objective
+        decoded = self.layout.decode(action)
+        if decoded is None:
+            self._advance()
+        else:
+            row, option = decoded
+            first = option if self.layout.mode == ActionMode.BLOCK else int(self.options()[row, option])
+            self._place(row, first)
+        self._mask = self._options = self._waste = None
+        reward = self.objective - before + self._unpaid
+        self._unpaid = 0.0
+        self.steps += 1
+        return reward
+
+    def action_problem(self, action: int) -> str | None:
+        """Why an action is not allowed now, or None when it is."""
+        layout = self.layout
+        if self.done:
+            return "the episode has ended"
+        if not 0 <= action < layout.n:
+            return f"action {action} is outside 0..{layout.n - 1}"
+        if action == layout.advance:
+            return None
+        row, option = divmod(int(action), layout.width)
+        if row >= self.rows.size:
+            return f"action {action} names job row {row}, but the scenario has {self.rows.size} jobs to place"
+        e = self.earliest[row]
+        if e == self.clock and (layout.mode == ActionMode.FIT or self._block_free(row, option)):
+            return None
+        job = self.scenario.jobs[self.rows[row]]
+        if self.placed[row]:
+            return f"job {job.id!r} is already placed"
+        if e != self.clock:
+            when = "no slot any more" if e < 0 else f"slot {int(e)} at the earliest"
+            return f"job {job.id!r} cannot start at slot {self.clock} ({when})"
+        return f"job {job.id!r} cannot start at slot {self.clock} on GPUs {option}..{option + job.gpus - 1}"
+
+    def _block_free(self, row: int, first: int) -> bool:
+        return first < self.scenario.gpus and bool(self.at_earliest[row, first])
+
+    def _place(self, row: int, first: int) -> None:
+        sc = self.scenario
+        occ = self.occupancy
+        t = self.clock
+        d = int(self.d[row])
+        occ.place(int(self.rows[row]), t, first)
+        self._runs = self._slack = None
+        self.placed[row] = True
+        self.start[row] = t
+        self.first_gpu[row] = first
+        self.earliest[row] = -1
+        self.at_earliest[row] = False
+        self.log.append((row, t, first))
+        self.job_value += float(self.values[row, t])
+        if self.trade_realtime:
+            end = min(t + d, sc.slots)
+            if (occ.job_load[t:end] + self.curves[:, t:end].sum(axis=0) > sc.gpus).any():
+                # Real-time gives way: the least-shortfall curves under the new load.
+                self.curves = realtime_curves(self.base, sc.realtime, self.order, self.floors, sc.gpus, occ.job_load)
+                self._sync_curves()
+                self.shortfall_cost = self._shortfall_cost()
+                self.curves_changed += 1
+        self.objective = self.job_value - self.shortfall_cost
+        # Rows whose span at their earliest start overlaps the new job's may have lost blocks there;
+        # rows left with none search on from the next slot.
+        e = self.earliest
+        hit = np.flatnonzero((e >= 0) & (e < t + d) & (e + self.d > t))
+        if hit.size:
+            kept = occ.narrow_feasible(
+                self.at_earliest[hit], self.rows[hit], e[hit], int(self.rows[row]), self.job_slack()
+            )
+            self.at_earliest[hit] = kept
+            self._settle(hit[~kept.any(axis=1)], retry=False)
+        self._move_clock()
+
+    def _advance(self) -> None:
+        rows = np.flatnonzero(self.now)
+        self.at_earliest[rows] = False
+        self._settle(rows, retry=False)
+        self._move_clock()
+
+    # ------------------------------------------------------------------ results
+
+    def plan(self, scheduler: str = "env") -> Plan:
+        """The plan so far (valid at every step), with its metrics."""
+        plan = Plan.from_occupancy(self.occupancy, scheduler)
+        plan.metrics = compute_metrics(self.scenario, plan)
+        return plan
+
+
+def _checked_reference(scenario: Scenario, realtime: np.ndarray) -> np.ndarray:
+    """Reference curves as an int array after checking their shape and rule 6."""
+    curves = np.asarray(realtime, dtype=np.int64)
+    shape = (len(scenario.realtime), scenario.slots)
+    if curves.shape != shape:
+        raise ValueError(f"realtime: expected curves of shape {shape}, got {curves.shape}")
+    for a, app in enumerate(scenario.realtime):
+        if (curves[a] < 0).any() or rules.ramp_problems(curves[a], app.initial, app.ramp):
+            raise ValueError(f"realtime: the curve of {app.name!r} breaks its ramp {app.ramp} or is negative")
+    return curves

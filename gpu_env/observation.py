@@ -1,0 +1,302 @@
+"""The observation of an :class:`~gpu_env.episode.Episode` as fixed-shape numpy arrays.
+
+:class:`Encoder` (and :func:`encode`) work on a plain episode, without
+gymnasium, so that a policy exported to ONNX can be rolled out with numpy
+alone. Every array is float32 except the action mask (int8); rows beyond the
+scenario's sizes are zero and their ``valid`` column is 0. Time-indexed arrays
+are indexed by slot (column t is slot t); ``globals`` holds the clock, and job
+features are relative to it.
+
+Keys and shapes (``Limits`` gives the padded sizes):
+
+* ``jobs`` (max_jobs, len(JOB_FEATURES)): one row per job to place, file order;
+  the row index is the job part of the action.
+* ``grid`` (max_gpus, max_slots, 2): channel 0 a job placed by this episode
+  holds the GPU-slot, channel 1 inherited work holds it.
+* ``gpus`` (max_gpus, len(GPU_FEATURES)).
+* ``slots`` (max_slots, len(SLOT_FEATURES)): capacity, load and real-time per slot.
+* ``apps`` (max_apps, max_slots, len(APP_CURVES)): each app's demand, allocation and ramp floor.
+* ``app_info`` (max_apps, len(APP_FEATURES)).
+* ``globals`` (len(GLOBAL_FEATURES),).
+* ``action_mask`` (n_actions,): 1 where the action is allowed.
+
+Scales: GPU counts are divided by G, times by T, job weights and penalties by
+the scenario's largest job weight ``w_max``, values and costs by the episode's
+reward scale (so ``value_now`` is the reward the placement would earn before
+any real-time cost).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpu_env.episode import FIT_RULES, Episode
+
+JOB_FEATURES: tuple[str, ...] = (
+    "valid",  # 1 for a row that holds a job
+    "pending",  # not placed and can still start at some slot >= clock
+    "placed",
+    "now",  # can start at the clock: its placement actions are allowed
+    "gpus",  # k / G
+    "gpus_per_node",  # k / node_size
+    "duration",  # d / T
+    "weight",  # w / w_max
+    "release",  # (release - clock) / T
+    "last_start",  # (last allowed start - clock) / T: negative once it can no longer start
+    "deadline",  # 1 when the job has a deadline
+    "earliest",  # (earliest feasible start - clock) / T; 1 when it cannot start any more
+    "value_now",  # job value if started at the clock, in reward units
+    "value_earliest",  # job value if started at its earliest feasible start, in reward units
+    "realtime_take",  # real-time GPU-slots a start at the clock would take from the curves, / (k * d)
+    "realtime_cost",  # those GPU-slots times the lowest app penalty, in reward units (before ramp effects)
+    "blocks_now",  # share of its allowed blocks that are free at the clock
+    *(f"{rule}_{what}" for rule in FIT_RULES for what in ("gpu", "waste")),  # per fit rule: first GPU / G, waste / node
+)
+
+GPU_FEATURES: tuple[str, ...] = (
+    "valid",
+    "node_position",  # (g mod node_size) / node_size
+    "free_now",  # consecutive free slots from the clock on, / max_slots (capped at 1)
+)
+
+SLOT_FEATURES: tuple[str, ...] = (
+    "inside",  # 1 for slots inside the scenario's horizon
+    "past",  # 1 for slots before the clock (no job can start there any more)
+    "job_load",  # GPUs held by jobs / G
+    "realtime",  # GPUs of all real-time curves / G
+    "demand",  # real-time demand of all apps / G
+    "shortfall",  # unserved demand / G
+    "slack",  # GPUs neither held by jobs nor reserved for real-time / G
+    "room",  # GPUs a new job may use (above the ramp floors when trading real-time) / G
+    "decay",  # decay ** slot
+)
+
+APP_CURVES: tuple[str, ...] = ("demand", "allocation", "floor")  # each / G
+
+APP_FEATURES: tuple[str, ...] = (
+    "valid",
+    "penalty",  # P / w_max: above 1 a GPU-slot served is worth more than any job's GPU-slot
+    "ramp",  # R / G
+    "initial",  # initial allocation / G
+)
+
+GLOBAL_FEATURES: tuple[str, ...] = (
+    "clock",  # clock / T
+    "remaining",  # (T - clock) / max_slots
+    "horizon",  # T / max_slots
+    "gpus",  # G / max_gpus
+    "node_size",  # node_size / G
+    "pending",  # pending jobs / max_jobs
+    "objective",  # objective of the plan so far, in reward units
+    "decay",  # the scenario's decay per slot
+    "trade_realtime",  # 1 when placements may lower real-time curves
+)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The padded sizes of an observation: the largest scenario it can hold."""
+
+    max_gpus: int
+    max_jobs: int
+    max_slots: int
+    max_apps: int
+
+    def check(self, episode: Episode) -> None:
+        """Raise ValueError naming the size when an episode's scenario does not fit."""
+        sc = episode.scenario
+        for name, value, limit in (
+            ("max_gpus", sc.gpus, self.max_gpus),
+            ("max_jobs", episode.rows.size, self.max_jobs),
+            ("max_slots", sc.slots, self.max_slots),
+            ("max_apps", len(sc.realtime), self.max_apps),
+        ):
+            if value > limit:
+                raise ValueError(f"scenario {sc.name!r} needs {name} >= {value}, the environment has {limit}")
+
+
+def shapes(limits: Limits, n_actions: int) -> dict[str, tuple[int, ...]]:
+    """The shape of each observation array."""
+    return {
+        "jobs": (limits.max_jobs, len(JOB_FEATURES)),
+        "grid": (limits.max_gpus, limits.max_slots, 2),
+        "gpus": (limits.max_gpus, len(GPU_FEATURES)),
+        "slots": (limits.max_slots, len(SLOT_FEATURES)),
+        "apps": (limits.max_apps, limits.max_slots, len(APP_CURVES)),
+        "app_info": (limits.max_apps, len(APP_FEATURES)),
+        "globals": (len(GLOBAL_FEATURES),),
+        "action_mask": (n_actions,),
+    }
+
+
+class Encoder:
+    """Observation buffers for one episode, brought up to date from its placement log.
+
+    Static columns are filled once; each call to :meth:`observe` applies the
+    placements made since the last call and recomputes the columns that move
+    with the clock.
+    """
+
+    def __init__(self, episode: Episode, limits: Limits, reward_scale: float) -> None:
+        """Allocate and fill the static parts.
+
+        Raises:
+            ValueError: The episode's scenario does not fit ``limits``.
+        """
+        limits.check(episode)
+        ep = episode
+        sc = ep.scenario
+        G, T, H = sc.gpus, sc.slots, limits.max_slots
+        self.episode = ep
+        self.limits = limits
+        self.reward_scale = reward_scale
+        R = ep.rows.size
+        n_apps = len(sc.realtime)
+
+        self.jobs = np.zeros((limits.max_jobs, len(JOB_FEATURES)), dtype=np.float32)
+        self.jobs[:R, 0] = 1.0
+        self.jobs[:R, 4:11] = ep.row_table
+        self._times = ep.row_table[:, 4:6].copy()  # release / T and last start / T
+        self._values = ep.values / reward_scale  # (R, T + 1) value of each start, in reward units
+        self._per_area = 1.0 / (ep.k * ep.d)
+        self._per_block = 1.0 / np.maximum(ep.n_blocks, 1)
+        self._cut_cost = ep.cheapest_penalty / reward_scale
+        self._d = ep.d[:, None].astype(np.uint64)
+        self._rows = np.arange(R)
+
+        self.grid = np.zeros((limits.max_gpus, H, 2), dtype=np.float32)
+        for job in sc.jobs:
+            if job.running_on is not None:
+                self.grid[job.running_on[0] : job.running_on[0] + job.gpus, : min(job.duration, H), 1] = 1.0
+        self.gpus = np.zeros((limits.max_gpus, len(GPU_FEATURES)), dtype=np.float32)
+        self.gpus[:G, 0] = 1.0
+        self.gpus[:G, 1] = (np.arange(G) % sc.node_size) / sc.node_size
+
+        self.slots = np.zeros((H, len(SLOT_FEATURES)), dtype=np.float32)
+        self.slots[:T, 0] = 1.0
+        self.slots[:T, 4] = ep.demand.sum(axis=0) / G
+        self.slots[:T, 8] = sc.decay_weights
+        self.apps = np.zeros((limits.max_apps, H, len(APP_CURVES)), dtype=np.float32)
+        self.apps[:n_apps, :T, 0] = ep.demand / G
+        self.apps[:n_apps, :T, 2] = ep.floors / G
+        self.app_info = np.zeros((limits.max_apps, len(APP_FEATURES)), dtype=np.float32)
+        self.app_info[:n_apps] = ep.app_table
+
+        self._placed_seen = 0
+        self._loads_seen = -1
+        self._clock_seen = -1
+        self._realtime_slack = np.zeros(T)
+
+    def observe(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """The observation of the episode's current state.
+
+        Args:
+            copy: Return fresh arrays (Gymnasium's contract); False returns the
+                buffers themselves, valid until the next step.
+        """
+        ep = self.episode
+        sc = ep.scenario
+        G, T, H = sc.gpus, sc.slots, self.limits.max_slots
+        clock = ep.clock
+        scale = self.reward_scale
+        if self._placed_seen < len(ep.log) or self._loads_seen < 0:
+            for row, start, first in ep.log[self._placed_seen :]:
+                self.grid[first : first + ep.k[row], start : min(start + ep.d[row], H), 0] = 1.0
+            self._placed_seen = len(ep.log)
+            self._loads_seen = 0
+            load = ep.occupancy.job_load
+            realtime = ep.curves.sum(axis=0)
+            self._realtime_slack = G - load - realtime
+            slots = self.slots[:T]
+            slots[:, 2] = load / G
+            slots[:, 3] = realtime / G
+            slots[:, 5] = np.maximum(0, ep.demand - ep.curves).sum(axis=0) / G
+            slots[:, 6] = self._realtime_slack / G
+            slots[:, 7] = ep.job_slack() / G
+            self.apps[: ep.curves.shape[0], :T, 1] = ep.curves / G
+        if clock != self._clock_seen:
+            self.slots[:T, 1] = ep.slot_index[0] < clock
+            self._clock_seen = clock
+        runs = ep.free_runs()
+        self.gpus[:G, 2] = np.minimum(runs[min(clock, runs.shape[0] - 1)], H) / H
+
+        R = ep.rows.size
+        if R:
+            jobs = self.jobs[:R]
+            e = ep.earliest
+            now = e == clock
+            pending = e >= 0
+            jobs[:, 1] = pending
+            jobs[:, 2] = ep.placed
+            jobs[:, 3] = now
+            jobs[:, 8:10] = self._times - clock / T
+            jobs[:, 11] = np.where(pending, (e - clock) / T, 1.0)
+            jobs[:, 12] = self._values[:, min(clock, T)] * now
+            jobs[:, 13] = self._values[self._rows, e]  # e = -1 reads column T, which is 0
+            jobs[:, 14:] = 0.0
+            rows = np.flatnonzero(now)
+            if rows.size:
+                # Real-time GPU-slots a start at the clock takes: k beyond the slack in each slot of its span.
+                span = (ep.slot_index - clock).view(np.uint64) < self._d[rows]
+                take = (np.maximum(0, ep.k[rows][:, None] - self._realtime_slack) * span).sum(axis=1)
+                jobs[rows, 14] = take * self._per_area[rows]
+                jobs[rows, 15] = take * self._cut_cost
+                jobs[rows, 16] = ep.at_earliest[rows].sum(axis=1) * self._per_block[rows]
+                jobs[rows, 17::2] = ep.options()[rows] * (1.0 / G)
+                jobs[rows, 18::2] = ep.option_waste()[rows] * (1.0 / sc.node_size)
+
+        glob = np.array(
+            [
+                clock / T,
+                (T - clock) / H,
+                T / H,
+                G / self.limits.max_gpus,
+                sc.node_size / G,
+                np.count_nonzero(ep.earliest >= 0) / self.limits.max_jobs,
+                ep.objective / scale,
+                sc.decay,
+                float(ep.trade_realtime),
+            ],
+            dtype=np.float32,
+        )
+        mask = ep.action_mask().view(np.int8)
+        if copy:
+            return {
+                "jobs": self.jobs.copy(),
+                "grid": self.grid.copy(),
+                "gpus": self.gpus.copy(),
+                "slots": self.slots.copy(),
+                "apps": self.apps.copy(),
+                "app_info": self.app_info.copy(),
+                "globals": glob,
+                "action_mask": mask,
+            }
+        return {
+            "jobs": self.jobs,
+            "grid": self.grid,
+            "gpus": self.gpus,
+            "slots": self.slots,
+            "apps": self.apps,
+            "app_info": self.app_info,
+            "globals": glob,
+            "action_mask": mask,
+        }
+
+
+def encode(episode: Episode, limits: Limits, reward_scale: float) -> dict[str, np.ndarray]:
+    """The observation of an episode's current state, from scratch (fresh arrays).
+
+    The same arrays as :meth:`Encoder.observe`; keep an :class:`Encoder` per
+    episode to update them step by step instead.
+
+    Args:
+        episode: The episode.
+        limits: Padded sizes (``limits.check(episode)`` must pass).
+        reward_scale: What rewards are divided by; value features use the same unit.
+
+    Returns:
+        A dict of arrays with the shapes of :func:`shapes`.
+    """
+    return Encoder(episode, limits, reward_scale).observe(copy=False)

@@ -1,0 +1,233 @@
+"""The learned fast mode: export round trip, valid plans on every family, no torch when planning, clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agents import ppo
+from agents.cli import main as cli_main
+from agents.options import PlanOptions
+from agents.registry import SCHEDULERS, run_scheduler
+from gpu_env.episode import ActionLayout, ActionMode, Episode
+from gpu_env.generators import FAMILIES, generate
+from gpu_env.observation import Encoder
+from gpu_env.scenario import save_scenario
+from gpu_env.validation import validate
+
+ROOT = Path(__file__).resolve().parent.parent
+torch = pytest.importorskip("torch")
+pytest.importorskip("sb3_contrib")
+
+
+def tiny_model(families=("training-heavy", "mixed-control", "scale-64x30"), hidden: int = 16):
+    """An untrained job scorer whose logits are spread out (no near-ties between actions)."""
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from agents.policy_net import JobScorerPolicy
+    from gpu_env.env import GpuClusterEnv
+
+    torch.manual_seed(0)
+    env = GpuClusterEnv({"families": list(families)})
+    model = MaskablePPO(
+        JobScorerPolicy,
+        DummyVecEnv([lambda: env]),
+        n_steps=32,
+        batch_size=32,
+        policy_kwargs={"hidden": hidden, "value_features": hidden},
+        device="cpu",
+        seed=0,
+    )
+    net = model.policy.features_extractor.net
+    with torch.no_grad():
+        for head in (net.job_head, net.advance_head[-1]):
+            head.weight.normal_(0.0, 1.0)
+    return model, env.limits
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """(model, limits, onnx path) of a tiny untrained policy exported once for the module."""
+    from agents.export import export_policy
+
+    model, limits = tiny_model()
+    path = tmp_path_factory.mktemp("policy") / "tiny.onnx"
+    export_policy(model.policy, path, limits, config={"test": True}, seed=0, steps=0)
+    return model, limits, path
+
+
+def test_registered_after_greedy():
+    names = list(SCHEDULERS)
+    assert names.index("ppo") == names.index("greedy") + 1
+
+
+def test_card_records_spec_limits_and_provenance(exported):
+    _, limits, path = exported
+    card = json.loads(path.with_suffix(".json").read_text())
+    assert card["format"] == ppo.CARD_FORMAT
+    assert card["observation_spec"] == ppo.observation_spec()
+    assert card["limits"]["max_gpus"] == limits.max_gpus
+    assert card["seed"] == 0 and card["training_steps"] == 0 and card["config"] == {"test": True}
+    assert card["export_check"]["max_logit_difference"] < 1e-4
+    assert path.stat().st_size < 2_000_000
+
+
+def test_onnx_and_torch_choose_the_same_actions(exported):
+    """Round trip: masked argmax of the ONNX logits equals SB3's deterministic masked prediction."""
+    model, limits, path = exported
+    policy = ppo.load_policy(path)
+    checked = 0
+    for family in ("training-heavy", "mixed-control", "scale-64x30"):
+        sc = generate(family, seed=3)
+        layout = ActionLayout.make(ActionMode.FIT, limits.max_jobs, limits.max_gpus)
+        ep = Episode(sc, layout)
+        enc = Encoder(ep, limits, ppo.reward_scale(ep))
+        while not ep.done:
+            obs = enc.observe()
+            mask = obs["action_mask"].astype(bool)
+            batch = {k: v[None] for k, v in obs.items()}
+            onnx_logits = policy.logits({k: batch[k] for k in ppo.INPUTS})[0]
+            onnx_action = int(np.argmax(np.where(mask, onnx_logits, -np.inf)))
+            torch_action, _ = model.predict(batch, action_masks=mask[None], deterministic=True)
+            assert onnx_action == int(torch_action[0])
+            ep.step(onnx_action)
+            checked += 1
+    assert checked > 30
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_plans_validate_on_every_family(exported, family):
+    _, _, path = exported
+    sc = generate(family, seed=7)
+    plan = run_scheduler("ppo", sc, PlanOptions(policy=path))
+    assert plan.scheduler == "ppo"
+    assert validate(sc, plan) == []
+    assert plan.metrics.objective == pytest.approx(plan.metrics.job_value - _penalty(sc, plan))
+
+
+def _penalty(sc, plan):
+    total = 0.0
+    for app, demand in zip(sc.realtime, sc.demand, strict=True):
+        total += app.penalty * np.maximum(0, demand - np.asarray(plan.realtime[app.name])).sum()
+    return total
+
+
+def test_larger_clusters_and_queues_than_in_training(exported):
+    """Dynamic axes: 128 GPUs and 60 jobs (the policy saw at most 64 GPUs and 30 jobs)."""
+    _, limits, path = exported
+    sc = generate("scale-64x30", seed=1, gpus=128, num_jobs=60)
+    assert sc.gpus > limits.max_gpus
+    plan = run_scheduler("ppo", sc, PlanOptions(policy=path))
+    assert validate(sc, plan) == []
+    assert plan.metrics.placed > 0
+
+
+def test_sampled_rollouts_keep_the_best(exported):
+    _, _, path = exported
+    sc = generate("mixed-control", seed=2)
+    loaded = ppo.load_policy(path)
+    one, objectives_one = ppo.rollout(sc, loaded.logits, loaded.limits, samples=1)
+    best, objectives = ppo.rollout(sc, loaded.logits, loaded.limits, samples=6, seed=4)
+    assert len(objectives) == 6 and objectives[0] == pytest.approx(objectives_one[0])
+    assert best.objective == pytest.approx(max(objectives))
+    assert best.objective >= one.objective - 1e-9
+    _, objectives_again = ppo.rollout(sc, loaded.logits, loaded.limits, samples=6, seed=4)
+    assert objectives_again == objectives  # seeded
+    assert validate(sc, best.plan()) == []
+
+
+def test_planning_imports_neither_torch_nor_stable_baselines(exported):
+    _, _, path = exported
+    code = (
+        "import sys\n"
+        "from agents.registry import run_scheduler\n"
+        "from agents.options import PlanOptions\n"
+        "from gpu_env.generators import generate\n"
+        f"plan = run_scheduler('ppo', generate('mixed-control', seed=1), PlanOptions(policy={str(path)!r}))\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('torch', 'stable_baselines3', 'sb3_contrib')]\n"
+        "print(plan.metrics.placed, bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _copy(path: Path, folder: Path) -> Path:
+    target = folder / path.name
+    shutil.copy(path, target)
+    shutil.copy(path.with_suffix(".json"), target.with_suffix(".json"))
+    return target
+
+
+def test_mismatched_spec_is_refused(exported, tmp_path):
+    path = _copy(exported[2], tmp_path)
+    card_file = path.with_suffix(".json")
+    card = json.loads(card_file.read_text())
+    card["observation_spec"]["features"]["jobs"] = card["observation_spec"]["features"]["jobs"][:-1]
+    card_file.write_text(json.dumps(card))
+    with pytest.raises(ppo.PolicyError, match=r"observation_spec\.features\.jobs"):
+        ppo.load_policy(path)
+    card["observation_spec"] = {**ppo.observation_spec(), "env": "GpuCluster-v9"}
+    card_file.write_text(json.dumps(card))
+    with pytest.raises(ppo.PolicyError, match=r"tiny\.json: field 'observation_spec\.env'"):
+        ppo.load_policy(path)
+
+
+def test_corrupt_or_missing_files_are_refused(exported, tmp_path):
+    path = _copy(exported[2], tmp_path)
+    path.write_bytes(b"not an onnx model")
+    with pytest.raises(ppo.PolicyError, match="not a loadable ONNX policy"):
+        ppo.load_policy(path)
+    other = tmp_path / "other"
+    other.mkdir()
+    path = _copy(exported[2], other)
+    path.with_suffix(".json").write_text("{not json")
+    with pytest.raises(ppo.PolicyError, match="not a readable JSON policy card"):
+        ppo.load_policy(path)
+    path.with_suffix(".json").unlink()
+    with pytest.raises(ppo.PolicyError, match="policy card not found"):
+        ppo.load_policy(path)
+    with pytest.raises(ppo.PolicyError, match="policy file not found"):
+        ppo.load_policy(tmp_path / "nothing.onnx")
+
+
+def test_cli_reports_a_corrupt_policy_without_traceback(exported, tmp_path, capsys):
+    path = _copy(exported[2], tmp_path)
+    path.write_bytes(b"\x00garbage")
+    scenario = tmp_path / "s.yaml"
+    save_scenario(generate("training-heavy", seed=0), scenario)
+    code = cli_main(["plan", str(scenario), "-s", "ppo", "--policy", str(path)])
+    err = capsys.readouterr().err
+    assert code != 0
+    assert "--policy" in err and "not a loadable ONNX policy" in err and "Traceback" not in err
+
+
+@pytest.mark.skipif(not ppo.DEFAULT_POLICY.is_file(), reason="no shipped policy yet")
+def test_shipped_policy_plans_every_benchmark_family():
+    card = json.loads(ppo.DEFAULT_POLICY.with_suffix(".json").read_text())
+    assert card["observation_spec"] == ppo.observation_spec()
+    assert ppo.DEFAULT_POLICY.stat().st_size < 3_000_000
+    for family in FAMILIES:
+        sc = generate(family, seed=2026)
+        plan = run_scheduler("ppo", sc)
+        assert validate(sc, plan) == []
+        assert plan.metrics.placed > 0
+
+
+@pytest.mark.skipif(not ppo.DEFAULT_POLICY.is_file(), reason="no shipped policy yet")
+def test_full_mode_takes_the_better_hint():
+    from agents import full
+
+    sc = generate("training-heavy", seed=0)
+    result = full.solve(sc, deterministic_time=0.0)
+    greedy = run_scheduler("greedy", sc).metrics.objective
+    learned = run_scheduler("ppo", sc).metrics.objective
+    assert result.trace[0].objective == pytest.approx(max(greedy, learned))
+    assert result.objective >= max(greedy, learned) - 1e-9

@@ -1,0 +1,406 @@
+"""Rolling horizon: the noise model, the loop's invariants, open loop against rolling, the allocator API."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents import allocator, rolling
+from agents.allocator import ClusterState, RunningJob, decide
+from agents.cli import main
+from agents.options import PlanOptions
+from agents.registry import SCHEDULERS, available_schedulers
+from gpu_env.generators import generate
+from gpu_env.plan import Placement, Plan
+from gpu_env.scenario import App, Job, JobType, ScenarioError, load_scenario, save_scenario
+from gpu_env.validation import validate
+from tests.conftest import make_scenario
+
+EXACT = [name for name in ("cpsat", "full") if name in available_schedulers()]
+
+
+def _flat_day():
+    """8 GPUs, 6 slots, a flat real-time demand of 2, every job released at 0 (all fit)."""
+    return make_scenario(
+        cluster={"gpus": 8, "node_size": 8},
+        horizon={"slots": 6, "decay": 0.99},
+        realtime=[{"name": "chat", "demand": [2] * 6, "ramp": 1, "initial": 2, "penalty": 10}],
+        jobs=[
+            {"id": "etl", "type": "batch_inference", "gpus": 2, "duration": 2, "running_on": [6, 7]},
+            {"id": "a", "type": "training", "gpus": 4, "duration": 3, "priority": 2},
+            {"id": "b", "type": "quantization", "gpus": 2, "duration": 2},
+        ],
+    )
+
+
+def _surprise_day():
+    """A flat forecast of 2 GPUs; small jobs arrive through the day."""
+    return make_scenario(
+        cluster={"gpus": 8, "node_size": 8},
+        horizon={"slots": 8, "decay": 0.99},
+        realtime=[{"name": "chat", "demand": [2] * 8, "ramp": 2, "initial": 2, "penalty": 10}],
+        jobs=[
+            {"id": f"j{i}", "type": "batch_inference", "gpus": 2, "duration": 2, "release": r}
+            for i, r in enumerate((0, 0, 2, 4, 5))
+        ],
+    )
+
+
+SURPRISE = np.array([[2, 2, 2, 6, 6, 6, 2, 2]])  # a peak nobody forecast, in slots 3-5
+
+
+# ----------------------------------------------------------------------------- the noise model
+
+
+def test_zero_error_draws_the_forecast_exactly():
+    sc = generate("realtime-diurnal", 1)
+    assert np.array_equal(rolling.NoiseModel(sigma=0.0).draw(sc, 7), sc.demand)
+
+
+def test_noise_is_seeded_bounded_and_grows_with_sigma():
+    sc = generate("mixed-control", 2)
+    model = rolling.NoiseModel(sigma=0.3)
+    assert np.array_equal(model.draw(sc, 4), model.draw(sc, 4))
+    assert not np.array_equal(model.draw(sc, 4), model.draw(sc, 5))
+    for seed in range(5):
+        a = model.draw(sc, seed)
+        assert a.min() >= 0 and a.max() <= sc.gpus and a.dtype == np.int64
+
+    def error(sigma: float) -> float:
+        draws = [rolling.NoiseModel(sigma=sigma).draw(sc, s) for s in range(20)]
+        return float(np.mean([np.abs(d - sc.demand).sum() for d in draws]))
+
+    assert error(0.05) < error(0.2) < error(0.5)
+
+
+def test_peaks_come_early_and_late():
+    sc = make_scenario(
+        cluster={"gpus": 32},
+        horizon={"slots": 24},
+        realtime=[{"name": "x", "demand": [2] * 10 + [20] + [2] * 13, "ramp": 4, "penalty": 1}],
+    )
+    model = rolling.NoiseModel(sigma=0.4, rho=0.8, shift=4.0)
+    peaks = {int(np.argmax(model.draw(sc, s)[0])) for s in range(30)}
+    assert min(peaks) < 10 < max(peaks)
+
+
+def test_bad_noise_parameters_are_refused():
+    with pytest.raises(ValueError, match="sigma"):
+        rolling.NoiseModel(sigma=-0.1)
+    with pytest.raises(ValueError, match="rho"):
+        rolling.NoiseModel(rho=1.0)
+    with pytest.raises(ValueError, match="correction"):
+        rolling.Corrector(method="oracle")
+
+
+# ----------------------------------------------------------------------------- the corrector
+
+
+def test_ratio_correction_carries_the_observed_error_forward():
+    forecast = np.array([[2, 2, 2, 2, 2, 2]])
+    actual = np.array([[4, 4, 0, 0, 0, 0]])
+    c = rolling.Corrector(method="ratio", rho=0.8, window=2, margin=0.0)
+    # Observed sum 8 against forecast 4: e = 1, then 2 * (1 + 0.8**h).
+    assert c.forecast(forecast, actual, 2, gpus=16).tolist() == [[4, 3, 3, 3]]
+    assert c.forecast(forecast, actual, 0, gpus=16).tolist() == forecast.tolist()
+    assert rolling.Corrector(method="none").forecast(forecast, actual, 2, 16).tolist() == [[2, 2, 2, 2]]
+    # Zero forecast: the error is a difference.
+    zero = np.zeros((1, 4), dtype=np.int64)
+    seen = np.array([[2, 2, 0, 0]])
+    assert rolling.Corrector(margin=0.0).forecast(zero, seen, 2, 16).tolist() == [[2, 1]]  # 2*0.8, 2*0.64
+
+
+def test_margin_grows_with_the_observed_error_and_the_lead():
+    forecast = np.full((1, 8), 10)
+    actual = np.array([[13, 7, 13, 7, 0, 0, 0, 0]])  # errors +-30 %, no bias over the last two slots
+    out = rolling.Corrector(margin=1.0, rho=0.8).forecast(forecast, actual, 4, gpus=64)[0]
+    # sigma_hat = 0.3: 10 * (1 + 0.3 * sqrt(1 - 0.64**h)) rises with the lead h.
+    assert out.tolist() == [12, 12, 13, 13]
+    assert out[0] > 10 and list(out) == sorted(out)
+
+
+def test_a_known_error_level_sets_the_margin_before_anything_is_observed():
+    forecast = np.full((1, 4), 10)
+    told = rolling.Corrector(margin=1.0, prior_sigma=0.2)
+    assert told.forecast(forecast, forecast, 0, gpus=64).tolist() == [[12, 12, 12, 12]]
+    assert rolling.Corrector(margin=1.0).forecast(forecast, forecast, 0, gpus=64).tolist() == [[10, 10, 10, 10]]
+    # Observed errors of 0 pull the prior down: sqrt(4 * 0.04 / (4 + 2)) = 0.163 at full weight.
+    out = told.forecast(forecast, forecast, 2, gpus=64)[0]
+    assert out.tolist() == [11, 11]
+
+
+# ----------------------------------------------------------------------------- open loop against rolling
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "greedy", *EXACT])
+def test_exact_forecast_rolling_equals_open_loop(scheduler: str):
+    sc = _flat_day()
+    roll, fixed = rolling.simulate(sc, scheduler, sigma=0.0, seed=3, options=PlanOptions(time_limit=5.0))
+    assert np.array_equal(roll.actual.demand, sc.demand)
+    assert roll.metrics.objective == pytest.approx(fixed.metrics.objective, abs=1e-6)
+    assert roll.metrics.shortfall == fixed.metrics.shortfall == 0
+    assert not validate(roll.actual, roll.executed)
+
+
+@pytest.mark.parametrize("scheduler", EXACT)
+def test_exact_planner_rolling_is_time_consistent(scheduler: str):
+    """An optimal planner that knows the day's jobs re-plans the rest of its own optimum: the objective is equal.
+
+    This holds only if the sub-problem at each slot scores exactly the day's objective over the
+    remaining slots (decay counted from now, job worth scaled by decay**t).
+    """
+    sc = make_scenario(
+        cluster={"gpus": 8, "node_size": 4},
+        horizon={"slots": 8, "decay": 0.9},
+        realtime=[{"name": "chat", "demand": [1, 2, 4, 4, 3, 2, 1, 1], "ramp": 1, "initial": 1, "penalty": 3}],
+        jobs=[
+            {"id": "run", "type": "training", "gpus": 2, "duration": 3, "running_on": [0, 1], "priority": 2},
+            {"id": "a", "type": "training", "gpus": 4, "duration": 4, "priority": 1},
+            {"id": "b", "type": "batch_inference", "gpus": 2, "duration": 2, "release": 1, "priority": 3},
+            {"id": "c", "type": "quantization", "gpus": 1, "duration": 3, "release": 2, "deadline": 7, "value": 9},
+            {"id": "d", "type": "batch_inference", "gpus": 4, "duration": 2, "release": 3, "priority": 2},
+        ],
+    )
+    # A late job worth 4 per GPU-slot against a penalty of 3: at slot 3 it is worth 4 * 0.8**3 = 2.05 in
+    # the day's objective, so the demand should win; a planner that valued it at 4 "now" would take it.
+    late = make_scenario(
+        cluster={"gpus": 2},
+        horizon={"slots": 6, "decay": 0.8},
+        realtime=[{"name": "api", "demand": [0, 0, 0, 2, 2, 2], "ramp": 2, "initial": 0, "penalty": 3}],
+        jobs=[{"id": "late", "type": "training", "gpus": 2, "duration": 3, "release": 3, "priority": 4}],
+    )
+    options = PlanOptions(time_limit=10.0)
+    for scenario in (sc, late):
+        roll, fixed = rolling.simulate(
+            scenario, scheduler, sigma=0.0, reveal="all", options=options, corrector=rolling.Corrector(margin=0.0)
+        )
+        assert roll.metrics.objective == pytest.approx(fixed.metrics.objective, abs=1e-6)
+    assert roll.metrics.shortfall == 0 and roll.metrics.placed == 0
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "greedy", *EXACT])
+def test_surprise_peak_is_served_better_by_rolling(scheduler: str):
+    sc = _surprise_day()
+    roll, fixed = rolling.simulate(sc, scheduler, actual_demand=SURPRISE, options=PlanOptions(time_limit=5.0))
+    assert fixed.metrics.shortfall == 12  # the open-loop plan follows the forecast through the peak
+    assert roll.metrics.shortfall < fixed.metrics.shortfall
+    assert roll.metrics.objective > fixed.metrics.objective
+    assert not validate(roll.actual, roll.executed) and not validate(fixed.actual, fixed.executed)
+    # The allocation rises only after the peak is seen, and no faster than the ramp.
+    curve = roll.executed.realtime["chat"]
+    assert curve[3] == 2 and curve[4] > 2
+
+
+# ----------------------------------------------------------------------------- invariants of the loop
+
+
+def _check_loop(sc, sim: rolling.Simulation, states: list[ClusterState], reveal: str) -> None:
+    """Every committed slot and every state handed to the planner obeys the rules of the loop."""
+    by_id = {job.id: job for job in sc.jobs}
+    committed: dict[str, tuple[int, tuple[int, ...]]] = {
+        job.id: (0, job.running_on) for job in sc.jobs if job.running_on is not None
+    }
+    state_at = {int(s.name.rsplit("@", 1)[1]): s for s in states}
+    previous = {app.name: app.initial for app in sc.realtime}
+    for record in sim.slots:
+        t = record.slot
+        state = state_at.get(t)
+        if state is not None:
+            # Running jobs are pinned where they were committed, with what remains of them.
+            running = {r.job.id: r for r in state.running}
+            expected = {j: v for j, v in committed.items() if v[0] <= t < v[0] + by_id[j].duration}
+            assert set(running) == set(expected)
+            for job_id, r in running.items():
+                start, gpus = committed[job_id]
+                assert r.gpus == gpus
+                assert r.remaining == start + by_id[job_id].duration - t
+            # The queue holds only jobs not started, and (revealed at release) already released.
+            for job in state.queue:
+                assert job.id not in committed
+                if reveal == "release":
+                    assert by_id[job.id].release <= t and job.release == 0
+        for p in record.started:
+            job = by_id[p.job]
+            assert p.start == t >= job.release, "never started before its release"
+            assert p.job not in committed, "started once"
+            committed[p.job] = (t, p.gpus)
+        load = sum(len(committed[j][1]) for j in record.running)
+        assert load + sum(record.realtime.values()) <= sc.gpus
+        for app in sc.realtime:
+            assert abs(record.realtime[app.name] - previous[app.name]) <= app.ramp
+            previous[app.name] = record.realtime[app.name]
+    # The executed plan is exactly what was committed, and it is valid against the actual demand.
+    assert {p.job: (p.start, tuple(p.gpus)) for p in sim.executed.placements} == committed
+    assert not validate(sim.actual, sim.executed)
+
+
+def _spy(monkeypatch) -> list[ClusterState]:
+    states: list[ClusterState] = []
+
+    def spying(state, scheduler="greedy", options=None):
+        states.append(state)
+        return decide(state, scheduler, options)
+
+    monkeypatch.setattr(rolling, "decide", spying)
+    return states
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    family=st.sampled_from(["mixed-control", "realtime-diurnal", "batch-fragmentation", "priority-inversion"]),
+    seed=st.integers(0, 10_000),
+    sigma=st.sampled_from([0.0, 0.15, 0.4]),
+    every=st.integers(1, 4),
+    reveal=st.sampled_from(["release", "all"]),
+)
+def test_loop_never_starts_early_nor_moves_a_running_job(family, seed, sigma, every, reveal):
+    sc = generate(family, seed, gpus=16, num_jobs=12)
+    with pytest.MonkeyPatch.context() as mp:
+        states = _spy(mp)
+        roll, _ = rolling.simulate(sc, "fifo", sigma=sigma, seed=seed, replan_every=every, reveal=reveal)
+    assert roll.replans == len(states) == -(-sc.slots // every)
+    _check_loop(sc, roll, states, reveal)
+
+
+@pytest.mark.parametrize("family", ["mixed-control", "priority-inversion"])
+def test_loop_invariants_hold_for_greedy(family: str, monkeypatch):
+    sc = generate(family, 11, gpus=16, num_jobs=14)
+    states = _spy(monkeypatch)
+    roll, fixed = rolling.simulate(sc, "greedy", sigma=0.25, seed=2, replan_every=2)
+    _check_loop(sc, roll, states, "release")
+    assert not validate(fixed.actual, fixed.executed)
+
+
+def test_a_planner_that_breaks_the_rules_is_caught(monkeypatch):
+    monkeypatch.setitem(SCHEDULERS, "broken", "tests.test_rolling:_broken_plan")
+    with pytest.raises(rolling.RollingError, match="broken at slot 0"):
+        rolling.simulate(_flat_day(), "broken")
+
+
+def _broken_plan(scenario, options=None):
+    """Moves the running job: rule 5 broken."""
+    return Plan(scenario.name, "broken", [Placement("etl", 0, (0, 1))], {"chat": [2] * scenario.slots})
+
+
+# ----------------------------------------------------------------------------- files
+
+
+def test_simulation_files_validate_and_reload(tmp_path: Path):
+    sc = generate("mixed-control", 4, gpus=16, num_jobs=10)
+    roll, fixed = rolling.simulate(sc, "fifo", sigma=0.2, seed=1)
+    written = rolling.write_simulation(tmp_path, roll, fixed, {"sigma": 0.2, "seed": 1})
+    names = {p.name for p in written}
+    assert {"actual.yaml", "executed.json", "open_loop.json", "metrics.json", "simulation.png"} <= names
+    actual = load_scenario(tmp_path / "actual.yaml")
+    assert np.array_equal(actual.demand, roll.actual.demand)
+    executed = Plan.load(tmp_path / "executed.json")
+    assert not validate(actual, executed)
+    data = json.loads((tmp_path / "metrics.json").read_text())
+    assert data["rolling"]["objective"] == pytest.approx(roll.metrics.objective, abs=1e-5)
+    assert data["validation"] == {"executed": [], "open_loop": []}
+    assert len(data["slots"]) == sc.slots
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+
+def test_mean_ci_by_hand():
+    mean, ci = rolling.mean_ci([1.0, 2.0, 3.0])
+    assert mean == 2.0 and ci == pytest.approx(4.303 / np.sqrt(3))
+    assert np.isnan(rolling.mean_ci([5.0])[1])
+
+
+def test_compare_pairs_modes_on_the_same_actual_demand():
+    sc = generate("training-heavy", 3)
+    rows = rolling.compare([sc], ["fifo"], [0.0, 0.3], [0, 1])
+    assert len(rows) == 8 and all(r["valid"] for r in rows)
+    summary = rolling.summarise(rows)
+    assert [(e["sigma"], e["seeds"]) for e in summary] == [(0.0, 2), (0.3, 2)]
+    exact = summary[0]
+    assert exact["open_ci"] == 0.0  # sigma 0: every seed draws the same day
+    table = rolling.markdown_table(summary)
+    assert table.count("\n") == 4 and "training-heavy" in table
+    pooled = rolling.pooled(rows)
+    assert [e["pairs"] for e in pooled] == [2, 2]
+
+
+# ----------------------------------------------------------------------------- the allocator API
+
+
+def _state(**overrides) -> ClusterState:
+    data = {
+        "gpus": 8,
+        "horizon": 4,
+        "running": (RunningJob(Job("etl", JobType.BATCH_INFERENCE, 2, 5), gpus=(0, 1), remaining=2),),
+        "queue": (
+            Job("sft", JobType.TRAINING, 2, 3, priority=2.0),
+            Job("eval", JobType.BATCH_INFERENCE, 4, 2, release=1),
+        ),
+        "apps": (App("chat", demand=(2, 3, 3, 2), ramp=1, initial=2, penalty=8.0),),
+    }
+    data.update(overrides)
+    return ClusterState(**data)
+
+
+def test_decide_returns_this_slots_starts_and_allocation():
+    d = decide(_state(), "fifo")
+    assert [(p.job, p.gpus) for p in d.start_now] == [("sft", (2, 3))]
+    assert d.realtime_now == {"chat": 3}  # FIFO reserves the forecast peak
+    assert d.waiting == ("eval",)
+    assert not validate(d.scenario, d.plan)
+    assert json.loads(json.dumps(d.to_dict()))["start_now"] == [{"job": "sft", "gpus": [2, 3]}]
+    g = decide(_state(), "greedy")
+    assert g.realtime_now == {"chat": 2} and not validate(g.scenario, g.plan)
+
+
+def test_expired_jobs_are_left_out_and_value_is_scaled():
+    late = Job("late", JobType.QUANTIZATION, 1, 3, deadline=2)
+    scenario, expired = _state(queue=(late,), value_scale=0.5).to_scenario()
+    assert expired == ("late",)
+    assert scenario.job_index("late") == -1
+    assert scenario.jobs[0].weight == pytest.approx(0.5)  # etl: priority 1 scaled by 0.5
+
+
+def test_a_state_that_breaks_the_rules_names_the_field():
+    clash = (
+        RunningJob(Job("x", JobType.TRAINING, 2, 3), gpus=(0, 1), remaining=1),
+        RunningJob(Job("y", JobType.TRAINING, 2, 3), gpus=(1, 2), remaining=1),
+    )
+    with pytest.raises(ScenarioError, match=r"jobs\[1\]\.running_on"):
+        _state(running=clash).to_scenario()
+    scenario = allocator.state_from_mapping(
+        {"name": "now", "cluster": {"gpus": 4}, "horizon": {"slots": 2}, "jobs": []}, "state.json"
+    )
+    assert allocator.decide(scenario, "fifo").start_now == ()
+
+
+# ----------------------------------------------------------------------------- the command line
+
+
+def test_gpualloc_simulate_writes_a_valid_day(tmp_path: Path, capsys):
+    scenario = tmp_path / "day.yaml"
+    save_scenario(_surprise_day(), scenario)
+    out = tmp_path / "sim"
+    code = main(["simulate", str(scenario), "-s", "fifo", "--forecast-error", "0.3", "--seed", "2", "-o", str(out)])
+    assert code == 0
+    assert "rolling objective" in capsys.readouterr().err
+    executed = Plan.load(out / "executed.json")
+    assert not validate(load_scenario(out / "actual.yaml"), executed)
+    assert main(["validate", str(out / "actual.yaml"), str(out / "executed.json")]) == 0
+
+
+def test_gpualloc_simulate_bad_input_is_one_line(tmp_path: Path, capsys):
+    assert main(["simulate", str(tmp_path / "nope.yaml"), "-s", "fifo"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nope.yaml" in err[0] and "no such file" in err[0]
+    scenario = tmp_path / "day.yaml"
+    save_scenario(_flat_day(), scenario)
+    assert main(["simulate", str(scenario), "-s", "oracle"]) == 2
+    assert "unknown scheduler 'oracle'" in capsys.readouterr().err
+    assert main(["simulate", str(scenario), "-s", "fifo", "--forecast-error", "-1"]) == 2
+    assert not (tmp_path / "sim").exists()
