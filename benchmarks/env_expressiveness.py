@@ -1,4 +1,4 @@
-"""How many optimal plans can the environment's action space express? Brute force on tiny instances.
+"""How many optimal plans can the environment's action space express? Exhaustive search on small instances.
 
 Tiny tier: for each random scenario (2-4 GPUs, 4-6 slots, 2-4 jobs, 0-2 real-time
 apps), the true optimum is found by enumerating every placement of every job
@@ -8,13 +8,14 @@ searching every action sequence of an :class:`~gpu_env.episode.Episode`. An
 instance counts as expressed when the two objectives agree (to 1e-9).
 
 Small tier: 8-GPU scenarios, where the choice of block starts to matter,
-against the optimum of the exact solver (``agents/cpsat.py``).
+against the optimum of the exact solver (``agents/cpsat.py``). Family tier: the
+generator families at 8 GPUs and 6 jobs, against the exact solver.
 
 Configurations: ``block`` and ``fit`` actions, with subsets of the fit rules
 (the search only uses those options), with and without real-time trading.
 
-Usage: ``.venv/bin/python benchmarks/env_expressiveness.py [--instances 200] [--small 20] [--seed 0]``
-writes ``benchmarks/results/env_expressiveness.md``. On the tiny tier the exact
+Usage: ``.venv/bin/python benchmarks/env_expressiveness.py [--instances 400] [--small 200] [--families 4]``
+``[--seed 0]`` writes ``benchmarks/results/env_expressiveness.md``. On the tiny tier the exact
 solver (``agents/cpsat.py``) cross-checks the enumerated optima.
 """
 
@@ -356,6 +357,47 @@ def small_tier(count: int, seed: int) -> list[str]:
     return lines
 
 
+def family_tier(per_family: int, seed: int) -> list[str]:
+    """The project's generator families shrunk to 8 GPUs and 6 jobs, against the exact solver."""
+    from agents.cpsat import Status, solve
+    from gpu_env.generators import FAMILIES, generate
+
+    instances = [
+        generate(family, seed + i, gpus=8, num_jobs=6) for family in sorted(FAMILIES) for i in range(per_family)
+    ]
+    started = time.perf_counter()
+    optima = []
+    for sc in instances:
+        result = solve(sc, time_limit=60, workers=1)
+        if result.status != Status.OPTIMAL:
+            raise SystemExit(f"{sc.name} seed {sc.seed}: CP-SAT did not prove optimality ({result.status.value})")
+        optima.append(result.objective)
+    optima = np.array(optima)
+    lines = [
+        "## Generator families at 8 GPUs and 6 jobs, against the exact solver",
+        "",
+        f"{per_family} instances of each of the {len(FAMILIES)} families, `generate(family, seed, gpus=8, num_jobs=6)`",
+        f"with seeds {seed}..{seed + per_family - 1}: 24 slots, inherited work, the families' apps and job mixes.",
+        "",
+        "| actions | optimal plan expressed | mean gap | worst gap (share of the optimum) |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, mode, options, trade in CONFIGS:
+        if not trade or (mode == ActionMode.FIT and options not in ((0, 1, 2), (0,))):
+            continue
+        bests = np.array(
+            [env_best(sc, mode, options, trade, opt - 1e-4) for sc, opt in zip(instances, optima, strict=True)]
+        )
+        gap = (optima - bests) / np.maximum(np.abs(optima), 1e-9)
+        hit = gap <= 1e-4
+        lines.append(
+            f"| {name} | {100 * hit.mean():.1f} % | {100 * gap.clip(min=0).mean():.2f} % | {100 * gap.max():.1f} % |"
+        )
+        print(lines[-1], flush=True)
+    lines += ["", f"Took {time.perf_counter() - started:.0f} s.", ""]
+    return lines
+
+
 def cross_check(instances: list[Scenario], optima: np.ndarray) -> str:
     """Compare the enumerated optima with the exact solver's, when it is importable."""
     try:
@@ -373,8 +415,9 @@ def cross_check(instances: list[Scenario], optima: np.ndarray) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--instances", type=int, default=200, help="tiny instances to draw")
-    parser.add_argument("--small", type=int, default=20, help="8-GPU instances to draw (0: skip)")
+    parser.add_argument("--instances", type=int, default=400, help="tiny instances to draw")
+    parser.add_argument("--small", type=int, default=200, help="8-GPU instances to draw (0: skip)")
+    parser.add_argument("--families", type=int, default=4, help="instances per generator family (0: skip)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the instance draws")
     parser.add_argument("--out", type=Path, default=RESULTS, help="where to write the Markdown tables")
     args = parser.parse_args(argv)
@@ -383,9 +426,11 @@ def main(argv: list[str] | None = None) -> int:
     lines += tiny_tier(args.instances, args.seed)
     if args.small:
         lines += small_tier(args.small, args.seed)
+    if args.families:
+        lines += family_tier(args.families, args.seed)
     lines += [
         "Reproduce: `.venv/bin/python benchmarks/env_expressiveness.py "
-        f"--instances {args.instances} --small {args.small} --seed {args.seed}`.",
+        f"--instances {args.instances} --small {args.small} --families {args.families} --seed {args.seed}`.",
         "",
     ]
     write_text_atomic(args.out, "\n".join(lines))

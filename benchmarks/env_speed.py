@@ -30,10 +30,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_env.env import GpuClusterEnv  # noqa: E402
-from gpu_env.episode import ActionLayout, Episode  # noqa: E402
-from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
-from gpu_env.scenario import write_text_atomic  # noqa: E402
+from gpu_env.env import GpuClusterEnv
+from gpu_env.episode import ActionLayout, Episode
+from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
+from gpu_env.scenario import write_text_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.md"
 TARGET = 20_000  # steps per second at 64 x 30 (the issue's target)
@@ -85,8 +85,21 @@ def machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"{model}, {os.cpu_count()} logical CPUs, load average {load:.2f} at the start; "
-        f"Python {platform.python_version()}, numpy {np.__version__}"
+        f"Python {platform.python_version()}, numpy {np.__version__}; {calibration()}"
     )
+
+
+def calibration() -> str:
+    """CPU cost of trivial numpy calls here: the unit in which an env step is spent."""
+    a = np.zeros((64, 40), dtype=np.int64)
+    out = []
+    for name, call in (("np.zeros(8)", lambda: np.zeros(8)), ("a 64x40 int add", lambda: a + 1)):
+        n = 20_000
+        cpu0 = time.process_time()
+        for _ in range(n):
+            call()
+        out.append(f"{name} {1e6 * (time.process_time() - cpu0) / n:.2f} us")
+    return "one call of " + ", of ".join(out)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
                 record(name, actions, "env", run_env(GpuClusterEnv(sc, actions=actions), args.seconds, args.seed))
                 headline[f"env {actions}"] = rows[-1][4]
             for actions in ("fit", "block"):
-                headline[f"core {actions}"] = record(name, actions, "core", run_core(sc, actions, args.seconds, args.seed))
+                headline[f"core {actions}"] = record(
+                    name, actions, "core", run_core(sc, actions, args.seconds, args.seed)
+                )
             fresh = GpuClusterEnv({"families": "scale-64x30"}, actions="fit")
             headline["fresh fit"] = record(name, "fit", "fresh", run_env(fresh, args.seconds, args.seed))
 

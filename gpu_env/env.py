@@ -118,9 +118,11 @@ class GpuClusterEnv(gym.Env):
     ...     obs, reward, terminated, truncated, info = env.step(action)
     ...     ret += reward
     ...     done = terminated or truncated
+    >>> from gpu_env.plan import Plan
     >>> from gpu_env.validation import validate
-    >>> plan = info["plan"]
-    >>> abs(ret * info["reward_scale"] - plan["metrics"]["objective"]) < 1e-3
+    >>> validate(env.unwrapped.episode.scenario, Plan.from_dict(info["plan"]))
+    []
+    >>> abs(ret * info["reward_scale"] - info["plan"]["metrics"]["objective"]) < 1e-3
     True
     """
 
@@ -148,6 +150,8 @@ class GpuClusterEnv(gym.Env):
             raise ValueError(f"invalid_action: expected 'ignore' or 'raise', got {invalid_action!r}")
         if not (realtime == "cover" or callable(realtime)):
             raise ValueError(f"realtime: expected 'cover' or a function of the scenario, got {realtime!r}")
+        if actions not in {mode.value for mode in ActionMode}:
+            raise ValueError(f"actions: expected 'fit' or 'block', got {actions!r}")
         if reward_scale is not None and not reward_scale > 0:
             raise ValueError(f"reward_scale: expected a positive number, got {reward_scale}")
         self.render_mode = render_mode

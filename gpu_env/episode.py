@@ -284,6 +284,7 @@ class Episode:
 
     def _clear_caches(self) -> None:
         self._runs: np.ndarray | None = None
+        self._free_now: np.ndarray | None = None
         self._slack: np.ndarray | None = None
         self._mask: np.ndarray | None = None
         self._options: np.ndarray | None = None
@@ -319,6 +320,15 @@ class Episode:
         if self._runs is None:
             self._runs = self.occupancy.free_runs()
         return self._runs
+
+    def free_at_clock(self) -> np.ndarray:
+        """(G,) consecutive free slots of each GPU from the clock on (cached until the next step)."""
+        if self._free_now is None:
+            if self._runs is not None:
+                self._free_now = self._runs[min(self.clock, self._runs.shape[0] - 1)]
+            else:
+                self._free_now = self.occupancy.free_run_at(self.clock)
+        return self._free_now
 
     def _shortfall_cost(self) -> float:
         short = np.maximum(0, self.demand - self.curves).sum(axis=1)
@@ -419,7 +429,7 @@ class Episode:
         """
         G = self.scenario.gpus
         gpu = self.gpu_index
-        free = self.free_runs()[self.clock] >= self.d[rows][:, None]  # (n, G)
+        free = self.free_at_clock() >= self.d[rows][:, None]  # (n, G)
         nxt = np.minimum.accumulate(np.where(free, G, gpu)[:, ::-1], axis=1)[:, ::-1]  # next busy GPU
         prv = np.maximum.accumulate(np.where(free, -1, gpu), axis=1)  # previous busy GPU
         run = np.minimum(nxt, self.node_hi) - np.maximum(prv + 1, self.node_lo)
@@ -474,7 +484,7 @@ class Episode:
             row, option = decoded
             first = option if self.layout.mode == ActionMode.BLOCK else int(self.options()[row, option])
             self._place(row, first)
-        self._mask = self._options = self._waste = None
+        self._mask = self._options = self._waste = self._free_now = None
         reward = self.objective - before + self._unpaid
         self._unpaid = 0.0
         self.steps += 1

@@ -219,8 +219,7 @@ class Encoder:
         if clock != self._clock_seen:
             self.slots[:T, 1] = ep.slot_index[0] < clock
             self._clock_seen = clock
-        runs = ep.free_runs()
-        self.gpus[:G, 2] = np.minimum(runs[min(clock, runs.shape[0] - 1)], H) / H
+        self.gpus[:G, 2] = np.minimum(ep.free_at_clock(), H) * (1.0 / H)
 
         R = ep.rows.size
         if R:
@@ -243,7 +242,7 @@ class Encoder:
                 take = (np.maximum(0, ep.k[rows][:, None] - self._realtime_slack) * span).sum(axis=1)
                 jobs[rows, 14] = take * self._per_area[rows]
                 jobs[rows, 15] = take * self._cut_cost
-                jobs[rows, 16] = ep.at_earliest[rows].sum(axis=1) * self._per_block[rows]
+                jobs[rows, 16] = np.count_nonzero(ep.at_earliest[rows], axis=1) * self._per_block[rows]
                 jobs[rows, 17::2] = ep.options()[rows] * (1.0 / G)
                 jobs[rows, 18::2] = ep.option_waste()[rows] * (1.0 / sc.node_size)
 

@@ -216,6 +216,11 @@ class Occupancy:
         nxt = np.where(self.owner.T != FREE, cols, _FAR)
         return np.minimum.accumulate(nxt[::-1], axis=0)[::-1] - cols
 
+    def free_run_at(self, slot: int) -> np.ndarray:
+        """Row ``slot`` of :meth:`free_runs`, shape (G,), without computing the others."""
+        busy = self.owner[:, slot:] != FREE
+        return np.where(busy.any(axis=1), busy.argmax(axis=1), _FAR - slot)
+
     def feasible_at(
         self,
         job_indices: np.ndarray | list[int],
