@@ -13,8 +13,9 @@ Every plan is reachable in ``BLOCK`` mode (start the jobs in the order of their
 starts); ``FIT`` mode keeps the action space independent of the cluster size
 (see ``docs/environment.md`` for the trade-off, measured).
 
-Masks come from :meth:`gpu_env.occupancy.Occupancy.feasible_at` and
-:meth:`~gpu_env.occupancy.Occupancy.narrow_feasible` (rules 1, 3, 4, 5 and 7).
+Masks come from :meth:`gpu_env.occupancy.Occupancy.next_feasible_mask` and
+:meth:`~gpu_env.occupancy.Occupancy.narrow_masks` (rules 1, 3, 4, 5 and 7: the
+bitmask forms of ``feasible_at`` and ``narrow_feasible``, one int per job row).
 With ``trade_realtime`` the capacity a job may use is what the apps' ramp
 floors leave (rules 6 and 7): a placement that needs real-time capacity takes
 it, and the real-time curves are recomputed as the least-shortfall curves under
@@ -36,9 +37,8 @@ from gpu_env.occupancy import Occupancy
 from gpu_env.plan import Plan
 from gpu_env.scenario import App, Scenario
 
-_LOOKAHEAD = 6  # starts tried per row and call when an earliest start is lost
-_AHEAD = np.arange(_LOOKAHEAD)
-_NEVER = np.iinfo(np.int64).max
+_STARTS: dict[tuple, Episode | None] = {}  # recent starts: (scenario id, layout, trading, base) -> a copy
+_STARTS_KEPT = 8
 
 
 class ActionMode(StrEnum):
@@ -153,7 +153,8 @@ class Episode:
         rows: (R,) scenario job index of each row: the jobs to place, in file order.
         clock: The slot at which placement actions start their job.
         earliest: (R,) earliest feasible start >= clock of each unplaced row, -1 when it has none.
-        at_earliest: (R, G) first GPUs on which each row's job may start at ``earliest``.
+        at_earliest: (R, G) first GPUs on which each row's job may start at ``earliest``
+            (kept as one bitmask per row, bit g for first GPU g; this property unpacks them).
         placed: (R,) whether each row's job is placed (``start``, ``first_gpu``: where).
         curves: (apps, T) the real-time curves of the plan so far.
         objective: The objective of the plan so far (SPEC section 3).
@@ -185,6 +186,24 @@ class Episode:
                 or, in BLOCK mode, more GPUs than ``layout.width``; or ``realtime``
                 has the wrong shape or breaks rule 6.
         """
+        base = None if realtime is None else np.asarray(realtime, dtype=np.int64)
+        key = (id(scenario), layout, bool(trade_realtime), None if base is None else (base.shape, base.tobytes()))
+        template = _STARTS.get(key)
+        if template is not None and template.scenario is scenario and template.trade_realtime == trade_realtime:
+            self.__dict__.update(template.copy().__dict__)  # the same start as last time, without the work
+            return
+        self._start(scenario, layout, trade_realtime, realtime)
+        # Keep the start of a scenario met twice (an env that resets on a fixed scenario), a few at a time.
+        if key in _STARTS:
+            _STARTS[key] = self.copy()
+        else:
+            if len(_STARTS) >= _STARTS_KEPT:
+                del _STARTS[next(iter(_STARTS))]
+            _STARTS[key] = None
+
+    def _start(
+        self, scenario: Scenario, layout: ActionLayout, trade_realtime: bool, realtime: np.ndarray | None
+    ) -> None:
         sc = scenario
         self.scenario = sc
         self.layout = layout
@@ -229,7 +248,10 @@ class Episode:
         self.start = np.full(R, -1, dtype=np.int64)
         self.first_gpu = np.full(R, -1, dtype=np.int64)
         self.earliest = np.where(self.lo < self.hi, self.lo, -1)
-        self.at_earliest = np.zeros((R, sc.gpus), dtype=bool)
+        self._at: list[int] = [0] * R  # at_earliest as bitmasks
+        self._touched: list[int] = []  # rows whose earliest start changed, in order (for the observation)
+        self._rows_list = self.rows.tolist()
+        self._hi_list = self.hi.tolist()
         self.log: list[tuple[int, int, int]] = []
         self.curves_changed = 0
         self.clock = 0
@@ -281,14 +303,17 @@ class Episode:
         self.node_lo = (gpu // sc.node_size) * sc.node_size
         self.node_hi = np.minimum(self.node_lo + sc.node_size, sc.gpus)
         self.gpu_index = gpu
+        self._k_list = self.k.tolist()
+        self._d_list = self.d.tolist()
 
     def _clear_caches(self) -> None:
         self._runs: np.ndarray | None = None
         self._free_now: np.ndarray | None = None
         self._slack: np.ndarray | None = None
         self._mask: np.ndarray | None = None
-        self._options: np.ndarray | None = None
-        self._waste: np.ndarray | None = None
+        self._fit_rows: list[tuple[int, tuple[int, ...], int]] | None = None
+        self._fit_table: np.ndarray | None = None
+        self._blocks_now: np.ndarray | None = None
 
     # ------------------------------------------------------------------ copies
 
@@ -297,8 +322,10 @@ class Episode:
         other = Episode.__new__(Episode)
         other.__dict__.update(self.__dict__)
         other.occupancy = self.occupancy.copy()
-        for name in ("curves", "placed", "start", "first_gpu", "earliest", "at_earliest"):
+        for name in ("curves", "placed", "start", "first_gpu", "earliest"):
             setattr(other, name, getattr(self, name).copy())
+        other._at = list(self._at)
+        other._touched = list(self._touched)
         other.log = list(self.log)
         other._clear_caches()
         return other
@@ -337,50 +364,39 @@ class Episode:
     def _sync_curves(self) -> None:
         for a in range(self.curves.shape[0]):
             self.occupancy.set_realtime(a, self.curves[a])
+        self._curve_total = self.curves.sum(axis=0)
 
     # ------------------------------------------------------------------ feasibility bookkeeping
 
-    def _settle(self, rows: np.ndarray, retry: bool = True) -> None:
+    def _settle(self, rows: np.ndarray | list[int], retry: bool = True) -> None:
         """Move each row's earliest start forward to its first feasible slot (-1 when none is left).
 
         Placements only take cells and capacity away, so a start that was
         infeasible stays infeasible: the search starts at the row's last answer
-        (``retry``) or just after it, and tries ``_LOOKAHEAD`` starts per row and call.
+        (``retry``) or just after it (:meth:`Occupancy.next_feasible_mask`).
         """
-        if not rows.size:
+        if not len(rows):
             return
         occ = self.occupancy
-        slack = self.job_slack()
-        runs = self.free_runs()
-        if retry:
-            feasible = occ.feasible_at(self.rows[rows], self.earliest[rows], slack, runs)
-            found = feasible.any(axis=1)
-            self.at_earliest[rows] = feasible
-            rows = rows[~found]
-        while rows.size:
-            first = self.earliest[rows] + 1
-            starts = first[:, None] + _AHEAD
-            feasible = occ.feasible_at(np.repeat(self.rows[rows], _LOOKAHEAD), starts.ravel(), slack, runs)
-            feasible = feasible.reshape(rows.size, _LOOKAHEAD, -1)
-            fits = feasible.any(axis=2)  # (m, lookahead)
-            found = fits.any(axis=1)
-            at = fits.argmax(axis=1)
-            hit = np.flatnonzero(found)
-            self.earliest[rows[hit]] = first[hit] + at[hit]
-            self.at_earliest[rows[hit]] = feasible[hit, at[hit]]
-            rows, last = rows[~found], first[~found] + (_LOOKAHEAD - 1)
-            gone = last + 1 >= self.hi[rows]
-            self.earliest[rows] = np.where(gone, -1, last)
-            self.at_earliest[rows] = False
-            rows = rows[~gone]
+        room = self.job_slack().tolist()
+        earliest, hi, at_rows, jobs = self.earliest, self._hi_list, self._at, self._rows_list
+        for r in rows.tolist() if isinstance(rows, np.ndarray) else rows:
+            start = int(earliest[r]) + (0 if retry else 1)
+            earliest[r], at_rows[r] = occ.next_feasible_mask(jobs[r], start, hi[r], room)
+            self._touched.append(r)
 
     def _move_clock(self) -> None:
         """Set the clock to the next slot where an unplaced row can start, or end the episode."""
-        e = self.earliest[self.earliest >= 0]  # placed rows hold -1
-        if e.size:
-            self.clock = int(e.min())
+        e = [s for s in self.earliest.tolist() if s >= 0]  # placed rows hold -1
+        if e:
+            self.clock = min(e)
         else:
             self.done = True
+
+    @property
+    def at_earliest(self) -> np.ndarray:
+        """(R, G) bool: first GPUs on which each row's job may start at its earliest start (a new array)."""
+        return _unpack(self._at, self.scenario.gpus)
 
     @property
     def now(self) -> np.ndarray:
@@ -394,31 +410,38 @@ class Episode:
 
     def options(self) -> np.ndarray:
         """(R, len(FIT_RULES)) first GPU each fit rule picks at the clock; -1 where the row cannot start now."""
-        if self._options is None:
-            self._fit_options()
-        return self._options
+        return self.fit_table()[:, 0::2]
 
     def option_waste(self) -> np.ndarray:
         """(R, len(FIT_RULES)) :meth:`fit_waste` of the block each fit rule picks; -1 where the row cannot start now."""
-        if self._options is None:
-            self._fit_options()
-        return self._waste
+        return self.fit_table()[:, 1::2]
 
-    def _fit_options(self) -> None:
-        sc = self.scenario
-        options = np.full((self.rows.size, len(FIT_RULES)), -1, dtype=np.int64)
-        picked = np.full((self.rows.size, len(FIT_RULES)), -1, dtype=np.int64)
-        now = np.flatnonzero(self.now)
-        if now.size and not self.done:
-            feasible = self.at_earliest[now]
-            waste = self.fit_waste(now)
-            choice = np.empty((now.size, len(FIT_RULES)), dtype=np.int64)
-            choice[:, 0] = feasible.argmax(axis=1)
-            choice[:, 1] = np.where(feasible, waste, _NEVER).argmin(axis=1)
-            choice[:, 2] = sc.gpus - 1 - feasible[:, ::-1].argmax(axis=1)
-            options[now] = choice
-            picked[now] = waste[np.arange(now.size)[:, None], choice]
-        self._options, self._waste = options, picked
+    def fit_rows(self) -> list[tuple[int, tuple[int, ...], int]]:
+        """(row, :meth:`fit_table` row as ints, :meth:`blocks_now`) for each row that can start at the clock."""
+        if self._fit_rows is None:
+            node = self.scenario.node_size
+            at_rows, k_of = self._at, self._k_list
+            now = (self.earliest == self.clock).nonzero()[0].tolist() if not self.done else []  # placed rows hold -1
+            self._fit_rows = [(r, _fit_choices(at_rows[r], k_of[r] > node, node), at_rows[r].bit_count()) for r in now]
+        return self._fit_rows
+
+    def fit_table(self) -> np.ndarray:
+        """(R, 2 * len(FIT_RULES)): :meth:`options` and :meth:`option_waste` interleaved, rule by rule."""
+        if self._fit_table is None:
+            table = np.full((self.rows.size, 2 * len(FIT_RULES)), -1, dtype=np.int64)
+            blocks = np.zeros(self.rows.size, dtype=np.int64)
+            rows = self.fit_rows()
+            if rows:
+                now = [r for r, _, _ in rows]
+                table[now] = [found for _, found, _ in rows]
+                blocks[now] = [count for _, _, count in rows]
+            self._fit_table, self._blocks_now = table, blocks
+        return self._fit_table
+
+    def blocks_now(self) -> np.ndarray:
+        """(R,) number of first GPUs on which each row's job may start at the clock (0 where it cannot)."""
+        self.fit_table()
+        return self._blocks_now
 
     def fit_waste(self, rows: np.ndarray) -> np.ndarray:
         """(n, G) free GPUs left beside a block in its node's run of free GPUs, for rows placed at the clock.
@@ -449,7 +472,7 @@ class Episode:
                     grid[: self.rows.size] = now[:, None]
                 else:
                     rows = np.flatnonzero(now)
-                    grid[rows, : self.scenario.gpus] = self.at_earliest[rows]
+                    grid[rows, : self.scenario.gpus] = _unpack([self._at[r] for r in rows.tolist()], self.scenario.gpus)
             self._mask = mask
         return self._mask.copy()
 
@@ -480,11 +503,18 @@ class Episode:
         decoded = self.layout.decode(action)
         if decoded is None:
             self._advance()
+            self._free_now = None
         else:
             row, option = decoded
-            first = option if self.layout.mode == ActionMode.BLOCK else int(self.options()[row, option])
+            if self.layout.mode == ActionMode.BLOCK:
+                first = option
+            elif self.earliest[row] != self.clock:  # only reachable through apply() with a forbidden action
+                first = int(self.options()[row, option])
+            else:
+                node = self.scenario.node_size
+                first = _fit_choices(self._at[row], self._k_list[row] > node, node)[2 * option]
             self._place(row, first)
-        self._mask = self._options = self._waste = self._free_now = None
+        self._mask = self._fit_rows = self._fit_table = self._blocks_now = None
         reward = self.objective - before + self._unpaid
         self._unpaid = 0.0
         self.steps += 1
@@ -514,7 +544,7 @@ class Episode:
         return f"job {job.id!r} cannot start at slot {self.clock} on GPUs {option}..{option + job.gpus - 1}"
 
     def _block_free(self, row: int, first: int) -> bool:
-        return first < self.scenario.gpus and bool(self.at_earliest[row, first])
+        return 0 <= first < self.scenario.gpus and bool(self._at[row] >> first & 1)
 
     def _place(self, row: int, first: int) -> None:
         sc = self.scenario
@@ -527,12 +557,17 @@ class Episode:
         self.start[row] = t
         self.first_gpu[row] = first
         self.earliest[row] = -1
-        self.at_earliest[row] = False
+        self._at[row] = 0
+        self._touched.append(row)
         self.log.append((row, t, first))
+        if self._free_now is not None:  # the block's GPUs are busy from the clock on; no other GPU changes
+            free_now = self._free_now.copy()
+            free_now[first : first + self._k_list[row]] = 0
+            self._free_now = free_now
         self.job_value += float(self.values[row, t])
         if self.trade_realtime:
             end = min(t + d, sc.slots)
-            if (occ.job_load[t:end] + self.curves[:, t:end].sum(axis=0) > sc.gpus).any():
+            if (occ.job_load[t:end] + self._curve_total[t:end] > sc.gpus).any():
                 # Real-time gives way: the least-shortfall curves under the new load.
                 self.curves = realtime_curves(self.base, sc.realtime, self.order, self.floors, sc.gpus, occ.job_load)
                 self._sync_curves()
@@ -541,19 +576,32 @@ class Episode:
         self.objective = self.job_value - self.shortfall_cost
         # Rows whose span at their earliest start overlaps the new job's may have lost blocks there;
         # rows left with none search on from the next slot.
-        e = self.earliest
-        hit = np.flatnonzero((e >= 0) & (e < t + d) & (e + self.d > t))
-        if hit.size:
-            kept = occ.narrow_feasible(
-                self.at_earliest[hit], self.rows[hit], e[hit], int(self.rows[row]), self.job_slack()
+        e = self.earliest.tolist()
+        end, d_of = t + d, self._d_list
+        hit = [r for r, s in enumerate(e) if 0 <= s < end and s + d_of[r] > t]
+        if hit:
+            kept = occ.narrow_masks(
+                [self._at[r] for r in hit],
+                [self._rows_list[r] for r in hit],
+                [e[r] for r in hit],
+                self._rows_list[row],
+                self.job_slack(),
             )
-            self.at_earliest[hit] = kept
-            self._settle(hit[~kept.any(axis=1)], retry=False)
+            lost = []
+            for r, bits in zip(hit, kept, strict=True):
+                self._at[r] = bits
+                if not bits:
+                    lost.append(r)
+            if lost:
+                self._settle(lost, retry=False)
         self._move_clock()
+        if self.clock != t:
+            self._free_now = None
 
     def _advance(self) -> None:
         rows = np.flatnonzero(self.now)
-        self.at_earliest[rows] = False
+        for r in rows.tolist():
+            self._at[r] = 0
         self._settle(rows, retry=False)
         self._move_clock()
 
@@ -576,3 +624,55 @@ def _checked_reference(scenario: Scenario, realtime: np.ndarray) -> np.ndarray:
         if (curves[a] < 0).any() or rules.ramp_problems(curves[a], app.initial, app.ramp):
             raise ValueError(f"realtime: the curve of {app.name!r} breaks its ramp {app.ramp} or is negative")
     return curves
+
+
+def _unpack(masks: list[int], gpus: int) -> np.ndarray:
+    """Bitmasks (bit g for column g) as an (n, gpus) bool array."""
+    width = (gpus + 7) // 8
+    raw = np.frombuffer(b"".join(m.to_bytes(width, "little") for m in masks), dtype=np.uint8)
+    bits = np.unpackbits(raw.reshape(len(masks), width), axis=1, count=gpus, bitorder="little")
+    return bits.astype(bool)
+
+
+_FIT_CACHE: dict[tuple[int, bool, int], tuple[int, ...]] = {}
+
+
+def _fit_choices(at: int, wide: bool, node: int) -> tuple[int, ...]:
+    """(first GPU, waste) of each fit rule in turn, from a row's feasible first GPUs at the clock (a bitmask).
+
+    The feasible first GPUs come in groups: a run of free GPUs of length L inside a
+    node holds L - k + 1 consecutive feasible first GPUs, so the waste
+    (:meth:`Episode.fit_waste`) of a block is its group's length less one, for
+    k <= node_size (``wide`` False); it is 0 above. ``best`` is the first GPU of
+    the first shortest group. Answers are cached: most rows keep their mask from
+    one step to the next.
+    """
+    key = (at, wide, node)
+    found = _FIT_CACHE.get(key)
+    if found is not None:
+        return found
+    first, last = (at & -at).bit_length() - 1, at.bit_length() - 1
+    if wide:
+        found = (first, 0, first, 0, last, 0)
+    else:
+        best = best_length = first_length = last_length = 0
+        while at:
+            low = at & -at
+            group = at & ~(at + low)
+            at ^= group
+            a = low.bit_length() - 1
+            end = a + group.bit_count()
+            while a < end:  # a group that spans nodes is one per node
+                stop = min(end, (a // node + 1) * node)
+                length = stop - a
+                if not best_length or length < best_length:
+                    best_length, best = length, a
+                if not first_length:
+                    first_length = length
+                last_length = length
+                a = stop
+        found = (first, first_length - 1, best, best_length - 1, last, last_length - 1)
+    if len(_FIT_CACHE) >= 1 << 16:
+        _FIT_CACHE.clear()
+    _FIT_CACHE[key] = found
+    return found

@@ -163,8 +163,14 @@ class Encoder:
         self._per_area = 1.0 / (ep.k * ep.d)
         self._per_block = 1.0 / np.maximum(ep.n_blocks, 1)
         self._cut_cost = ep.cheapest_penalty / reward_scale
-        self._d = ep.d[:, None].astype(np.uint64)
         self._rows = np.arange(R)
+        # Plain-number copies for the rows updated one by one (same float64 arithmetic as numpy's).
+        self._per_area_list = self._per_area.tolist()
+        self._per_block_list = self._per_block.tolist()
+        self._fit_scale = (1.0 / G, 1.0 / sc.node_size) * len(FIT_RULES)
+        self._curves_seen: np.ndarray | None = None
+        self._touched_seen = 0
+        self._realtime_slack_list: list[int] = []
 
         self.grid = np.zeros((limits.max_gpus, H, 2), dtype=np.float32)
         for job in sc.jobs:
@@ -201,51 +207,88 @@ class Encoder:
         G, T, H = sc.gpus, sc.slots, self.limits.max_slots
         clock = ep.clock
         scale = self.reward_scale
+        moved = clock != self._clock_seen
         if self._placed_seen < len(ep.log) or self._loads_seen < 0:
             for row, start, first in ep.log[self._placed_seen :]:
                 self.grid[first : first + ep.k[row], start : min(start + ep.d[row], H), 0] = 1.0
+                if not moved:  # placed at the clock: its GPUs are no longer free from the clock on
+                    self.gpus[first : first + ep.k[row], 2] = 0.0
             self._placed_seen = len(ep.log)
             self._loads_seen = 0
             load = ep.occupancy.job_load
-            realtime = ep.curves.sum(axis=0)
-            self._realtime_slack = G - load - realtime
+            if ep.curves is not self._curves_seen:  # the episode replaces its curves when they change
+                self._curves_seen = ep.curves
+                self._realtime = ep.curves.sum(axis=0)
+                self.slots[:T, 3] = self._realtime / G
+                self.slots[:T, 5] = np.maximum(0, ep.demand - ep.curves).sum(axis=0) / G
+                self.apps[: ep.curves.shape[0], :T, 1] = ep.curves / G
+            self._realtime_slack = G - load - self._realtime
+            self._realtime_slack_list = self._realtime_slack.tolist()
             slots = self.slots[:T]
             slots[:, 2] = load / G
-            slots[:, 3] = realtime / G
-            slots[:, 5] = np.maximum(0, ep.demand - ep.curves).sum(axis=0) / G
             slots[:, 6] = self._realtime_slack / G
             slots[:, 7] = ep.job_slack() / G
-            self.apps[: ep.curves.shape[0], :T, 1] = ep.curves / G
-        if clock != self._clock_seen:
+        if moved:
             self.slots[:T, 1] = ep.slot_index[0] < clock
-            self._clock_seen = clock
-        self.gpus[:G, 2] = np.minimum(ep.free_at_clock(), H) * (1.0 / H)
+            self.gpus[:G, 2] = np.minimum(ep.free_at_clock(), H) * (1.0 / H)
 
         R = ep.rows.size
+        pending_count = 0
         if R:
             jobs = self.jobs[:R]
             e = ep.earliest
-            now = e == clock
-            pending = e >= 0
-            jobs[:, 1] = pending
-            jobs[:, 2] = ep.placed
-            jobs[:, 3] = now
-            jobs[:, 8:10] = self._times - clock / T
-            jobs[:, 11] = np.where(pending, (e - clock) / T, 1.0)
-            jobs[:, 12] = self._values[:, min(clock, T)] * now
-            jobs[:, 13] = self._values[self._rows, e]  # e = -1 reads column T, which is 0
-            jobs[:, 14:] = 0.0
-            rows = np.flatnonzero(now)
-            if rows.size:
-                # Real-time GPU-slots a start at the clock takes: k beyond the slack in each slot of its span.
-                span = (ep.slot_index - clock).view(np.uint64) < self._d[rows]
-                take = (np.maximum(0, ep.k[rows][:, None] - self._realtime_slack) * span).sum(axis=1)
-                jobs[rows, 14] = take * self._per_area[rows]
-                jobs[rows, 15] = take * self._cut_cost
-                jobs[rows, 16] = np.count_nonzero(ep.at_earliest[rows], axis=1) * self._per_block[rows]
-                jobs[rows, 17::2] = ep.options()[rows] * (1.0 / G)
-                jobs[rows, 18::2] = ep.option_waste()[rows] * (1.0 / sc.node_size)
+            e_list = e.tolist()
+            pending_count = sum(1 for s in e_list if s >= 0)
+            values = self._values
+            column = min(clock, T)
+            if moved:
+                now = e == clock
+                pending = e >= 0
+                jobs[:, 1] = pending
+                jobs[:, 2] = ep.placed
+                jobs[:, 3] = now
+                jobs[:, 8:10] = self._times - clock / T
+                jobs[:, 11] = np.where(pending, (e - clock) / T, 1.0)
+                jobs[:, 12] = values[:, column] * now
+                jobs[:, 13] = values[self._rows, e]  # e = -1 reads column T, which is 0
+                jobs[:, 14:] = 0.0
+            else:  # only rows whose earliest start moved changed (rows that can start now: below)
+                for r in set(ep._touched[self._touched_seen :]):
+                    s = e_list[r]
+                    jobs[r, 1:4] = (s >= 0, ep.placed[r], s == clock)
+                    jobs[r, 11:14] = (
+                        (s - clock) / T if s >= 0 else 1.0,
+                        values[r, column] * (s == clock),
+                        values[r, s],
+                    )
+                    jobs[r, 14:] = 0.0
+            self._touched_seen = len(ep._touched)
+            # Rows that can start at the clock: real-time GPU-slots a start takes (k beyond the slack in
+            # each slot of its span), blocks free now, and each fit rule's block and waste.
+            slack = self._realtime_slack_list
+            per_area, per_block = self._per_area_list, self._per_block_list
+            gpu_scale, waste_scale = self._fit_scale[:2]
+            cut = self._cut_cost
+            k_of, d_of = ep._k_list, ep._d_list
+            for r, (first, first_waste, best, best_waste, last, last_waste), count in ep.fit_rows():
+                k = k_of[r]
+                take = 0
+                for t in range(clock, min(clock + d_of[r], T)):
+                    if k > slack[t]:
+                        take += k - slack[t]
+                jobs[r, 14:] = (
+                    take * per_area[r],
+                    take * cut,
+                    count * per_block[r],
+                    first * gpu_scale,
+                    first_waste * waste_scale,
+                    best * gpu_scale,
+                    best_waste * waste_scale,
+                    last * gpu_scale,
+                    last_waste * waste_scale,
+                )
 
+        self._clock_seen = clock
         glob = np.array(
             [
                 clock / T,
@@ -253,7 +296,7 @@ class Encoder:
                 T / H,
                 G / self.limits.max_gpus,
                 sc.node_size / G,
-                np.count_nonzero(ep.earliest >= 0) / self.limits.max_jobs,
+                pending_count / self.limits.max_jobs,
                 ep.objective / scale,
                 sc.decay,
                 float(ep.trade_realtime),

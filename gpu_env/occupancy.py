@@ -59,6 +59,8 @@ class Occupancy:
         other.placed = dict(self.placed)
         other._busy_csum = self._busy_csum  # never written in place, so it may be shared
         other._bits = None if self._bits is None else list(self._bits)
+        if "_table" in self.__dict__:
+            other._table = self._table  # static, never written
         return other
 
     # ------------------------------------------------------------------ capacity (rule 7)
@@ -323,6 +325,68 @@ class Occupancy:
         out[((offset < d[:, None]) & (slack < k)).any(axis=1)] = False
         return out
 
+    def next_feasible_mask(self, job_index: int, first: int, stop: int, room: list[int]) -> tuple[int, int]:
+        """The first start in ``first..stop-1`` at which a job fits, and where, as a bitmask.
+
+        Args:
+            job_index: Index into ``scenario.jobs``.
+            first: The first start to try.
+            stop: One past the last start to try (starts outside the job's window never fit).
+            room: Free capacity per slot (T,) as plain ints, for rule 7 (see :meth:`feasible_at`'s ``slack``).
+
+        Returns:
+            (start, mask): bit a of ``mask`` is set exactly where ``feasible_at([job_index], [start], room)[0, a]``
+            is True; (-1, 0) when no start in the range has any.
+        """
+        table = self._job_table()
+        k, d = table.k_list[job_index], table.d_list[job_index]
+        everyone, allowed, shifts = _block_search(k, self.scenario.gpus, self.scenario.node_size)
+        bits = self._busy_bits()
+        for start in range(max(first, table.lo_list[job_index]), min(stop, table.hi_list[job_index])):
+            if min(room[start : start + d]) < k:
+                continue
+            span = 0
+            for s in range(start, start + d):
+                span |= bits[s]
+            run = everyone & ~span
+            for shift in shifts:
+                run &= run >> shift
+            run &= allowed
+            if run:
+                return start, run
+        return -1, 0
+
+    def narrow_masks(
+        self,
+        previous: list[int],
+        job_indices: list[int],
+        starts: list[int],
+        placed_job: int,
+        slack: np.ndarray | None = None,
+    ) -> list[int]:
+        """:meth:`narrow_feasible` on bitmasks: bit a of ``previous[i]`` stands for column a of its row.
+
+        Same answers as :meth:`narrow_feasible` (one int per row, bit g for first GPU g),
+        with plain ints: cheaper for the few rows a placement touches. Starts must lie
+        in ``0..T-1``.
+        """
+        table = self._job_table()
+        k_of, d_of = table.k_list, table.d_list
+        spot = self.placed[placed_job]
+        first, begin = spot.first_gpu, spot.start
+        k_new, finish = k_of[placed_job], spot.start + d_of[placed_job]
+        room = (self.slack() if slack is None else slack).tolist()
+        out = []
+        for bits, j, start in zip(previous, job_indices, starts, strict=True):
+            k, d = k_of[j], d_of[j]
+            if start < finish and start + d > begin:  # both run: the block may not meet the new job's GPUs
+                lo = max(first - k + 1, 0)
+                bits &= ~(((1 << (first + k_new)) - 1) ^ ((1 << lo) - 1))
+            if bits and min(room[start : start + d]) < k:
+                bits = 0
+            out.append(bits)
+        return out
+
     def _job_table(self) -> _JobTable:
         """Per-job sizes, start windows and allowed first GPUs, built once per instance."""
         table = self.__dict__.get("_table")
@@ -367,6 +431,10 @@ class _JobTable:
     allowed: np.ndarray  # (J, G) bool: allowed first GPUs of the job's block
     gpu_index: np.ndarray  # (1, G) 0..G-1
     slot_index: np.ndarray  # (1, T) 0..T-1
+    k_list: tuple[int, ...]  # k as plain ints
+    lo_list: tuple[int, ...]  # lo as plain ints
+    hi_list: tuple[int, ...]  # one past the last allowed start, as plain ints
+    d_list: tuple[int, ...]  # d as plain ints
 
     @classmethod
     def build(cls, scenario: Scenario) -> _JobTable:
@@ -386,4 +454,8 @@ class _JobTable:
             allowed=allowed,
             gpu_index=np.arange(scenario.gpus, dtype=np.int64)[None, :],
             slot_index=np.arange(scenario.slots, dtype=np.int64)[None, :],
+            k_list=tuple(job.gpus for job in jobs),
+            lo_list=tuple(lo.tolist()),
+            hi_list=tuple(hi.tolist()),
+            d_list=tuple(job.duration for job in jobs),
         )
