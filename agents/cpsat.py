@@ -30,8 +30,10 @@ Strengthening (measured in ``docs/exact-mode.md``, chosen by :class:`Formulation
 one literal per (job, start) where values depend on the start, with the
 objective written on them and one linear capacity row per slot (a time-indexed
 LP relaxation on top of the interval model), symmetry breaking and copy caps
-between identical jobs, and optional node-level cumulatives, a GPU-axis
-cumulative, GPU-cell rows and the no-overlap-2D propagators.
+between identical jobs, normal patterns on knapsack-like scenarios, CP-SAT's
+no-overlap-2D timetabling; and, measured but off by default, node-level
+cumulatives, a GPU-axis cumulative, GPU-cell rows (a fully time-indexed rule 1)
+and the other no-overlap-2D propagators.
 
 Integer objective
 -----------------
@@ -43,7 +45,7 @@ objective times the scale, so ``best_objective_bound / scale`` is a valid upper
 bound on the true optimum. The reported objective is always recomputed exactly
 by :func:`gpu_env.metrics.compute_metrics`; "optimal" means optimal for the
 scaled objective, within ``jobs / scale`` of the true optimum when rounding was
-needed (gap below 1e-5 on the benchmark scenarios).
+needed (a gap of a few 1e-6 on the benchmark scenarios).
 
 >>> from gpu_env.generators import generate
 >>> result = solve(generate("training-heavy", seed=0), time_limit=10, workers=1)
@@ -59,7 +61,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -115,15 +116,13 @@ class Formulation:
         cumulative_always: Keep the time cumulative when there are no real-time apps (then it is redundant).
         gpu_cumulative: A redundant cumulative on the GPU axis (demand d, capacity T + longest d).
         node_cumulative: Node-level decomposition: a node literal per job and a cumulative per node.
+        node_rows: With start literals, one literal per (job, node, start) and a capacity row per node and slot.
         gpu_cells: Rule 1 as one at-most-one row per GPU-slot over (start, block) literals
             (a fully time-indexed model) instead of ``add_no_overlap_2d``.
         timetabling: CP-SAT ``use_timetabling_in_no_overlap_2d``.
         energetic: CP-SAT ``use_energetic_reasoning_in_no_overlap_2d``.
         area_energetic: CP-SAT ``use_area_energetic_reasoning_in_no_overlap_2d``.
         try_edge: CP-SAT ``use_try_edge_reasoning_in_no_overlap_2d``.
-        subsets: On knapsack-like scenarios (:func:`knapsack_like`), after a direct search of
-            ``direct_share`` of the time, prove by subsets (:func:`_solve_by_subsets`).
-        direct_share: The share of the time limit for the direct search before subsets.
     """
 
     start_literals: str = "auto"
@@ -134,13 +133,12 @@ class Formulation:
     cumulative_always: bool = True
     gpu_cumulative: bool = False
     node_cumulative: bool = False
+    node_rows: bool = False
     gpu_cells: bool = False
     timetabling: bool = True
     energetic: bool = False
     area_energetic: bool = False
     try_edge: bool = False
-    subsets: bool = True
-    direct_share: float = 0.25
 
     def __post_init__(self) -> None:
         if self.start_literals not in ("auto", "always", "never"):
@@ -255,6 +253,8 @@ class ScheduleModel:
         self.groups: list[list[int]] = []
         self._hints: list[tuple[cp_model.IntVar, Callable[[Assignment], int]]] = []
         self._tabled = False
+        self.normalized = False  # starts and first GPUs restricted to normal patterns
+        self.objective: Any = 0  # the objective expression, in model units
         self.build()
 
     # ------------------------------------------------------------------ helpers
@@ -296,6 +296,8 @@ class ScheduleModel:
             _symmetry(self)
         if self.formulation.node_cumulative:
             _node_cumulative(self)
+        if self.formulation.node_rows and self.jobs and all(jv.start_lits for jv in self.jobs):
+            _node_rows(self)
         if self.formulation.gpu_cumulative:
             _gpu_cumulative(self)
         _objective(self)
@@ -315,7 +317,8 @@ class ScheduleModel:
     def assignment_from_plan(self, plan: Plan) -> Assignment:
         """The variable values of a valid plan, with identical jobs reordered to meet the symmetry breaking.
 
-        Curves are clipped to the least demand-covering curve (which keeps them valid and no worse).
+        Curves are clipped to the least demand-covering curve (which keeps them valid and no worse);
+        with normal patterns, jobs are pushed to earlier slots and lower GPUs first (same value).
         """
         sc = self.scenario
         spots: dict[int, tuple[int, int]] = {}
@@ -323,6 +326,8 @@ class ScheduleModel:
             index = sc.job_index(p.job)
             if index >= 0 and p.gpus:
                 spots[index] = (int(p.start), int(p.gpus[0]))
+        if self.normalized:
+            spots = _compact(sc, spots)
         if self.formulation.symmetry:
             for group in self.groups:
                 placed = sorted(spots.pop(i) for i in group if i in spots)
@@ -338,6 +343,14 @@ class ScheduleModel:
         self.model.clear_hints()
         for var, value in self._hints:
             self.model.add_hint(var, int(value(assignment)))
+
+    def objective_of(self, assignment: Assignment) -> int:
+        """The model's (scaled, rounded) objective of an assignment."""
+        value = sum(self.jobs[j].table[start] for j, (start, _) in assignment.spots.items())
+        for i, app in enumerate(self.scenario.realtime):
+            short = np.maximum(0, np.asarray(app.demand) - assignment.curves[i]).sum()
+            value -= _scaled(app.penalty, self.scale, up=False) * int(short)
+        return int(value)
 
     def hinted_variables(self) -> int:
         """How many variables have a hint function (every variable the model has)."""
@@ -654,6 +667,32 @@ def _normal_patterns(m: ScheduleModel) -> None:
                 m.model.add(jv.start_lits[t] == 0)
         jv.start.with_domain(Domain.from_values(starts))
         jv.first.with_domain(Domain.from_values(blocks))
+    m.normalized = True
+
+
+def _compact(scenario: Scenario, spots: dict[int, tuple[int, int]]) -> dict[int, tuple[int, int]]:
+    """Push every job to earlier slots, then lower GPUs, until none moves: a plan on normal patterns.
+
+    Each move takes a job down to the highest end of the jobs below it (or 0) and
+    left to the highest edge of the jobs beside it (or 0), so nothing ever overlaps;
+    coordinates only fall, so it ends.
+    """
+    jobs = scenario.jobs
+    boxes = dict(spots)
+    moved = True
+    while moved:
+        moved = False
+        for j in sorted(boxes, key=boxes.__getitem__):
+            t, a = boxes[j]
+            k, d = jobs[j].gpus, jobs[j].duration
+            beside = [o for o in boxes if o != j and boxes[o][1] < a + k and a < boxes[o][1] + jobs[o].gpus]
+            low = max((boxes[o][0] + jobs[o].duration for o in beside if boxes[o][0] < t), default=0)
+            over = [o for o in boxes if o != j and boxes[o][0] < low + d and low < boxes[o][0] + jobs[o].duration]
+            left = max((boxes[o][1] + jobs[o].gpus for o in over if boxes[o][1] < a), default=0)
+            if (low, left) != (t, a):
+                boxes[j] = (low, left)
+                moved = True
+    return boxes
 
 
 def _node_cumulative(m: ScheduleModel) -> None:
@@ -683,6 +722,52 @@ def _node_cumulative(m: ScheduleModel) -> None:
     for node, (intervals, demands) in enumerate(per_node):
         if intervals:
             m.model.add_cumulative(intervals, demands, min(ns, sc.gpus - node * ns))
+
+
+def _node_rows(m: ScheduleModel) -> None:
+    """Node-level time-indexed rows: a literal per (job, node of its first GPU, start).
+
+    Per node and slot (inside the horizon and past it), the jobs there hold at most the node's GPUs.
+    """
+    sc = m.scenario
+    ns = sc.node_size
+    nodes = -(-sc.gpus // ns)
+    if nodes == 1:
+        return
+    width = sc.slots + max(jv.job.duration for jv in m.jobs)
+    rows: dict[tuple[int, int], list[Any]] = {}
+    for jv in m.jobs:
+        job = jv.job
+        by_node: dict[int, list[Any]] = {}
+        by_start: dict[int, list[Any]] = {}
+        for n in sorted({b // ns for b in jv.blocks}):
+            spans = []
+            for node in range(n, nodes):
+                covered = min(n * ns + job.gpus, (node + 1) * ns) - max(n * ns, node * ns)
+                if covered <= 0:
+                    break
+                spans.append((node, covered))
+            for t in jv.start_lits:
+                z = m.new_bool(
+                    f"z{jv.index}_{n}_{t}",
+                    lambda a, j=jv.index, n=n, t=t: (
+                        (a.spots.get(j) or (None, -ns))[0] == t and a.spots[j][1] // ns == n
+                    ),
+                )
+                by_node.setdefault(n, []).append(z)
+                by_start.setdefault(t, []).append(z)
+                for node, covered in spans:
+                    for u in range(t, min(width, t + job.duration)):
+                        rows.setdefault((node, u), []).append(covered * z)
+            lit_n = m.new_bool(
+                f"w{jv.index}_{n}", lambda a, j=jv.index, n=n: (a.spots.get(j) or (0, -ns))[1] // ns == n
+            )
+            m.model.add(sum(by_node[n]) == lit_n)
+            m.model.add_linear_constraint(jv.first, n * ns, n * ns + ns - 1).only_enforce_if(lit_n)
+        for t, lit_t in jv.start_lits.items():
+            m.model.add(sum(by_start[t]) == lit_t)
+    for (node, _u), terms in rows.items():
+        m.model.add(sum(terms) <= min(ns, sc.gpus - node * ns))
 
 
 def _gpu_cumulative(m: ScheduleModel) -> None:
@@ -732,7 +817,8 @@ def _objective(m: ScheduleModel) -> None:
         m.shortfall.append(row)
         if penalty:
             terms.append(-penalty * sum(row))
-    m.model.maximize(sum(terms))
+    m.objective = sum(terms)
+    m.model.maximize(m.objective)
 
 
 # ----------------------------------------------------------------------------- solving
@@ -781,6 +867,7 @@ def solve(
     seed: int = 0,
     deterministic_time: float | None = None,
     hint: Plan | None = None,
+    cutoff: Plan | None = None,
     formulation: Formulation | None = None,
     log: bool = False,
     started: float | None = None,
@@ -794,6 +881,7 @@ def solve(
         seed: CP-SAT ``random_seed``.
         deterministic_time: Also stop after this much deterministic time (repeatable with one worker).
         hint: A valid plan to start from: every variable is hinted with its value.
+        cutoff: A valid plan whose objective the model must reach (a constraint on the objective).
         formulation: Model options (default: the chosen formulation).
         log: Print CP-SAT's search log.
         started: ``time.perf_counter()`` at which the caller's clock began (trace times count from it).
@@ -806,10 +894,10 @@ def solve(
     f = m.formulation
     if hint is not None:
         m.add_hint(m.assignment_from_plan(hint))
+    if cutoff is not None:
+        m.model.add(m.objective >= m.objective_of(m.assignment_from_plan(cutoff)))
     remaining = time_limit - (time.perf_counter() - started)
-    subsets = f.subsets and deterministic_time is None and knapsack_like(m)
-    direct = remaining * f.direct_share if subsets else remaining
-    solver = _solver(f, direct, workers, seed, deterministic_time, log)
+    solver = _solver(f, remaining, workers, seed, deterministic_time, log)
     trace = _Trace(started, m.scale)
     code = solver.solve(m.model, trace)
     if code == cp_model.MODEL_INVALID:  # a bug in this module, never the user's input
@@ -818,12 +906,6 @@ def solve(
     scaled_bound = solver.best_objective_bound if code != cp_model.INFEASIBLE else None
     assignment = m.read_solution(solver.value) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
     dtime = solver.deterministic_time
-    if subsets and status is not Status.OPTIMAL and assignment is not None:
-        incumbent = round(solver.objective_value)
-        status, scaled_bound, assignment, dtime_more = _solve_by_subsets(
-            m, incumbent, assignment, scaled_bound, started, time_limit, workers, seed, log, trace
-        )
-        dtime += dtime_more
     bound = None if scaled_bound is None else scaled_bound / m.scale
     plan = None
     objective = None
@@ -838,184 +920,6 @@ def solve(
     if plan is not None:
         plan.extra = plan_extra(result.status, bound, result.gap)
     return result
-
-
-# ----------------------------------------------------------------------------- knapsack-like scenarios: subsets
-
-
-def knapsack_like(m: ScheduleModel) -> bool:
-    """Whether a job may always move to an earlier start or a lower GPU without changing the objective.
-
-    True without real-time apps and inherited jobs, on one node, with every
-    release 0 and every job worth the same at every allowed start: the 2D
-    knapsack of SPEC section 6. Then which jobs are placed decides the
-    objective, and where they go only decides whether they fit.
-    """
-    sc = m.scenario
-    return not sc.realtime and sc.node_size == sc.gpus and all(
-        jv.job.running_on is None and jv.job.release == 0 and len(set(jv.table.values())) <= 1 for jv in m.jobs
-    )
-
-
-def _dff(level: int, size: int, capacity: int) -> Fraction:
-    """Fekete-Schepers dual feasible function u^(level) of size / capacity (level 0: the identity)."""
-    x = Fraction(size, capacity)
-    if level == 0 or ((level + 1) * x).denominator == 1:
-        return x
-    return Fraction(math.floor((level + 1) * x), level)
-
-
-def _solve_by_subsets(
-    m: ScheduleModel,
-    incumbent: int,
-    assignment: Assignment,
-    direct_bound: float | None,
-    started: float,
-    time_limit: float,
-    workers: int,
-    seed: int,
-    log: bool,
-    trace: _Trace,
-) -> tuple[Status, float | None, Assignment, float]:
-    """Prove a knapsack-like scenario by subsets: choose the most valuable job counts, check they fit, cut if not.
-
-    A master model picks how many jobs of each type (identical jobs form a type)
-    to place: most value, more than the incumbent, total area within the
-    container and every Fekete-Schepers dual-feasible-function row (both axes,
-    levels 0-3) holding. The full model with exactly those jobs present
-    (as assumptions) then checks whether they fit. If they do, they are optimal
-    (the master maximised over every count vector not yet cut). If not, CP-SAT's
-    infeasible core (a subset of those jobs that cannot fit together) becomes a
-    cut: any count vector holding that subset is cut too. A check that runs out
-    of time cuts only its own vector, and its value stays in the bound.
-
-    Returns:
-        (status, bound in model units, best assignment, deterministic time spent).
-    """
-    sc = m.scenario
-    types: dict[tuple[Any, ...], list[JobVars]] = {}
-    for jv in m.jobs:
-        if _upper(jv.present) == 1:
-            job = jv.job  # the key of _symmetry: its order makes the first n of a type the placed ones
-            key = (job.gpus, job.duration, job.release, job.deadline, tuple(sorted(jv.table.items())))
-            types.setdefault(key, []).append(jv)
-    keys = list(types)
-    # Identical jobs are ordered by the symmetry breaking: the first n of a type are the ones placed.
-    master = cp_model.CpModel()
-    counts = []
-    shapes = [(types[key][0].job.gpus, types[key][0].job.duration, types[key][0].starts[-1]) for key in keys]
-    for key, (k, d, last) in zip(keys, shapes, strict=True):
-        members = types[key]
-        side = sc.gpus // k
-        runs = (last + d) // d
-        counts.append(master.new_int_var(0, min(len(members), side * runs), f"n{len(counts)}"))
-    value = [next(iter(types[key][0].table.values())) for key in keys]
-    height = max((last + d for _, d, last in shapes), default=1)
-    total = sum(v * n for v, n in zip(value, counts, strict=True))
-    scale = 10**6
-    for a in range(4):
-        for b in range(4):
-            coefs = [math.floor(_dff(a, k, sc.gpus) * _dff(b, d, height) * scale) for k, d, _ in shapes]
-            master.add(sum(c * n for c, n in zip(coefs, counts, strict=True)) <= scale)
-    master.maximize(total)
-    best = incumbent
-    undecided = None  # most value among count vectors whose check ran out of time
-    dtime = 0.0
-    status = Status.FEASIBLE
-    bound = direct_bound
-    while True:
-        remaining = time_limit - (time.perf_counter() - started)
-        if remaining <= 0.01:
-            break
-        master.add(total >= best + 1)
-        solver = _solver(m.formulation, remaining, workers, seed, None, log)
-        code = solver.solve(master)
-        dtime += solver.deterministic_time
-        if code == cp_model.INFEASIBLE:  # nothing better than the incumbent fits
-            bound = best if undecided is None else max(best, undecided)
-            status = Status.OPTIMAL if undecided is None else Status.FEASIBLE
-            break
-        if code != cp_model.OPTIMAL:
-            break
-        top = round(solver.objective_value)
-        bound = top if undecided is None else max(top, undecided)
-        chosen = [int(solver.value(n)) for n in counts]
-        t_check = time.perf_counter()
-        found, core, dtime_check = _check_fits(m, types, keys, chosen, started, time_limit, workers, seed)
-        dtime += dtime_check
-        if log:
-            print(f"subsets: value {top} counts {chosen} -> {'fits' if found else core} ({time.perf_counter() - t_check:.1f} s)")
-        if found is not None:
-            best, assignment = top, found
-            trace.points.append(TracePoint(time.perf_counter() - started, top / m.scale, bound / m.scale))
-            if undecided is None:
-                status = Status.OPTIMAL
-                bound = top
-                break
-            continue
-        # Cut every count vector that holds the core (or, without a proof, this vector only).
-        literals = []
-        if core is None:
-            for n, c in zip(counts, chosen, strict=True):
-                for op in ("<", ">"):
-                    lit = master.new_bool_var("")
-                    master.add(n < c if op == "<" else n > c).only_enforce_if(lit)
-                    literals.append(lit)
-            undecided = top if undecided is None else max(undecided, top)
-        else:
-            for i, c in core.items():
-                lit = master.new_bool_var("")
-                master.add(counts[i] <= c - 1).only_enforce_if(lit)
-                literals.append(lit)
-        master.add_bool_or(literals)
-    return status, bound, assignment, dtime
-
-
-def _check_fits(
-    m: ScheduleModel,
-    types: dict[tuple[Any, ...], list[JobVars]],
-    keys: list[tuple[Any, ...]],
-    chosen: list[int],
-    started: float,
-    time_limit: float,
-    workers: int,
-    seed: int,
-) -> tuple[Assignment | None, dict[int, int] | None, float]:
-    """Whether the first ``chosen[i]`` jobs of each type fit together.
-
-    Returns:
-        (an assignment that places them, or None; when they cannot fit, an infeasible
-        core as {type: how many of its first jobs}, or None when the check ran out of time;
-        deterministic time).
-    """
-    check = ScheduleModel(m.scenario, m.formulation)
-    rank: dict[int, tuple[int, int]] = {}
-    assumptions = []
-    for i, key in enumerate(keys):
-        for r, jv in enumerate(types[key]):
-            mine = check.jobs[jv.index]
-            if r < chosen[i]:
-                rank[mine.present.index] = (i, r)
-                assumptions.append(mine.present)
-            else:
-                check.model.add(mine.present == 0)
-    check.model.clear_objective()
-    check.model.add_assumptions(assumptions)
-    remaining = time_limit - (time.perf_counter() - started)
-    solver = _solver(check.formulation, remaining, 1, seed, None, False)  # one worker: smaller cores
-    code = solver.solve(check.model)
-    if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return check.read_solution(solver.value), None, solver.deterministic_time
-    if code != cp_model.INFEASIBLE:
-        return None, None, solver.deterministic_time
-    core: dict[int, int] = {}
-    # A later job of a type implies the earlier ones (symmetry breaking): count up to the latest in the core.
-    for index in solver.sufficient_assumptions_for_infeasibility():
-        i, r = rank[index]
-        core[i] = max(core.get(i, 0), r + 1)
-    if not core:
-        core = {i: c for i, c in enumerate(chosen) if c}
-    return None, core, solver.deterministic_time
 
 
 def plan_extra(status: Status, bound: float | None, gap: float | None) -> dict[str, Any]:

@@ -45,6 +45,8 @@ def solve(
     options: PlanOptions | None = None,
     deterministic_time: float | None = None,
     formulation: cpsat.Formulation | None = None,
+    use_hint: bool = True,
+    use_cutoff: bool = False,
 ) -> cpsat.Result:
     """Plan with ``hint_source``, then improve its plan with CP-SAT until ``time_limit`` (hint time included).
 
@@ -57,6 +59,8 @@ def solve(
         options: Options for the hint scheduler (its ``policy``, for a learned one).
         deterministic_time: Also stop CP-SAT after this much deterministic time.
         formulation: Model options.
+        use_hint: Hand the plan to CP-SAT as a hint of every variable.
+        use_cutoff: Require CP-SAT's plans to reach the plan's objective (a constraint).
 
     Returns:
         The result; its plan is the better of CP-SAT's best plan and the hint. The
@@ -79,7 +83,8 @@ def solve(
         workers=workers,
         seed=seed,
         deterministic_time=deterministic_time,
-        hint=hint,
+        hint=hint if use_hint else None,
+        cutoff=hint if use_cutoff else None,
         formulation=formulation,
         started=started,
     )
@@ -89,11 +94,11 @@ def solve(
             result.objective is None or hint_objective >= result.objective - _EPS
         )
         status = cpsat.Status.OPTIMAL if proved else cpsat.Status.FEASIBLE
-        hint = Plan(hint.scenario, "full", list(hint.placements), dict(hint.realtime))
-        hint.metrics = compute_metrics(scenario, hint)
+        chosen = Plan(hint.scenario, "full", list(hint.placements), dict(hint.realtime))
+        chosen.metrics = compute_metrics(scenario, chosen)
         bound = None if result.bound is None else max(result.bound, hint_objective)
-        result.status, result.plan, result.objective, result.bound = status, hint, hint_objective, bound
-        hint.extra = cpsat.plan_extra(status, bound, result.gap)
+        result.status, result.plan, result.objective, result.bound = status, chosen, hint_objective, bound
+        chosen.extra = cpsat.plan_extra(status, bound, result.gap)
     result.runtime = time.perf_counter() - started
     return result
 

@@ -6,10 +6,12 @@ onnxruntime (one thread), drives a :class:`gpu_env.episode.Episode` through its
 :class:`gpu_env.observation.Encoder`, applies the action masks itself and
 decodes the chosen actions; stable-baselines3 and torch are never imported.
 
-Several rollouts run in one batch: the first takes the most likely action at
-every step, the others sample from the policy (seeded by ``options.seed``); the
-most valuable plan wins. Every plan is valid by construction (the masks allow
-only actions that keep SPEC section 2) and is validated again in the tests.
+Several rollouts run in one batch (``DEFAULT_SAMPLES``): the first takes the
+most likely action at every step, the others sample from the policy (seeded by
+``options.seed``); the most valuable plan wins. ``samples=1`` is the fastest.
+A FIFO guard returns FIFO's plan in the rare case that it is worth more.
+Every plan is valid by construction (the masks allow only actions that keep
+SPEC section 2) and is validated again in the tests.
 
 >>> from gpu_env.generators import generate
 >>> plan(generate("training-heavy", seed=0)).scheduler
@@ -29,6 +31,7 @@ import numpy as np
 
 from agents.options import PlanOptions
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode, Episode
+from gpu_env.metrics import compute_metrics
 from gpu_env.observation import (
     APP_CURVES,
     APP_FEATURES,
@@ -46,7 +49,7 @@ ENV_ID = "GpuCluster-v0"
 CARD_FORMAT = "gpualloc-policy/1"
 INPUTS: tuple[str, ...] = ("jobs", "gpus", "slots", "apps", "app_info", "globals")
 DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.onnx"
-DEFAULT_SAMPLES = 1  # rollouts per plan: 1 = the most likely action at every step
+DEFAULT_SAMPLES = 8  # rollouts per plan: the most likely one and 7 sampled (measured: benchmarks/results/ppo.md)
 
 
 class PolicyError(ValueError):
@@ -268,14 +271,19 @@ def rollout(
     return episodes[int(np.argmax(objectives))], objectives
 
 
-def plan(scenario: Scenario, options: PlanOptions | None = None, samples: int = DEFAULT_SAMPLES) -> Plan:
+def plan(
+    scenario: Scenario, options: PlanOptions | None = None, samples: int = DEFAULT_SAMPLES, guard: bool = True
+) -> Plan:
     """The learned fast mode as a scheduler: the exported policy's best rollout.
 
     Args:
         scenario: The problem.
         options: ``options.policy`` names the exported ``.onnx`` file (default the
             shipped one); ``options.seed`` seeds the sampled rollouts.
-        samples: Rollouts in the batch (1: the most likely action at each step).
+        samples: Rollouts in the batch (1: only the most likely action at each step).
+        guard: Also compute FIFO's plan (well under a millisecond) and return it
+            when it is worth more than every rollout, so that the learned mode is
+            never below the baseline; ``plan.extra["guard"]`` says whether it fired.
 
     Raises:
         PolicyError: The policy file is missing, corrupt, or does not match the environment.
@@ -284,5 +292,15 @@ def plan(scenario: Scenario, options: PlanOptions | None = None, samples: int = 
     policy = load_policy(options.policy)
     episode, objectives = rollout(scenario, policy.logits, policy.limits, samples=samples, seed=options.seed)
     result = episode.plan("ppo")
-    result.extra = {"policy": policy.path.name, "samples": len(objectives)}
+    fired = False
+    if guard:
+        from agents import fifo
+
+        baseline = fifo.plan(scenario, options)
+        baseline.metrics = compute_metrics(scenario, baseline)
+        if baseline.metrics.objective > result.metrics.objective + 1e-9:
+            result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.realtime))
+            result.metrics = baseline.metrics
+            fired = True
+    result.extra = {"policy": policy.path.name, "samples": len(objectives), "guard": fired}
     return result

@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/cpsat_benchmarks.py formulations   # model variants on the seven scenarios
     .venv/bin/python benchmarks/cpsat_benchmarks.py seven          # the chosen model, repeated, on the seven
     .venv/bin/python benchmarks/cpsat_benchmarks.py knapsack       # every instance of ../shared/benchmarks/2kp/
+    .venv/bin/python benchmarks/cpsat_benchmarks.py knapsack-formulations  # model variants on some of them
     .venv/bin/python benchmarks/cpsat_benchmarks.py full-vs-cold   # time to the optimum, hinted or not
 
 Each prints its table and writes it to ``benchmarks/results/cpsat_<name>.md``
@@ -59,11 +60,25 @@ FORMULATIONS: dict[str, Formulation] = {
     "D: C + symmetry breaking": replace(TI, symmetry=True),
     "E: D + timetabling (the default)": Formulation(),
     "E + node-level cumulatives": Formulation(node_cumulative=True),
+    "E + node-level slot rows": Formulation(node_rows=True),
     "E + GPU-axis cumulative": Formulation(gpu_cumulative=True),
     "E + energetic propagator": Formulation(energetic=True),
     "E + area-energetic propagator": Formulation(area_energetic=True),
     "F: fully time-indexed (GPU-cell rows instead of no_overlap_2d)": Formulation(gpu_cells=True, timetabling=False),
 }
+
+
+# name -> formulation, each one change from the default, for knapsack-like scenarios (2KP instances).
+KNAPSACK_FORMULATIONS: dict[str, Formulation] = {
+    "default": Formulation(),
+    "no normal patterns": Formulation(normal_patterns=False),
+    "no symmetry breaking or copy caps": Formulation(symmetry=False),
+    "no timetabling propagator": Formulation(timetabling=False),
+    "+ start literals and slot rows": Formulation(start_literals="always"),
+    "+ GPU-axis cumulative": Formulation(gpu_cumulative=True),
+    "+ energetic propagator": Formulation(energetic=True),
+}
+KNAPSACK_SAMPLE = ("ngcut12", "cgcut3", "wang20", "okp1", "okp2", "okp5", "gcut3", "gcut11")
 
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -330,6 +345,38 @@ def run_knapsack(args: argparse.Namespace, command: str) -> None:
     write(args.output or "2kp", text)
 
 
+def run_knapsack_formulations(args: argparse.Namespace, command: str) -> None:
+    """Formulations of :data:`KNAPSACK_FORMULATIONS` on a sample of 2KP instances."""
+    names = args.instances or list(KNAPSACK_SAMPLE)
+    instances = [load_knapsack(Path(args.folder) / f"{name}.json") for name in names]
+    rows = []
+    for label, formulation in KNAPSACK_FORMULATIONS.items():
+        row: list[object] = [label]
+        proved, seconds = 0, 0.0
+        for instance in instances:
+            sc = to_scenario(instance)
+            result, cpu = timed_solve(sc, time_limit=args.time_limit, workers=args.workers, formulation=formulation)
+            verdict = check(sc, result)
+            if result.status is cpsat.Status.OPTIMAL:
+                proved += 1
+                row.append(f"{result.runtime:.1f} ({cpu:.1f})")
+            else:
+                row.append(f"gap {result.gap:.1%}" if result.gap is not None else result.status.value)
+            if not verdict.startswith("ok"):
+                row[-1] = f"{row[-1]} INVALID"
+            seconds += result.runtime
+            progress(label, instance.name, result.status.value, f"{result.runtime:.1f}s", fmt(result.objective, 0))
+        rows.append([*row, proved, f"{seconds:.1f}"])
+    text = header(command, "CP-SAT formulations on 2D-knapsack instances")
+    text += (
+        "Each cell: wall seconds to a proof of optimality (CPU seconds of all threads in brackets), or the gap "
+        f"left at the {args.time_limit:g} s limit; {args.workers} workers. Each row changes one thing from the "
+        "default (`KNAPSACK_FORMULATIONS` in `benchmarks/cpsat_benchmarks.py`).\n\n"
+    )
+    text += table(["formulation", *names, "proved", "sum s"], rows)
+    write(args.output or "2kp_formulations", text)
+
+
 # ----------------------------------------------------------------------------- full mode against cold CP-SAT
 
 
@@ -341,68 +388,96 @@ def _time_to(result: Result, target: float, jobs: int) -> float | None:
     return None
 
 
+# name -> keyword arguments of agents.full.solve; "full" is the seed's full mode (the hint only).
+FULL_VARIANTS: dict[str, dict[str, bool]] = {
+    "full": {},
+    "cutoff": {"use_hint": False, "use_cutoff": True},
+    "hint+cutoff": {"use_cutoff": True},
+}
+
+
 def run_full_vs_cold(args: argparse.Namespace, command: str) -> None:
-    """Time to reach the optimum: CP-SAT cold against full mode (greedy hint), same limit and workers."""
+    """Time to reach the optimum: CP-SAT cold against full mode (and variants), same limit and workers."""
+    variants = ["full", *(args.variants or [])]
     cases: list[tuple[str, str, Callable[[], Scenario]]] = []
     for family in args.families or list(FAMILIES):
         cases.append(("benchmark", family, lambda f=family: benchmark_scenario(f)))
     for family in args.families or list(FAMILIES):
         for seed in list(FRESH_SEEDS)[: args.instances]:
             cases.append((family, f"{family} #{seed}", lambda f=family, s=seed: generate(f, s)))
-    per_group: dict[str, list[tuple[float | None, float | None]]] = {}
+    per_group: dict[str, list[dict[str, float | None]]] = {}
     bench_rows = []
     unknown = 0
     bad = []
     for group, label, make in cases:
         sc = make()
-        cold = cpsat.solve(sc, time_limit=args.time_limit, workers=args.workers, seed=args.seed)
-        warm = full.solve(sc, time_limit=args.time_limit, workers=args.workers, seed=args.seed)
-        for kind, result in (("cold", cold), ("full", warm)):
+        runs = {"cold": cpsat.solve(sc, time_limit=args.time_limit, workers=args.workers, seed=args.seed)}
+        for name in variants:
+            runs[name] = full.solve(
+                sc,
+                time_limit=args.time_limit,
+                workers=args.workers,
+                seed=args.seed,
+                hint_source=args.hint,
+                **FULL_VARIANTS[name],
+            )
+        for kind, result in runs.items():
             verdict = check(sc, result)
             if not verdict.startswith("ok"):
                 bad.append(f"{label} {kind}: {verdict}")
-        proved = [r for r in (cold, warm) if r.status is cpsat.Status.OPTIMAL]
+        proved = [r for r in runs.values() if r.status is cpsat.Status.OPTIMAL]
         if not proved:
             unknown += 1
-            times: tuple[float | None, float | None] = (None, None)
+            times: dict[str, float | None] = dict.fromkeys(runs)
         else:
             target = max(r.trace[-1].objective for r in proved if r.trace)
-            times = (_time_to(cold, target, len(sc.jobs)), _time_to(warm, target, len(sc.jobs)))
-        per_group.setdefault("benchmark" if group == "benchmark" else group, []).append(times)
+            times = {kind: _time_to(r, target, len(sc.jobs)) for kind, r in runs.items()}
+        per_group.setdefault(group, []).append(times)
         if group == "benchmark":
-            bench_rows.append([label, fmt(times[0]), fmt(times[1]), _ratio(*times), fmt(cold.objective, 3)])
-        progress(label, "cold", fmt(times[0]), "full", fmt(times[1]))
+            cells = [fmt(times["cold"])]
+            for name in variants:
+                cells += [fmt(times[name]), _ratio(times["cold"], times[name])]
+            bench_rows.append([label, *cells, fmt(runs["cold"].objective, 3)])
+        progress(label, *(f"{k} {fmt(v)}" for k, v in times.items()))
     rows = []
-    for group, pairs in per_group.items():
-        both = [(c, w) for c, w in pairs if c is not None and w is not None]
-        ratios = [w / c for c, w in both if c > 0]
-        rows.append(
-            [
-                group,
-                len(pairs),
-                len(both),
-                sum(1 for c, w in pairs if c is None and w is not None),
-                sum(1 for c, w in pairs if c is not None and w is None),
-                fmt(statistics.median(c for c, _ in both)) if both else "-",
+    fresh = [e for group, entries in per_group.items() if group != "benchmark" for e in entries]
+    for group, entries in [*per_group.items(), ("all fresh instances", fresh)]:
+        row: list[object] = [group, len(entries)]
+        reached_cold = [e["cold"] for e in entries if e["cold"] is not None]
+        row.append(fmt(statistics.median(reached_cold)) if reached_cold else "-")
+        for name in variants:
+            both = [(e["cold"], e[name]) for e in entries if e["cold"] is not None and e[name] is not None]
+            ratios = [w / c for c, w in both if c > 0]
+            only_cold = sum(1 for e in entries if e["cold"] is not None and e[name] is None)
+            only_warm = sum(1 for e in entries if e["cold"] is None and e[name] is not None)
+            row += [
                 fmt(statistics.median(w for _, w in both)) if both else "-",
                 fmt(statistics.median(ratios), 3) if ratios else "-",
+                f"{only_warm}/{only_cold}",
             ]
-        )
-    text = header(command, "Full mode (greedy hint) against cold CP-SAT: time to reach the optimum")
+        rows.append(row)
+    text = header(command, f"Full mode ({args.hint} hint) against cold CP-SAT: time to reach the optimum")
     text += (
-        f"Both with the chosen formulation, {args.workers} workers, seed {args.seed}, limit {args.time_limit:g} s. "
-        "The optimum is the objective of a run that proved optimality (instances where neither run proved it "
-        f"are left out of the medians: {unknown} of {len(cases)}). Time to reach it: wall seconds from the call "
-        "to the first solution at the optimum, model building and (for full) the greedy plan included. "
-        f"Fresh instances: `generate(family, seed)` for seeds {FRESH_SEEDS.start}.."
-        f"{FRESH_SEEDS.start + args.instances - 1}. `ratio`: median over instances of full / cold.\n\n"
+        f"All with the chosen formulation, {args.workers} workers, seed {args.seed}, limit {args.time_limit:g} s; "
+        f"the hint comes from `{args.hint}`. Variants: `full` hints every variable with the plan (the seed's "
+        "full mode, the default); `cutoff` gives no hint but requires the plan's objective; `hint+cutoff` both. "
+        "The optimum is the objective of a run that proved optimality (instances where no run proved it are "
+        f"left out: {unknown} of {len(cases)}). Time to reach it: wall seconds from the call to the first "
+        "solution at the optimum, model building and (for full) the hint's plan included. Fresh instances: "
+        f"`generate(family, seed)` for seeds {FRESH_SEEDS.start}..{FRESH_SEEDS.start + args.instances - 1}. "
+        "`ratio`: median over instances of (variant time) / (cold time); `only v/c`: instances where only the "
+        "variant / only cold reached the optimum within the limit.\n\n"
     )
     text += "## The seven benchmark scenarios\n\n"
-    text += table(["scenario", "cold s", "full s", "full / cold", "optimum"], bench_rows)
-    text += "\n## Per family\n\n"
-    text += table(
-        ["instances", "n", "both reached", "only full", "only cold", "cold median s", "full median s", "ratio"], rows
-    )
+    head = ["scenario", "cold s"]
+    for name in variants:
+        head += [f"{name} s", f"{name} / cold"]
+    text += table([*head, "optimum"], bench_rows)
+    text += "\n## Per group (medians)\n\n"
+    head = ["instances", "n", "cold s"]
+    for name in variants:
+        head += [f"{name} s", f"{name} ratio", f"only {name}/cold"]
+    text += table(head, rows)
     text += "\nInvalid plans: " + ("none" if not bad else "; ".join(bad)) + "\n"
     write(args.output or "full_vs_cold", text)
 
@@ -418,8 +493,8 @@ def _ratio(cold: float | None, warm: float | None) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("what", choices=("formulations", "seven", "knapsack", "full-vs-cold"))
-    parser.add_argument("--time-limit", type=float, help="seconds per solve (default: 20, 10, 60, 10)")
+    parser.add_argument("what", choices=("formulations", "seven", "knapsack", "knapsack-formulations", "full-vs-cold"))
+    parser.add_argument("--time-limit", type=float, help="seconds per solve (default: 20, 10, 60, 30, 10)")
     parser.add_argument("--workers", type=int, default=2, help="CP-SAT workers (default: 2)")
     parser.add_argument("--seed", type=int, default=0, help="CP-SAT seed for full-vs-cold (default: 0)")
     parser.add_argument("--families", nargs="*", help="benchmark families (default: all seven)")
@@ -427,11 +502,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs per scenario for `seven` (default: 3)")
     parser.add_argument("--instances", nargs="*", help="2KP instance names (default: all)")
     parser.add_argument("--fresh", type=int, default=20, help="fresh instances per family for full-vs-cold")
+    parser.add_argument("--hint", default="greedy", help="hint source of full mode for full-vs-cold (default: greedy)")
+    parser.add_argument(
+        "--variants", nargs="*", choices=[v for v in FULL_VARIANTS if v != "full"], help="also run these variants"
+    )
     parser.add_argument("--folder", default=str(KNAPSACK), help="2KP folder (default: ../shared/benchmarks/2kp)")
     parser.add_argument("--output", help="results file name under benchmarks/results/cpsat_<name>.md")
     args = parser.parse_args(argv)
     command = ".venv/bin/python benchmarks/cpsat_benchmarks.py " + " ".join(sys.argv[1:] if argv is None else argv)
-    default_limits = {"formulations": 20.0, "seven": 10.0, "knapsack": 60.0, "full-vs-cold": 10.0}
+    default_limits = {
+        "formulations": 20.0,
+        "seven": 10.0,
+        "knapsack": 60.0,
+        "knapsack-formulations": 30.0,
+        "full-vs-cold": 10.0,
+    }
     args.time_limit = args.time_limit or default_limits[args.what]
     if args.what == "formulations":
         run_formulations(args, command)
@@ -439,6 +524,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_seven(args, command)
     elif args.what == "knapsack":
         run_knapsack(args, command)
+    elif args.what == "knapsack-formulations":
+        run_knapsack_formulations(args, command)
     else:
         args.instances = args.fresh
         run_full_vs_cold(args, command)

@@ -63,21 +63,22 @@ class Row:
     sampled: float
     best: float
     proven: bool
+    guarded: bool
 
 
-def ppo_objective(sc: Scenario, policy: Path, samples: int) -> float:
-    plan = ppo.plan(sc, PlanOptions(policy=policy), samples=samples)
+def ppo_objective(sc: Scenario, policy: Path, samples: int, guard: bool) -> tuple[float, bool]:
+    plan = ppo.plan(sc, PlanOptions(policy=policy), samples=samples, guard=guard)
     problems = validate(sc, plan)
     if problems:
         raise RuntimeError(f"ppo plan invalid on {sc.name}: {problems[0]}")
-    return plan.metrics.objective
+    return plan.metrics.objective, plan.extra["guard"]
 
 
 def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: float) -> Row:
     fifo = run_scheduler("fifo", sc).metrics.objective
     greedy = run_scheduler("greedy", sc).metrics.objective
-    one = ppo_objective(sc, policy, 1)
-    sampled = ppo_objective(sc, policy, samples) if samples > 1 else one
+    one, _ = ppo_objective(sc, policy, 1, guard=False)  # the policy alone
+    sampled, guarded = ppo_objective(sc, policy, samples, guard=True)  # the scheduler as shipped
     best, proven = max(fifo, greedy, one, sampled), False
     if best_time > 0:
         from agents import full
@@ -86,7 +87,7 @@ def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: fl
         if result.objective is not None:
             best = max(best, result.objective)
         proven = result.status.value == "optimal"
-    return Row(family, sc.name, fifo, greedy, one, sampled, best, proven)
+    return Row(family, sc.name, fifo, greedy, one, sampled, best, proven, guarded)
 
 
 def quality(policy: Path, instances: int, samples: int, best_time: float) -> list[Row]:
@@ -102,9 +103,9 @@ def quality(policy: Path, instances: int, samples: int, best_time: float) -> lis
 
 def quality_table(rows: list[Row], samples: int) -> list[str]:
     lines = [
-        f"| family | n | FIFO / best | greedy / best | ppo / best | ppo best of {samples} / best | ppo / greedy "
-        "| ppo < greedy | ppo < FIFO | proven optima |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| family | n | FIFO / best | greedy / best | ppo 1 / best | ppo {samples} / best | ppo {samples} / greedy "
+        f"| ppo {samples} < greedy | ppo 1 < FIFO | ppo {samples} < FIFO | FIFO guard fired | proven optima |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     fams = list(dict.fromkeys(r.family for r in rows))
     for family in [*fams, "all"]:
@@ -113,23 +114,23 @@ def quality_table(rows: list[Row], samples: int) -> list[str]:
         best = a[:, 4]
         lines.append(
             f"| {family} | {len(rs)} | {np.mean(a[:, 0] / best):.3f} | {np.mean(a[:, 1] / best):.3f} "
-            f"| {np.mean(a[:, 2] / best):.3f} | {np.mean(a[:, 3] / best):.3f} | {np.mean(a[:, 2] / a[:, 1]):.3f} "
-            f"| {int(np.sum(a[:, 2] < a[:, 1] - 1e-6))} | {int(np.sum(a[:, 2] < a[:, 0] - 1e-6))} "
-            f"| {sum(r.proven for r in rs)} |"
+            f"| {np.mean(a[:, 2] / best):.3f} | {np.mean(a[:, 3] / best):.3f} | {np.mean(a[:, 3] / a[:, 1]):.3f} "
+            f"| {int(np.sum(a[:, 3] < a[:, 1] - 1e-6))} | {int(np.sum(a[:, 2] < a[:, 0] - 1e-6))} "
+            f"| {int(np.sum(a[:, 3] < a[:, 0] - 1e-6))} | {sum(r.guarded for r in rs)} | {sum(r.proven for r in rs)} |"
         )
     return lines
 
 
 def seven_table(rows: list[Row]) -> list[str]:
     lines = [
-        "| scenario | FIFO | greedy | ppo | ppo best of N | best known | proven | ppo / best |",
+        "| scenario | FIFO | greedy | ppo 1 | ppo N | best known | proven | ppo N / best |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for r in rows:
         if r.name in FAMILIES:
             lines.append(
                 f"| {r.name} | {r.fifo:.1f} | {r.greedy:.1f} | {r.ppo:.1f} | {r.sampled:.1f} | {r.best:.1f} "
-                f"| {'yes' if r.proven else 'no'} | {r.ppo / r.best:.3f} |"
+                f"| {'yes' if r.proven else 'no'} | {r.sampled / r.best:.3f} |"
             )
     return lines
 
@@ -139,8 +140,9 @@ def latency(policy: Path, repeats: int, samples_list: list[int]) -> list[str]:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     ppo.load_policy(policy)
     lines = [
-        "| scenario | GPUs x jobs | samples | median ms | p90 ms | p99 ms | max ms | greedy median ms |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| scenario | GPUs x jobs | samples | placements | median ms | p90 ms | p99 ms | max ms | median CPU ms "
+        "| greedy median ms |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for family in FAMILIES:
         sc = load_scenario(ROOT / "configs" / "scenarios" / f"{family}.yaml")
@@ -150,16 +152,18 @@ def latency(policy: Path, repeats: int, samples_list: list[int]) -> list[str]:
             run_scheduler("greedy", sc)
             greedy_times.append((time.perf_counter() - t0) * 1000)
         for samples in samples_list:
-            times = []
+            times, cpu = [], []
             for i in range(repeats + 3):
-                t0 = time.perf_counter()
-                ppo.plan(sc, PlanOptions(policy=policy, seed=i), samples=samples)
+                t0, c0 = time.perf_counter(), time.thread_time()
+                plan = ppo.plan(sc, PlanOptions(policy=policy, seed=i), samples=samples)
                 if i >= 3:  # warm-up runs dropped
                     times.append((time.perf_counter() - t0) * 1000)
+                    cpu.append((time.thread_time() - c0) * 1000)
             q = np.percentile(times, [50, 90, 99])
             lines.append(
-                f"| {family} | {sc.gpus} x {len(sc.jobs)} | {samples} | {q[0]:.2f} | {q[1]:.2f} | {q[2]:.2f} "
-                f"| {max(times):.2f} | {statistics.median(greedy_times):.2f} |"
+                f"| {family} | {sc.gpus} x {len(sc.jobs)} | {samples} | {len(plan.placements)} | {q[0]:.2f} "
+                f"| {q[1]:.2f} | {q[2]:.2f} | {max(times):.2f} | {statistics.median(cpu):.2f} "
+                f"| {statistics.median(greedy_times):.2f} |"
             )
         print(f"latency: {family} done", file=sys.stderr)
     return lines
@@ -170,8 +174,9 @@ def generalisation(policy: Path, instances: int, samples: int, best_time: float)
     trained = card.get("config", {}) or {}
     sized = trained.get("scenarios", {}).get("gpus")
     lines = [
-        "| family | size | n | ppo / greedy | ppo / FIFO | ppo best of N / greedy | ppo / best known | ppo < FIFO |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| family | size | n | ppo 1 / greedy | ppo N / greedy | ppo N / FIFO | ppo N / best known | ppo 1 < FIFO "
+        "| guard fired |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for family, fam in FAMILIES.items():
         sizes = [(128, 60)]
@@ -186,8 +191,9 @@ def generalisation(policy: Path, instances: int, samples: int, best_time: float)
             label = f"{gpus} GPUs" + (f", {jobs} jobs" if jobs else f", {len(sc.jobs)} jobs (last)")
             lines.append(
                 f"| {family} | {label} | {len(rows)} | {np.mean(a[:, 2] / a[:, 1]):.3f} "
-                f"| {np.mean(a[:, 2] / a[:, 0]):.3f} | {np.mean(a[:, 3] / a[:, 1]):.3f} "
-                f"| {np.mean(a[:, 2] / a[:, 4]):.3f} | {int(np.sum(a[:, 2] < a[:, 0] - 1e-6))} |"
+                f"| {np.mean(a[:, 3] / a[:, 1]):.3f} | {np.mean(a[:, 3] / a[:, 0]):.3f} "
+                f"| {np.mean(a[:, 3] / a[:, 4]):.3f} | {int(np.sum(a[:, 2] < a[:, 0] - 1e-6))} "
+                f"| {sum(r.guarded for r in rows)} |"
             )
         print(f"generalisation: {family} done", file=sys.stderr)
     return lines
@@ -234,13 +240,13 @@ def main() -> int:
     parser.add_argument("--policy", type=Path, default=ppo.DEFAULT_POLICY)
     parser.add_argument("--instances", type=int, default=50, help="fresh instances per family (quality)")
     parser.add_argument("--general-instances", type=int, default=10, help="instances per family and size")
-    parser.add_argument("--best-time-limit", type=float, default=2.0, help="full-mode seconds for the best known")
+    parser.add_argument("--best-time-limit", type=float, default=1.0, help="full-mode seconds for the best known")
     parser.add_argument("--repeats", type=int, default=50, help="latency repeats per scenario")
-    parser.add_argument("--samples", default="4", help="sampled rollouts for the best-of-N columns")
+    parser.add_argument("--samples", type=int, default=ppo.DEFAULT_SAMPLES, help="rollouts of the default columns")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: quality,latency,general")
     args = parser.parse_args()
-    samples = int(args.samples)
+    samples = args.samples
     skip = set(filter(None, args.skip.split(",")))
     policy = args.policy.resolve()
     started = time.perf_counter()
@@ -264,8 +270,9 @@ def main() -> int:
             f"Objective / best known, averaged per family over the benchmark scenario and {args.instances} fresh "
             f"instances (seeds {FRESH_SEED}..{FRESH_SEED + args.instances - 1}). Best known: the best of FIFO, "
             f"greedy, ppo and full mode with {args.best_time_limit:g} s (hinted with the better of greedy and ppo); "
-            "'proven optima': instances where CP-SAT proved it optimal. 'ppo < greedy' and 'ppo < FIFO' count "
-            "instances where the single ppo rollout is worse.",
+            "'proven optima': instances where CP-SAT proved it optimal. 'ppo 1': the policy alone, one rollout "
+            f"(most likely action), no guard. 'ppo {samples}': the scheduler as shipped, {samples} rollouts in one "
+            "batch and the FIFO guard. '<' columns count instances where the ppo plan is worse.",
             "",
             *quality_table(rows, samples),
             "",

@@ -27,7 +27,7 @@ __all__ = [
 ]
 
 # The Gymnasium environment, registered on import: gymnasium.make("GpuCluster-v0", scenario=...).
-import gymnasium as _gymnasium  # noqa: E402
+import gymnasium as _gymnasium
 
 if "GpuCluster-v0" not in _gymnasium.registry:
     _gymnasium.register(id="GpuCluster-v0", entry_point="gpu_env.env:GpuClusterEnv")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from agents import cpsat, full
+from agents.cli import main
 from agents.fifo import plan as fifo_plan
 from agents.options import PlanOptions
 from agents.registry import SCHEDULERS, run_scheduler
@@ -19,7 +21,7 @@ from gpu_env.knapsack import convert_2kp
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.rules import Rule
-from gpu_env.scenario import Scenario, scenario_from_dict
+from gpu_env.scenario import Scenario, save_scenario, scenario_from_dict
 from gpu_env.validation import validate
 
 KNAPSACK = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "2kp"
@@ -211,8 +213,9 @@ def test_every_rule_has_one_constraint_function():
         cpsat.Formulation(start_literals="never"),
         cpsat.Formulation(node_cumulative=True, gpu_cumulative=True),
         cpsat.Formulation(gpu_cells=True),
+        cpsat.Formulation(node_rows=True),
     ],
-    ids=["default", "element", "node+gpu-cumulative", "gpu-cells"],
+    ids=["default", "element", "node+gpu-cumulative", "gpu-cells", "node-rows"],
 )
 def test_a_fifo_plan_is_a_complete_feasible_hint(formulation):
     sc = generate("mixed-control", seed=3, gpus=8, num_jobs=8)
@@ -226,16 +229,35 @@ def test_a_fifo_plan_is_a_complete_feasible_hint(formulation):
     assert solver.solve(m.model) in (cpsat.cp_model.OPTIMAL, cpsat.cp_model.FEASIBLE)
 
 
+@pytest.mark.parametrize("name", ["ngcut2", "cgcut1"])
+def test_a_knapsack_hint_is_compacted_onto_normal_patterns(name):
+    sc = convert_2kp(KNAPSACK / f"{name}.json")
+    m = cpsat.ScheduleModel(sc)
+    assert m.normalized
+    hint = fifo_plan(sc)
+    assignment = m.assignment_from_plan(hint)
+    assert len(assignment.spots) == len(hint.placements)
+    m.add_hint(assignment)
+    solver = cpsat.cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.num_workers = 1
+    assert solver.solve(m.model) in (cpsat.cp_model.OPTIMAL, cpsat.cp_model.FEASIBLE)
+    compacted = m.plan_from(assignment)
+    assert_valid(sc, compacted)
+    assert compute_metrics(sc, compacted).objective == pytest.approx(compute_metrics(sc, hint).objective)
+
+
 @pytest.mark.parametrize(
     "formulation",
     [
         cpsat.Formulation(start_literals="never", symmetry=False),
         cpsat.Formulation(gpu_cells=True, node_cumulative=True),
+        cpsat.Formulation(node_rows=True, gpu_cumulative=True),
     ],
-    ids=["plain", "cells+nodes"],
+    ids=["plain", "cells+nodes", "node-rows"],
 )
 def test_formulations_agree_on_the_optimum(formulation):
-    sc = random_tiny(4)
+    sc = random_tiny(8)  # two nodes, a running job, a real-time app
     base = cpsat.solve(sc, time_limit=10)
     other = cpsat.solve(sc, time_limit=10, formulation=formulation)
     assert other.status is cpsat.Status.OPTIMAL
@@ -309,6 +331,9 @@ def test_full_mode_is_never_worse_than_its_hint(source):
     assert improved.objective >= hint.metrics.objective - 1e-9
     assert improved.trace[0].objective == pytest.approx(hint.metrics.objective)
     assert_valid(sc, improved.plan)
+    cut = full.solve(sc, hint_source=source, time_limit=10, use_hint=False, use_cutoff=True)
+    assert cut.objective >= hint.metrics.objective - 1e-9
+    assert_valid(sc, cut.plan)
 
 
 # ----------------------------------------------------------------------------- 2D knapsack
@@ -334,3 +359,17 @@ def test_normal_patterns_keep_the_optimum_of_a_small_knapsack():
     on = cpsat.solve(sc, time_limit=5)
     off = cpsat.solve(sc, time_limit=5, formulation=cpsat.Formulation(normal_patterns=False, symmetry=False))
     assert on.objective == off.objective == pytest.approx(brute_force(sc)) == pytest.approx(21)
+
+
+@pytest.mark.parametrize("name", ["cpsat", "full"])
+def test_cli_plan_with_exact_modes(tmp_path, name):
+    sc = random_tiny(2)
+    path = tmp_path / "tiny.yaml"
+    save_scenario(sc, path)
+    out = tmp_path / "plan.json"
+    args = ["plan", str(path), "--scheduler", name, "--time-limit", "5", "--workers", "1", "-o", str(out)]
+    assert main(args) == 0
+    data = json.loads(out.read_text(encoding="utf-8"))
+    assert data["scheduler"] == name and data["status"] == "optimal"
+    assert data["metrics"]["objective"] == pytest.approx(brute_force(sc), abs=1e-6)
+    assert data["bound"] >= data["metrics"]["objective"] - 1e-6

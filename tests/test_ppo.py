@@ -106,10 +106,26 @@ def test_onnx_and_torch_choose_the_same_actions(exported):
 def test_plans_validate_on_every_family(exported, family):
     _, _, path = exported
     sc = generate(family, seed=7)
-    plan = run_scheduler("ppo", sc, PlanOptions(policy=path))
-    assert plan.scheduler == "ppo"
+    plan = ppo.plan(sc, PlanOptions(policy=path), samples=3, guard=False)  # the policy's own plans
+    assert plan.scheduler == "ppo" and plan.extra["guard"] is False
     assert validate(sc, plan) == []
     assert plan.metrics.objective == pytest.approx(plan.metrics.job_value - _penalty(sc, plan))
+    assert validate(sc, run_scheduler("ppo", sc, PlanOptions(policy=path))) == []
+
+
+def test_fifo_guard_keeps_the_baseline(exported):
+    """An untrained policy plans worse than FIFO somewhere; the guard then returns FIFO's plan."""
+    _, _, path = exported
+    fired = 0
+    for family in FAMILIES:
+        sc = generate(family, seed=11)
+        raw = ppo.plan(sc, PlanOptions(policy=path), samples=1, guard=False)
+        guarded = ppo.plan(sc, PlanOptions(policy=path), samples=1)
+        baseline = run_scheduler("fifo", sc).metrics.objective
+        assert guarded.metrics.objective == pytest.approx(max(raw.metrics.objective, baseline))
+        assert validate(sc, guarded) == []
+        fired += guarded.extra["guard"]
+    assert fired > 0
 
 
 def _penalty(sc, plan):
