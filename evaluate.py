@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agents.arguments import add_plan_options, int_at_least, plan_options, positive_float
 from agents.options import PlanOptions
 from agents.registry import UnknownSchedulerError, available_schedulers, get_scheduler, run_scheduler
 from gpu_env.plan import Plan
@@ -128,29 +129,6 @@ def slugify(name: str) -> str:
 # ----------------------------------------------------------------------------- input
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _int_at_least(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
-
-
 class _Parser(argparse.ArgumentParser):
     """argparse that reports a usage error as one line (exit 2) instead of usage plus error."""
 
@@ -177,20 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated scheduler names (default: every available one); fifo always runs as the baseline",
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="output folder (default: results)")
-    parser.add_argument(
-        "--time-limit",
-        type=_positive_float,
-        default=10.0,
-        metavar="S",
-        help="seconds per plan for anytime schedulers (default: 10)",
-    )
-    parser.add_argument(
-        "--seed", type=_int_at_least(0), default=0, metavar="N", help="seed for every random draw (default: 0)"
-    )
-    parser.add_argument(
-        "--workers", type=_int_at_least(1), default=1, metavar="N", help="parallel solver workers (default: 1)"
-    )
-    parser.add_argument("--policy", type=Path, metavar="PATH", help="exported policy for the learned scheduler")
+    add_plan_options(parser)
     parser.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     rolling = parser.add_argument_group("rolling horizon (docs/rolling.md)")
@@ -205,17 +170,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma-separated forecast errors (default: 0,0.1,0.2,0.3)",
     )
     rolling.add_argument(
-        "--rolling-seeds", type=_int_at_least(1), default=5, metavar="N", help="actual-demand draws per error (5)"
+        "--rolling-seeds", type=int_at_least(1), default=5, metavar="N", help="actual-demand draws per error (5)"
     )
     rolling.add_argument(
         "--rolling-time-limit",
-        type=_positive_float,
+        type=positive_float,
         default=0.5,
         metavar="S",
         help="seconds per re-plan for anytime schedulers (default: 0.5)",
     )
     rolling.add_argument(
-        "--rolling-replan-every", type=_int_at_least(1), default=1, metavar="K", help="re-plan every K slots (1)"
+        "--rolling-replan-every", type=int_at_least(1), default=1, metavar="K", help="re-plan every K slots (1)"
     )
     return parser
 
@@ -746,7 +711,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (InputError, ScenarioError) as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2
-    options = PlanOptions(time_limit=args.time_limit, seed=args.seed, workers=args.workers, policy=args.policy)
+    options = plan_options(args)
     command = shlex.join(["python", "evaluate.py", *args_list])
     evaluation = run_evaluation(scenarios, schedulers, options, command, show_progress=not args.quiet)
     if args.rolling:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agents.arguments import add_plan_options, int_at_least, plan_options, positive_float
 from agents.options import PlanOptions
 from agents.ppo import PolicyError
 from agents.registry import SCHEDULERS, UnknownSchedulerError, run_scheduler
@@ -63,29 +64,6 @@ class Command:
 
 
 # ----------------------------------------------------------------------------- shared helpers
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def _int_at_least(minimum: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
-        return value
-
-    return parse
 
 
 def summary(plan: Plan, metrics: Metrics) -> str:
@@ -130,20 +108,7 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", type=Path, help="scenario file (YAML or JSON)")
     p.add_argument("--scheduler", "-s", required=True, metavar="NAME", help=f"one of: {', '.join(SCHEDULERS)}")
     p.add_argument("-o", "--output", type=Path, metavar="PLAN.json", help="write the plan here (default: stdout)")
-    p.add_argument(
-        "--time-limit",
-        type=_positive_float,
-        default=10.0,
-        metavar="S",
-        help="seconds for anytime schedulers (default: 10)",
-    )
-    p.add_argument(
-        "--workers", type=_int_at_least(1), default=1, metavar="N", help="parallel solver workers (default: 1)"
-    )
-    p.add_argument(
-        "--seed", type=_int_at_least(0), default=0, metavar="N", help="seed for every random draw (default: 0)"
-    )
-    p.add_argument("--policy", type=Path, metavar="PATH", help="exported policy for the learned scheduler")
+    add_plan_options(p)
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -152,7 +117,7 @@ def _plan(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     if args.policy is not None and not args.policy.is_file():
         raise CliError(f"{args.policy}: --policy: no such file")
-    options = PlanOptions(time_limit=args.time_limit, seed=args.seed, workers=args.workers, policy=args.policy)
+    options = plan_options(args)
     try:
         plan = run_scheduler(args.scheduler, scenario, options)
     except UnknownSchedulerError as exc:
@@ -204,12 +169,10 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
     from gpu_env.traces import TRACE_FAMILIES
 
     p.add_argument("family", metavar="FAMILY", help=f"one of: {', '.join([*FAMILIES, *TRACE_FAMILIES])}")
-    p.add_argument(
-        "--seed", type=_int_at_least(0), metavar="N", help="seed of every draw (default: the benchmark seed)"
-    )
+    p.add_argument("--seed", type=int_at_least(0), metavar="N", help="seed of every draw (default: the benchmark seed)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write .yaml/.yml or .json here (default: stdout)")
-    p.add_argument("--gpus", type=_int_at_least(1), metavar="G", help="cluster size instead of the family's")
-    p.add_argument("--jobs", type=_int_at_least(1), metavar="N", help="number of jobs instead of the family's")
+    p.add_argument("--gpus", type=int_at_least(1), metavar="G", help="cluster size instead of the family's")
+    p.add_argument("--jobs", type=int_at_least(1), metavar="N", help="number of jobs instead of the family's")
     p.add_argument("--name", metavar="NAME", help="scenario name (default: the family name)")
 
 
@@ -280,13 +243,13 @@ def _render(args: argparse.Namespace) -> int:
 def _simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", type=Path, help="scenario file; its real-time demand is the forecast")
     p.add_argument("--scheduler", "-s", required=True, metavar="NAME", help=f"one of: {', '.join(SCHEDULERS)}")
-    p.add_argument("--replan-every", type=_int_at_least(1), default=1, metavar="K", help="re-plan every K slots")
+    p.add_argument("--replan-every", type=int_at_least(1), default=1, metavar="K", help="re-plan every K slots")
     p.add_argument(
         "--forecast-error", type=float, default=0.0, metavar="SIGMA", help="relative forecast error (default: 0)"
     )
-    p.add_argument("--seed", type=_int_at_least(0), default=0, metavar="N", help="seed of the actual demand")
+    p.add_argument("--seed", type=int_at_least(0), default=0, metavar="N", help="seed of the actual demand")
     p.add_argument("-o", "--output", type=Path, metavar="DIR", help="write actual.yaml, executed.json, ... here")
-    p.add_argument("--time-limit", type=_positive_float, default=2.0, metavar="S", help="seconds per re-plan")
+    p.add_argument("--time-limit", type=positive_float, default=2.0, metavar="S", help="seconds per re-plan")
     p.add_argument("--reveal", choices=("release", "all"), default="release", help="when jobs become known")
     p.add_argument("--correction", choices=("ratio", "bias", "none"), default="ratio", help="forecast correction")
     p.add_argument("--margin", type=float, default=1.0, metavar="Z", help="safety margin, in observed error SDs")
@@ -355,7 +318,7 @@ def _simulate(args: argparse.Namespace) -> int:
 def _day(text: str) -> int | str:
     if text in ("most-loaded", "busiest"):
         return text
-    return _int_at_least(0)(text)
+    return int_at_least(0)(text)
 
 
 def _from_trace_arguments(p: argparse.ArgumentParser) -> None:
@@ -375,14 +338,14 @@ def _from_trace_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--job-day", type=_day, metavar="N|most-loaded", help="day of the pod trace (default: middle)")
     p.add_argument("--demand-day", type=_day, default=0, metavar="N|busiest", help="day of the demand (default: 0)")
-    p.add_argument("--gpus", type=_int_at_least(1), metavar="G", help="cluster size")
-    p.add_argument("--node-size", type=_int_at_least(1), metavar="N", help="GPUs per node")
-    p.add_argument("--slots", type=_int_at_least(1), metavar="T", help="horizon in slots")
-    p.add_argument("--slot-minutes", type=_positive_float, metavar="M", help="minutes per slot")
-    p.add_argument("--load", type=_positive_float, metavar="X", help="job GPU-slots kept per free GPU-slot")
-    p.add_argument("--peak", type=_positive_float, metavar="F", help="demand peak as a fraction of the cluster")
-    p.add_argument("--jobs", type=_int_at_least(1), metavar="N", help="keep this many jobs instead")
-    p.add_argument("--seed", type=_int_at_least(0), default=0, metavar="N", help="seed of the thinning draw")
+    p.add_argument("--gpus", type=int_at_least(1), metavar="G", help="cluster size")
+    p.add_argument("--node-size", type=int_at_least(1), metavar="N", help="GPUs per node")
+    p.add_argument("--slots", type=int_at_least(1), metavar="T", help="horizon in slots")
+    p.add_argument("--slot-minutes", type=positive_float, metavar="M", help="minutes per slot")
+    p.add_argument("--load", type=positive_float, metavar="X", help="job GPU-slots kept per free GPU-slot")
+    p.add_argument("--peak", type=positive_float, metavar="F", help="demand peak as a fraction of the cluster")
+    p.add_argument("--jobs", type=int_at_least(1), metavar="N", help="keep this many jobs instead")
+    p.add_argument("--seed", type=int_at_least(0), default=0, metavar="N", help="seed of the thinning draw")
     p.add_argument("--name", metavar="NAME", help="scenario name (default: the family name)")
 
 
