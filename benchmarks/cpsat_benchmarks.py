@@ -351,6 +351,8 @@ def run_knapsack_formulations(args: argparse.Namespace, command: str) -> None:
     instances = [load_knapsack(Path(args.folder) / f"{name}.json") for name in names]
     rows = []
     for label, formulation in KNAPSACK_FORMULATIONS.items():
+        if args.only and not any(o in label for o in args.only):
+            continue
         row: list[object] = [label]
         proved, seconds = 0, 0.0
         for instance in instances:
