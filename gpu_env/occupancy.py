@@ -138,14 +138,7 @@ class Occupancy:
         for t in window:
             if short[min(t + d, T)] != short[t]:
                 continue
-            span = 0
-            for s in range(t, t + d):
-                span |= bits[s]
-            # Bit a of `run`: GPUs a..a+k-1 are all free over the span (runs doubled by shifts).
-            run = everyone & ~span
-            for shift in shifts:
-                run &= run >> shift
-            run &= allowed
+            run = _free_block_starts(bits, t, d, everyone, allowed, shifts)
             if run:
                 return t, (run & -run).bit_length() - 1
         return None
@@ -345,13 +338,7 @@ class Occupancy:
         for start in range(max(first, table.lo_list[job_index]), min(stop, table.hi_list[job_index])):
             if min(room[start : start + d]) < k:
                 continue
-            span = 0
-            for s in range(start, start + d):
-                span |= bits[s]
-            run = everyone & ~span
-            for shift in shifts:
-                run &= run >> shift
-            run &= allowed
+            run = _free_block_starts(bits, start, d, everyone, allowed, shifts)
             if run:
                 return start, run
         return -1, 0
@@ -415,6 +402,22 @@ def _block_search(k: int, gpus: int, node_size: int) -> tuple[int, int, tuple[in
     if have < k:
         shifts.append(k - have)
     return (1 << gpus) - 1, allowed, tuple(shifts)
+
+
+def _free_block_starts(
+    bits: list[int], start: int, d: int, everyone: int, allowed: int, shifts: tuple[int, ...]
+) -> int:
+    """Bitmask of allowed first GPUs a whose block a..a+k-1 is free in every slot of ``[start, start + d)``.
+
+    ``bits`` are the per-slot busy bitmasks; ``everyone``, ``allowed`` and ``shifts`` come from :func:`_block_search`.
+    """
+    span = 0
+    for s in range(start, start + d):
+        span |= bits[s]
+    run = everyone & ~span  # bit a: GPU a free over the span; the shifts grow runs of free GPUs to k
+    for shift in shifts:
+        run &= run >> shift
+    return run & allowed
 
 
 _FAR = 1 << 40  # "free for ever" in Occupancy.free_runs
