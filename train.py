@@ -13,6 +13,10 @@ Stages:
    overlaps greedy's later blocks least) and the policy is fitted to those
    actions (cross-entropy over the masked logits) and its critic to the
    returns. It gives PPO a start near the heuristic instead of near random.
+   With ``imitation.dagger_rounds`` (DAgger, Ross et al. 2011) the policy then
+   plays fresh scenarios, greedy re-plans from every state the policy reaches
+   and labels it, and the policy refits on all the data so far: it learns to
+   recover from its own mistakes instead of only from the teacher's states.
 2. **PPO** (``sb3_contrib.MaskablePPO``), the final stage, on scenarios drawn
    afresh at every reset from the configured families. At intervals the policy
    plans fixed evaluation instances per family; its objective against FIFO,
@@ -96,6 +100,12 @@ class ImitationConfig:
     learning_rate: float = 1e-3
     value_weight: float = 0.5
     """Weight of the critic's regression to the teacher's returns."""
+    dagger_rounds: int = 0
+    """DAgger rounds after behaviour cloning (0: none): the policy plays, greedy labels the states it reaches."""
+    dagger_episodes: int = 200
+    """Scenarios the policy plays per DAgger round."""
+    dagger_epochs: int = 4
+    """Epochs over all the data gathered so far after each DAgger round."""
 
 
 @dataclass
@@ -238,7 +248,13 @@ def _check_ranges(cfg: TrainConfig, source: str) -> None:
     for name, value in positive.items():
         if not value > 0:
             raise ConfigError(f"{source}: field {name}: expected a positive value, got {value}")
-    counts = {"imitation.episodes": cfg.imitation.episodes, "eval.instances_per_family": cfg.eval.instances_per_family}
+    counts = {
+        "imitation.episodes": cfg.imitation.episodes,
+        "imitation.dagger_rounds": cfg.imitation.dagger_rounds,
+        "imitation.dagger_episodes": cfg.imitation.dagger_episodes,
+        "imitation.dagger_epochs": cfg.imitation.dagger_epochs,
+        "eval.instances_per_family": cfg.eval.instances_per_family,
+    }
     for name, value in counts.items():
         if value < 0:
             raise ConfigError(f"{source}: field {name}: expected 0 or more, got {value}")
@@ -383,9 +399,18 @@ def teacher_dataset(cfg: TrainConfig, limits: Any, seed: int) -> dict[str, np.nd
 
 
 def imitate(
-    model: Any, data: dict[str, np.ndarray], cfg: TrainConfig, writer: Any, seed: int, progress: bool = True
+    model: Any,
+    data: dict[str, np.ndarray],
+    cfg: TrainConfig,
+    writer: Any,
+    seed: int,
+    progress: bool = True,
+    epochs: int | None = None,
 ) -> None:
-    """Fit the policy to the teacher's actions (masked cross-entropy) and the critic to its returns."""
+    """Fit the policy to the teacher's actions (masked cross-entropy) and the critic to its returns.
+
+    ``epochs`` overrides ``imitation.epochs``.
+    """
     import torch
     from tqdm import tqdm
 
@@ -398,7 +423,7 @@ def imitate(
     optimizer = torch.optim.Adam(policy.parameters(), lr=ic.learning_rate)
     gen = np.random.default_rng(seed)
     policy.set_training_mode(True)
-    for epoch in tqdm(range(ic.epochs), desc="imitation epochs", disable=not progress):
+    for epoch in tqdm(range(epochs or ic.epochs), desc="imitation epochs", disable=not progress):
         order = gen.permutation(n)
         losses, accs = [], []
         for lo in range(0, n, ic.batch_size):
@@ -422,6 +447,91 @@ def imitate(
         writer.add_scalar("imitation/loss", np.mean(losses), epoch)
         writer.add_scalar("imitation/accuracy", np.mean(accs), epoch)
     policy.set_training_mode(False)
+
+
+def teacher_label(episode: Any) -> int:
+    """Greedy's action at the episode's current state, for DAgger: greedy re-plans the rest of the day from here.
+
+    The state becomes a rolling-horizon sub-problem (:func:`agents.rolling.state_at`:
+    the jobs placed so far run on their GPUs, the others wait in the queue, the
+    real-time curves continue from the clock); greedy plans it. The label places
+    the job that greedy starts now on the lowest first GPU, on the fit rule that
+    gives greedy's block or else the one that overlaps greedy's other blocks
+    least (as :func:`teacher_actions`); ADVANCE when greedy starts nothing now
+    that the environment allows now.
+    """
+    from agents.allocator import decide
+    from agents.rolling import state_at
+
+    sc = episode.scenario
+    clock = episode.clock
+    so_far = episode.plan("dagger")
+    started = {p.job: (p.start, tuple(p.gpus)) for p in so_far.placements}
+    started.update({job.id: (0, tuple(job.running_on)) for job in sc.jobs if job.running_on is not None})
+    curves = np.array([so_far.curve(app.name, sc.slots) for app in sc.realtime], dtype=np.int64)
+    curves = curves.reshape(len(sc.realtime), sc.slots)
+    decision = decide(state_at(sc, clock, started, curves, sc.demand[:, clock:], "all"), "greedy")
+    index = {job.id: i for i, job in enumerate(sc.jobs)}
+    row_of = {int(r): n for n, r in enumerate(episode.rows)}
+    target = {}
+    for p in decision.plan.placements:
+        row = row_of.get(index.get(p.job, -1))
+        if row is not None and not episode.placed[row]:
+            target[row] = (clock + p.start, p.gpus[0])
+    now = set(np.flatnonzero(episode.now).tolist())
+    due = sorted((r for r, (start, _) in target.items() if start <= clock and r in now), key=lambda r: target[r])
+    if not due:
+        return episode.layout.advance
+    row = int(due[0])
+    options = episode.options()[row]
+    same = np.flatnonzero(options == target[row][1])
+    option = int(same[0]) if same.size else _least_overlap(episode, row, options, target)
+    return episode.layout.encode(row, option)
+
+
+def dagger_dataset(model: Any, cfg: TrainConfig, limits: Any, seed: int) -> tuple[dict[str, np.ndarray], float]:
+    """The states the policy reaches on ``imitation.dagger_episodes`` fresh scenarios, labelled by greedy.
+
+    The policy plays its most likely action; the returns-to-go are its own.
+
+    Returns:
+        The data (the keys of :func:`teacher_dataset`) and the share of states
+        where the policy already chose the teacher's action.
+    """
+    from tqdm import tqdm
+
+    from agents.ppo import INPUTS, reward_scale
+    from gpu_env.episode import ActionLayout, ActionMode, Episode
+    from gpu_env.observation import Encoder
+    from gpu_env.sampler import ScenarioSampler
+
+    sampler = ScenarioSampler.from_spec(sampler_spec(cfg))
+    rng = np.random.default_rng(seed)
+    layout = ActionLayout.make(ActionMode.FIT, limits.max_jobs, limits.max_gpus)
+    store: dict[str, list[np.ndarray]] = {key: [] for key in (*INPUTS, "action_mask")}
+    actions, returns = [], []
+    agree = 0
+    for _ in tqdm(range(cfg.imitation.dagger_episodes), desc="DAgger data", mininterval=5):
+        ep = Episode(sampler.draw(rng), layout)
+        scale = reward_scale(ep)
+        enc = Encoder(ep, limits, scale)
+        rewards = []
+        while not ep.done:
+            obs = enc.observe()
+            for key in store:
+                store[key].append(obs[key])
+            label = teacher_label(ep)
+            mask = obs["action_mask"][None].astype(bool)
+            chosen, _ = model.predict({k: v[None] for k, v in obs.items()}, action_masks=mask, deterministic=True)
+            action = int(chosen[0])
+            agree += action == label
+            actions.append(label)
+            rewards.append(ep.step(action) / scale)
+        returns.extend(np.cumsum(rewards[::-1])[::-1].tolist())
+    data = {key: np.stack(v) for key, v in store.items()}
+    data["actions"] = np.array(actions, dtype=np.int64)
+    data["returns"] = np.array(returns, dtype=np.float32)
+    return data, agree / max(1, len(actions))
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -620,9 +730,18 @@ def train(
                     np.savez(cached, **data)
                 writer = SummaryWriter(str(run_dir / "tb" / "imitation"))
                 imitate(model, data, cfg, writer, cfg.seed, progress)
+                summary["imitation_samples"] = int(data["actions"].shape[0])
+                # DAgger: the policy plays, greedy labels what it reaches, the policy refits on everything so far
+                for rnd in range(cfg.imitation.dagger_rounds):
+                    new, agreement = dagger_dataset(model, cfg, limits, cfg.seed + 1000 + rnd)
+                    writer.add_scalar("dagger/agreement", agreement, rnd)
+                    print(f"DAgger round {rnd + 1}: policy agreed with greedy on {agreement:.1%} of its states")
+                    data = {key: np.concatenate([data[key], new[key]]) for key in data}
+                    imitate(model, data, cfg, writer, cfg.seed + rnd + 1, progress, epochs=cfg.imitation.dagger_epochs)
+                    summary.setdefault("dagger_agreement", []).append(agreement)
                 writer.close()
                 model.save(imitation_file)
-                summary["imitation_samples"] = int(data["actions"].shape[0])
+                summary["imitation_samples_with_dagger"] = int(data["actions"].shape[0])
                 summary["imitation_seconds"] = time.perf_counter() - t0
 
     instances = eval_instances(cfg)

@@ -351,7 +351,7 @@ def rolling(
         replanned = t % replan_every == 0
         if replanned:
             ahead = corrector.forecast(forecast, real, t, G)
-            state = _state(scenario, t, started, curves, ahead, reveal)
+            state = state_at(scenario, t, started, curves, ahead, reveal)
             decision = decide(state, scheduler, options)
             solve_ms = decision.plan.solve_ms if decision.plan.solve_ms is not None else 0.0
             if check:
@@ -405,7 +405,7 @@ def rolling(
     return Simulation("rolling", scheduler, scenario, actual, executed, metrics, records, len(times), times)
 
 
-def _state(
+def state_at(
     scenario: Scenario,
     now: int,
     started: Mapping[str, tuple[int, tuple[int, ...]]],
