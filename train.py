@@ -723,7 +723,8 @@ def train(
             else:
                 t0 = time.perf_counter()
                 cached = run_dir / "imitation_data.npz"
-                if resume and cached.exists():
+                summary["imitation_data_cached"] = bool(resume and cached.exists())
+                if summary["imitation_data_cached"]:
                     data = dict(np.load(cached))
                 else:
                     data = teacher_dataset(cfg, limits, cfg.seed + 1)
@@ -782,7 +783,7 @@ def train(
             seed=cfg.seed,
             steps=int(chosen.num_timesteps),
             evaluation={"instances": "eval.instances_per_family per family, seeds from eval.seed", **best_eval},
-            extra={"training": {k: v for k, v in summary.items() if k != "history"}},
+            extra={"training": summary},  # with the evaluation history (a few dozen numbers)
         )
         summary["export"] = {"path": cfg.export, "steps": card["training_steps"]}
     summary["seconds"] = time.perf_counter() - started

@@ -25,7 +25,6 @@ quality of service only when the machine is quiet.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -202,32 +201,35 @@ def generalisation(policy: Path, instances: int, samples: int, best_time: float)
 def training_section(policy: Path) -> list[str]:
     card = ppo.load_policy(policy).card
     info = card.get("training", {})
-    run_dir = Path((card.get("config") or {}).get("run_dir", "runs/default"))
     lines = [
         f"- Policy: `{policy.relative_to(ROOT) if policy.is_relative_to(ROOT) else policy}`, "
         f"seed {card.get('seed')}, PPO steps {card.get('training_steps')} (the best evaluation's checkpoint), "
         f"{card['network']['parameters']} parameters, file {policy.stat().st_size / 1024:.0f} KiB.",
-        f"- Device: {info.get('device')}; imitation: {info.get('imitation_samples')} teacher decisions in "
-        f"{_fmt(info.get('imitation_seconds'))} s (data and fitting); PPO: {info.get('ppo_steps')} steps in "
-        f"{_fmt(info.get('ppo_seconds'))} s, {_fmt(info.get('steps_per_second'))} steps/s.",
+        f"- Device: {info.get('device')}; imitation: {info.get('imitation_samples')} teacher decisions"
+        + (
+            f", {info['imitation_samples_with_dagger']} after {len(info.get('dagger_agreement', []))} DAgger rounds "
+            f"(agreement on the policy's own states {', '.join(f'{a:.0%}' for a in info.get('dagger_agreement', []))})"
+            if info.get("imitation_samples_with_dagger")
+            else ""
+        )
+        + f"; {_fmt(info.get('imitation_seconds'))} s for "
+        + ("fitting (demonstrations from the run's cache)" if info.get("imitation_data_cached") else "data and fitting")
+        + f"; PPO: {info.get('ppo_steps')} steps in {_fmt(info.get('ppo_seconds'))} s, "
+        f"{_fmt(info.get('steps_per_second'))} steps/s.",
     ]
-    summary = run_dir / "summary.json"
-    if not summary.is_absolute():
-        summary = ROOT / summary
-    if summary.exists():
-        history = json.loads(summary.read_text()).get("history", [])
-        if history:
-            lines += [
-                "",
-                "Training-time evaluation (most likely action, fixed instances, mean over families):",
-                "",
-                "| PPO steps | ppo / greedy | ppo / FIFO | below FIFO |",
-                "| ---: | ---: | ---: | ---: |",
-            ]
-            lines += [
-                f"| {h['steps']} | {h['mean_vs_greedy']:.3f} | {h['mean_vs_fifo']:.3f} | {int(h['below_fifo'])} |"
-                for h in history
-            ]
+    history = info.get("history") or []  # the card holds the training-time evaluations
+    if history:
+        lines += [
+            "",
+            "Training-time evaluation (most likely action, fixed instances, mean over families):",
+            "",
+            "| PPO steps | ppo / greedy | ppo / FIFO | below FIFO |",
+            "| ---: | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {h['steps']} | {h['mean_vs_greedy']:.3f} | {h['mean_vs_fifo']:.3f} | {int(h['below_fifo'])} |"
+            for h in history
+        ]
     return lines
 
 
