@@ -238,6 +238,19 @@ def test_shipped_policy_plans_every_benchmark_family():
 
 
 @pytest.mark.skipif(not ppo.DEFAULT_POLICY.is_file(), reason="no shipped policy yet")
+def test_shipped_policy_was_trained_with_the_documented_config():
+    """The README's command (train.py --config configs/train/default.yaml) is the config in the card."""
+    import dataclasses
+
+    import train
+
+    card = json.loads(ppo.DEFAULT_POLICY.with_suffix(".json").read_text())
+    config = dataclasses.asdict(train.load_config(ROOT / "configs" / "train" / "default.yaml"))
+    assert card["config"] == config
+    assert card["seed"] == config["seed"] and card["config"]["export"] == "policies/default.onnx"
+
+
+@pytest.mark.skipif(not ppo.DEFAULT_POLICY.is_file(), reason="no shipped policy yet")
 def test_full_mode_takes_the_better_hint():
     from agents import full
 
