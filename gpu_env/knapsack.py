@@ -16,14 +16,13 @@ instance's optimum.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_env.scenario import Job, JobType, Scenario, ScenarioError, _Reader, scenario_from_dict
+from gpu_env.scenario import Job, JobType, Scenario, _Reader, parse_file, scenario_from_dict
 
 
 @dataclass(frozen=True)
@@ -109,16 +108,7 @@ def load_knapsack(path: str | os.PathLike[str]) -> KnapsackInstance:
     """
     path = Path(path)
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(source, "<file>", "no such file") from None
-    except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-        raise ScenarioError(source, "<file>", f"cannot read: {exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(source, f"<line {exc.lineno}>", f"invalid JSON: {exc.msg}") from None
+    data = parse_file(path, json_only=True)
     return knapsack_from_dict(data, source)
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpu_env.scenario import ScenarioError, _Reader, write_text_atomic
+from gpu_env.scenario import _Reader, parse_file, write_text_atomic
 
 if TYPE_CHECKING:
     from gpu_env.metrics import Metrics
@@ -123,16 +123,7 @@ class Plan:
             ScenarioError: The file is missing, not JSON, or mis-shaped.
         """
         path = Path(path)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ScenarioError(str(path), "<file>", "no such file") from None
-        except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
-            raise ScenarioError(str(path), "<file>", f"cannot read: {exc}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ScenarioError(str(path), f"<line {exc.lineno}>", f"invalid JSON: {exc.msg}") from None
+        data = parse_file(path, json_only=True)
         return cls.from_dict(data, str(path))
 
     def curve(self, app: str, slots: int) -> np.ndarray:

@@ -387,7 +387,12 @@ def _read_jobs(r: _Reader, value: Any, gpus: int, node_size: int, slots: int) ->
     return jobs
 
 
-def _parse_file(path: Path) -> Any:
+def parse_file(path: Path, json_only: bool = False) -> Any:
+    """The data of a JSON (by suffix, or always with ``json_only``) or YAML (``safe_load``) file.
+
+    Raises:
+        ScenarioError: The file is missing, unreadable or not valid JSON/YAML (naming the file and line).
+    """
     source = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -395,7 +400,7 @@ def _parse_file(path: Path) -> Any:
         raise ScenarioError(source, "<file>", "no such file") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ScenarioError(source, "<file>", f"cannot read: {exc}") from None
-    if path.suffix.lower() == ".json":
+    if json_only or path.suffix.lower() == ".json":
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
@@ -416,7 +421,7 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         ScenarioError: The file is missing, unparsable or breaks SPEC section 1.
     """
     path = Path(path)
-    return scenario_from_dict(_parse_file(path), str(path))
+    return scenario_from_dict(parse_file(path), str(path))
 
 
 def dump_scenario(scenario: Scenario) -> str:
