@@ -308,7 +308,6 @@ def teacher_actions(episode: Any, reference: Any, least_overlap: bool = True) ->
     on the lowest-index rule); then ADVANCE.
     """
     sc = episode.scenario
-    layout = episode.layout
     index = {job.id: i for i, job in enumerate(sc.jobs)}
     row_of = {int(r): n for n, r in enumerate(episode.rows)}
     target = {}
@@ -318,22 +317,29 @@ def teacher_actions(episode: Any, reference: Any, least_overlap: bool = True) ->
             target[row_of[i]] = (p.start, p.gpus[0])
     actions = []
     while not episode.done:
-        now = np.flatnonzero(episode.now)
-        due = sorted((r for r in now if r in target and target[r][0] <= episode.clock), key=lambda r: target[r])
-        if due:
-            row = int(due[0])
-            options = episode.options()[row]
-            same = np.flatnonzero(options == target[row][1])
-            if same.size:
-                option = int(same[0])
-            else:
-                option = _least_overlap(episode, row, options, target) if least_overlap else 0
-            action = layout.encode(row, option)
-        else:
-            action = layout.advance
+        action = _teacher_action(episode, target, least_overlap)
         episode.step(action)
         actions.append(action)
     return actions
+
+
+def _teacher_action(episode: Any, target: dict[int, tuple[int, int]], least_overlap: bool = True) -> int:
+    """The teacher's action now, given its (start, first GPU) per row: a due row that can start now, else ADVANCE.
+
+    Due rows (reference start at or before the clock) are taken earliest start first, then lowest first GPU.
+    """
+    now = np.flatnonzero(episode.now)
+    due = sorted((r for r in now if r in target and target[r][0] <= episode.clock), key=lambda r: target[r])
+    if not due:
+        return episode.layout.advance
+    row = int(due[0])
+    options = episode.options()[row]
+    same = np.flatnonzero(options == target[row][1])
+    if same.size:
+        option = int(same[0])
+    else:
+        option = _least_overlap(episode, row, options, target) if least_overlap else 0
+    return episode.layout.encode(row, option)
 
 
 def _least_overlap(episode: Any, row: int, options: np.ndarray, target: dict[int, tuple[int, int]]) -> int:
@@ -352,6 +358,34 @@ def _least_overlap(episode: Any, row: int, options: np.ndarray, target: dict[int
     return best[1]
 
 
+class _Demonstrations:
+    """Observations, masks, labels and returns-to-go, gathered episode by episode (the datasets' keys)."""
+
+    def __init__(self) -> None:
+        from agents.ppo import INPUTS
+
+        self.store: dict[str, list[np.ndarray]] = {key: [] for key in (*INPUTS, "action_mask")}
+        self.actions: list[int] = []
+        self.returns: list[float] = []
+
+    def add(self, obs: dict[str, np.ndarray], label: int) -> None:
+        """One state and the teacher's label for it."""
+        for key, rows in self.store.items():
+            rows.append(obs[key])
+        self.actions.append(label)
+
+    def end_episode(self, rewards: list[float]) -> None:
+        """The rewards of the episode's steps, in order (one per state added since the last call)."""
+        self.returns.extend(np.cumsum(rewards[::-1])[::-1].tolist())
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Everything as stacked arrays, plus ``actions`` and ``returns``."""
+        data = {key: np.stack(rows) for key, rows in self.store.items()}
+        data["actions"] = np.array(self.actions, dtype=np.int64)
+        data["returns"] = np.array(self.returns, dtype=np.float32)
+        return data
+
+
 def teacher_dataset(cfg: TrainConfig, limits: Any, seed: int) -> dict[str, np.ndarray]:
     """Observations, teacher actions, masks and returns-to-go from ``imitation.episodes`` fresh scenarios.
 
@@ -362,7 +396,7 @@ def teacher_dataset(cfg: TrainConfig, limits: Any, seed: int) -> dict[str, np.nd
     from tqdm import tqdm
 
     from agents import greedy
-    from agents.ppo import INPUTS, reward_scale
+    from agents.ppo import reward_scale
     from gpu_env.episode import ActionLayout, ActionMode, Episode
     from gpu_env.observation import Encoder
     from gpu_env.sampler import ScenarioSampler
@@ -370,8 +404,7 @@ def teacher_dataset(cfg: TrainConfig, limits: Any, seed: int) -> dict[str, np.nd
     sampler = ScenarioSampler.from_spec(sampler_spec(cfg))
     rng = np.random.default_rng(seed)
     layout = ActionLayout.make(ActionMode.FIT, limits.max_jobs, limits.max_gpus)
-    store: dict[str, list[np.ndarray]] = {key: [] for key in (*INPUTS, "action_mask")}
-    actions, returns = [], []
+    demos = _Demonstrations()
     for _ in tqdm(range(cfg.imitation.episodes), desc="imitation data", mininterval=5):
         sc = sampler.draw(rng)
         reference = greedy.plan(sc)
@@ -386,16 +419,10 @@ def teacher_dataset(cfg: TrainConfig, limits: Any, seed: int) -> dict[str, np.nd
         enc = Encoder(ep, limits, scale)
         rewards = []
         for action in best[1]:
-            obs = enc.observe()
-            for key in store:
-                store[key].append(obs[key])
-            actions.append(action)
+            demos.add(enc.observe(), action)
             rewards.append(ep.step(action) / scale)
-        returns.extend(np.cumsum(rewards[::-1])[::-1].tolist())
-    data = {key: np.stack(v) for key, v in store.items()}
-    data["actions"] = np.array(actions, dtype=np.int64)
-    data["returns"] = np.array(returns, dtype=np.float32)
-    return data
+        demos.end_episode(rewards)
+    return demos.arrays()
 
 
 def imitate(
@@ -478,15 +505,7 @@ def teacher_label(episode: Any) -> int:
         row = row_of.get(index.get(p.job, -1))
         if row is not None and not episode.placed[row]:
             target[row] = (clock + p.start, p.gpus[0])
-    now = set(np.flatnonzero(episode.now).tolist())
-    due = sorted((r for r, (start, _) in target.items() if start <= clock and r in now), key=lambda r: target[r])
-    if not due:
-        return episode.layout.advance
-    row = int(due[0])
-    options = episode.options()[row]
-    same = np.flatnonzero(options == target[row][1])
-    option = int(same[0]) if same.size else _least_overlap(episode, row, options, target)
-    return episode.layout.encode(row, option)
+    return _teacher_action(episode, target)
 
 
 def dagger_dataset(model: Any, cfg: TrainConfig, limits: Any, seed: int) -> tuple[dict[str, np.ndarray], float]:
@@ -500,7 +519,7 @@ def dagger_dataset(model: Any, cfg: TrainConfig, limits: Any, seed: int) -> tupl
     """
     from tqdm import tqdm
 
-    from agents.ppo import INPUTS, reward_scale
+    from agents.ppo import reward_scale
     from gpu_env.episode import ActionLayout, ActionMode, Episode
     from gpu_env.observation import Encoder
     from gpu_env.sampler import ScenarioSampler
@@ -508,8 +527,7 @@ def dagger_dataset(model: Any, cfg: TrainConfig, limits: Any, seed: int) -> tupl
     sampler = ScenarioSampler.from_spec(sampler_spec(cfg))
     rng = np.random.default_rng(seed)
     layout = ActionLayout.make(ActionMode.FIT, limits.max_jobs, limits.max_gpus)
-    store: dict[str, list[np.ndarray]] = {key: [] for key in (*INPUTS, "action_mask")}
-    actions, returns = [], []
+    demos = _Demonstrations()
     agree = 0
     for _ in tqdm(range(cfg.imitation.dagger_episodes), desc="DAgger data", mininterval=5):
         ep = Episode(sampler.draw(rng), layout)
@@ -518,20 +536,15 @@ def dagger_dataset(model: Any, cfg: TrainConfig, limits: Any, seed: int) -> tupl
         rewards = []
         while not ep.done:
             obs = enc.observe()
-            for key in store:
-                store[key].append(obs[key])
             label = teacher_label(ep)
+            demos.add(obs, label)
             mask = obs["action_mask"][None].astype(bool)
             chosen, _ = model.predict({k: v[None] for k, v in obs.items()}, action_masks=mask, deterministic=True)
             action = int(chosen[0])
             agree += action == label
-            actions.append(label)
             rewards.append(ep.step(action) / scale)
-        returns.extend(np.cumsum(rewards[::-1])[::-1].tolist())
-    data = {key: np.stack(v) for key, v in store.items()}
-    data["actions"] = np.array(actions, dtype=np.int64)
-    data["returns"] = np.array(returns, dtype=np.float32)
-    return data, agree / max(1, len(actions))
+        demos.end_episode(rewards)
+    return demos.arrays(), agree / max(1, len(demos.actions))
 
 
 # ----------------------------------------------------------------------------- evaluation
