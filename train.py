@@ -579,7 +579,7 @@ def eval_instances(cfg: TrainConfig) -> list[EvalInstance]:
 
                 plan = run_scheduler("full", sc, PlanOptions(time_limit=cfg.eval.optimum_time_limit))
                 best = max(best, plan.metrics.objective)
-                proven = plan.extra.get("status") == "optimal"
+                proven = plan.info.get("status") == "optimal"
             out.append(EvalInstance(family, sc, fifo, greedy, best, proven))
     return out
 

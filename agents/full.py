@@ -10,7 +10,7 @@ and proving a bound. The plan returned is never worse than the hint: when
 CP-SAT ends without a better plan, the hint itself is returned.
 
 >>> from gpu_env.generators import generate
->>> plan(generate("training-heavy", seed=0)).extra["status"]
+>>> plan(generate("training-heavy", seed=0)).info["status"]
 'optimal'
 """
 
@@ -98,7 +98,7 @@ def solve(
         chosen.metrics = compute_metrics(scenario, chosen)
         bound = None if result.bound is None else max(result.bound, hint_objective)
         result.status, result.plan, result.objective, result.bound = status, chosen, hint_objective, bound
-        chosen.extra = cpsat.plan_extra(status, bound, result.gap)
+        chosen.info = cpsat.plan_info(status, bound, result.gap)
     result.runtime = time.perf_counter() - started
     return result
 
@@ -124,7 +124,7 @@ def _hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> tuple[s
 def plan(scenario: Scenario, options: PlanOptions | None = None, hint_source: str = DEFAULT_HINT_SOURCE) -> Plan:
     """Full mode as a scheduler: ``hint_source``'s plan improved by CP-SAT within ``options.time_limit``.
 
-    ``plan.extra`` holds the solver status, the proven bound and the optimality gap.
+    ``plan.info`` holds the solver status, the proven bound and the optimality gap.
     """
     options = options or PlanOptions()
     result = solve(

@@ -283,7 +283,7 @@ def plan(
         samples: Rollouts in the batch (1: only the most likely action at each step).
         guard: Also compute FIFO's plan (well under a millisecond) and return it
             when it is worth more than every rollout, so that the learned mode is
-            never below the baseline; ``plan.extra["guard"]`` says whether it fired.
+            never below the baseline; ``plan.info["guard"]`` says whether it fired.
 
     Raises:
         PolicyError: The policy file is missing, corrupt, or does not match the environment.
@@ -302,5 +302,5 @@ def plan(
             result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.realtime))
             result.metrics = baseline.metrics
             fired = True
-    result.extra = {"policy": policy.path.name, "samples": len(objectives), "guard": fired}
+    result.info = {"policy": policy.path.name, "samples": len(objectives), "guard": fired}
     return result

@@ -70,7 +70,7 @@ def ppo_objective(sc: Scenario, policy: Path, samples: int, guard: bool) -> tupl
     problems = validate(sc, plan)
     if problems:
         raise RuntimeError(f"ppo plan invalid on {sc.name}: {problems[0]}")
-    return plan.metrics.objective, plan.extra["guard"]
+    return plan.metrics.objective, plan.info["guard"]
 
 
 def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: float) -> Row:

@@ -107,7 +107,7 @@ def test_plans_validate_on_every_family(exported, family):
     _, _, path = exported
     sc = generate(family, seed=7)
     plan = ppo.plan(sc, PlanOptions(policy=path), samples=3, guard=False)  # the policy's own plans
-    assert plan.scheduler == "ppo" and plan.extra["guard"] is False
+    assert plan.scheduler == "ppo" and plan.info["guard"] is False
     assert validate(sc, plan) == []
     assert plan.metrics.objective == pytest.approx(plan.metrics.job_value - _penalty(sc, plan))
     assert validate(sc, run_scheduler("ppo", sc, PlanOptions(policy=path))) == []
@@ -124,7 +124,7 @@ def test_fifo_guard_keeps_the_baseline(exported):
         baseline = run_scheduler("fifo", sc).metrics.objective
         assert guarded.metrics.objective == pytest.approx(max(raw.metrics.objective, baseline))
         assert validate(sc, guarded) == []
-        fired += guarded.extra["guard"]
+        fired += guarded.info["guard"]
     assert fired > 0
 
 
