@@ -134,7 +134,7 @@ class TrainConfig:
     checkpoint_every: int = 10_000
     """Environment steps between checkpoints."""
     run_dir: str = "runs/default"
-    export: str = "policies/default.onnx"
+    export: str = "agents/policies/default.onnx"
     """Where the final policy is exported (its card beside it, .json)."""
     scenarios: ScenarioConfig = field(default_factory=ScenarioConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)

@@ -160,7 +160,7 @@ class Result:
 
     Attributes:
         status: What was proved about ``plan``.
-        plan: The best plan found (metrics and ``extra`` filled), or None when none was found.
+        plan: The best plan found (metrics and ``info`` filled), or None when none was found.
         objective: The plan's objective, recomputed exactly by ``compute_metrics`` (None without a plan).
         bound: A proven upper bound on the optimum objective (None when the solver gave none).
         runtime: Seconds spent in the call, model building included.

@@ -1,6 +1,6 @@
 """Benchmarks of the learned fast mode: quality per family, latency, generalisation, training cost.
 
-    .venv/bin/python benchmarks/ppo_benchmarks.py [--policy policies/default.onnx] [--instances 50]
+    .venv/bin/python benchmarks/ppo_benchmarks.py [--policy agents/policies/default.onnx] [--instances 50]
         [--best-time-limit 2] [--repeats 50] [--samples 1,4]
 
 Writes ``benchmarks/results/ppo.md``:
