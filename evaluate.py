@@ -326,7 +326,7 @@ def run_evaluation(
 
 def gap(plan: Plan) -> float | None:
     """The optimality gap ``(bound - objective) / |bound|`` when the plan carries a bound, else None."""
-    bound = plan.extra.get("bound")
+    bound = plan.info.get("bound")
     if not isinstance(bound, int | float) or isinstance(bound, bool) or plan.metrics is None:
         return None
     objective = plan.metrics.objective
@@ -390,9 +390,9 @@ def result_rows(evaluation: Evaluation) -> list[dict[str, Any]]:
             row["objective_vs_fifo_pct"] = vs
             row["utilization_vs_fifo_pts"] = pts
             g = gap(plan) if plan is not None else None
-            row["bound"] = plan.extra.get("bound") if plan is not None else None
+            row["bound"] = plan.info.get("bound") if plan is not None else None
             row["gap"] = None if g is None else (round(g, 6) if math.isfinite(g) else "inf")
-            row["status"] = plan.extra.get("status") if plan is not None else None
+            row["status"] = plan.info.get("status") if plan is not None else None
             rows.append(row)
     return rows
 
@@ -627,7 +627,7 @@ def _report_scenario(evaluation: Evaluation, result: ScenarioResult, rows: Seque
         "",
     ]
     with_gap = any(
-        o.plan is not None and "bound" in o.plan.extra for r in evaluation.results for o in r.outcomes.values()
+        o.plan is not None and "bound" in o.plan.info for r in evaluation.results for o in r.outcomes.values()
     )
     header = [
         "scheduler",

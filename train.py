@@ -134,7 +134,7 @@ class TrainConfig:
     checkpoint_every: int = 10_000
     """Environment steps between checkpoints."""
     run_dir: str = "runs/default"
-    export: str = "policies/default.onnx"
+    export: str = "agents/policies/default.onnx"
     """Where the final policy is exported (its card beside it, .json)."""
     scenarios: ScenarioConfig = field(default_factory=ScenarioConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
@@ -579,7 +579,7 @@ def eval_instances(cfg: TrainConfig) -> list[EvalInstance]:
 
                 plan = run_scheduler("full", sc, PlanOptions(time_limit=cfg.eval.optimum_time_limit))
                 best = max(best, plan.metrics.objective)
-                proven = plan.extra.get("status") == "optimal"
+                proven = plan.info.get("status") == "optimal"
             out.append(EvalInstance(family, sc, fifo, greedy, best, proven))
     return out
 

@@ -160,7 +160,7 @@ class Result:
 
     Attributes:
         status: What was proved about ``plan``.
-        plan: The best plan found (metrics and ``extra`` filled), or None when none was found.
+        plan: The best plan found (metrics and ``info`` filled), or None when none was found.
         objective: The plan's objective, recomputed exactly by ``compute_metrics`` (None without a plan).
         bound: A proven upper bound on the optimum objective (None when the solver gave none).
         runtime: Seconds spent in the call, model building included.
@@ -918,11 +918,11 @@ def solve(
     runtime = time.perf_counter() - started
     result = Result(status, plan, objective, bound, runtime, trace.points, m.scale, dtime)
     if plan is not None:
-        plan.extra = plan_extra(result.status, bound, result.gap)
+        plan.info = plan_info(result.status, bound, result.gap)
     return result
 
 
-def plan_extra(status: Status, bound: float | None, gap: float | None) -> dict[str, Any]:
+def plan_info(status: Status, bound: float | None, gap: float | None) -> dict[str, Any]:
     """What a plan stores about its proof: ``{"status", "bound", "gap"}``."""
     return {
         "status": status.value,
@@ -943,7 +943,7 @@ def fallback_plan(scenario: Scenario, scheduler: str) -> Plan:
 def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     """The exact mode as a scheduler: the best plan CP-SAT finds within ``options.time_limit``.
 
-    ``plan.extra`` holds the solver status, the proven bound and the optimality gap.
+    ``plan.info`` holds the solver status, the proven bound and the optimality gap.
     When no plan is found in time, the plan holds only the inherited jobs (status "unknown").
     """
     options = options or PlanOptions()
@@ -952,5 +952,5 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
         return result.plan
     fallback = fallback_plan(scenario, "cpsat")
     objective = compute_metrics(scenario, fallback).objective
-    fallback.extra = plan_extra(result.status, result.bound, optimality_gap(objective, result.bound))
+    fallback.info = plan_info(result.status, result.bound, optimality_gap(objective, result.bound))
     return fallback

@@ -9,14 +9,21 @@ solution of known objective and spends the rest of the time limit improving it
 and proving a bound. The plan returned is never worse than the hint: when
 CP-SAT ends without a better plan, the hint itself is returned.
 
+A fallback is never silent: when ``"auto"`` cannot run a source (no loadable
+policy for ``ppo``), one line on stderr says which hint was used and why, and
+``plan.info["hint"]`` records the hint's scheduler, every candidate's objective
+and the ``fallback`` reason.
+
 >>> from gpu_env.generators import generate
->>> plan(generate("training-heavy", seed=0)).extra["status"]
+>>> plan(generate("training-heavy", seed=0)).info["status"]
 'optimal'
 """
 
 from __future__ import annotations
 
+import sys
 import time
+from typing import Any
 
 from agents import cpsat
 from agents.options import PlanOptions
@@ -63,18 +70,20 @@ def solve(
         use_cutoff: Require CP-SAT's plans to reach the plan's objective (a constraint).
 
     Returns:
-        The result; its plan is the better of CP-SAT's best plan and the hint. The
-        trace starts with the hint (its bound is infinite: nothing is proved yet).
+        The result; its plan is the better of CP-SAT's best plan and the hint, and
+        its ``info`` holds the solver's status, bound and gap and, under ``"hint"``,
+        :func:`choose_hint`'s record. The trace starts with the hint (its bound is
+        infinite: nothing is proved yet).
 
     Raises:
         InvalidHintError: The hint scheduler's plan breaks a rule.
     """
     started = time.perf_counter()
     options = options or PlanOptions(time_limit=time_limit, seed=seed, workers=workers)
-    hint_source, hint = _hint(scenario, hint_source, options)
+    hint, record = choose_hint(scenario, hint_source, options)
     problems = validate(scenario, hint)
     if problems:
-        raise InvalidHintError(f"{hint_source} returned an invalid plan: {problems[0]}")
+        raise InvalidHintError(f"{record['scheduler']} returned an invalid plan: {problems[0]}")
     hint_objective = compute_metrics(scenario, hint).objective
     hint_point = cpsat.TracePoint(time.perf_counter() - started, hint_objective, float("inf"))
     result = cpsat.solve(
@@ -98,33 +107,62 @@ def solve(
         chosen.metrics = compute_metrics(scenario, chosen)
         bound = None if result.bound is None else max(result.bound, hint_objective)
         result.status, result.plan, result.objective, result.bound = status, chosen, hint_objective, bound
-        chosen.extra = cpsat.plan_extra(status, bound, result.gap)
+        chosen.info = cpsat.plan_info(status, bound, result.gap)
+    if result.plan is not None:
+        result.plan.info["hint"] = record
     result.runtime = time.perf_counter() - started
     return result
 
 
-def _hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> tuple[str, Plan]:
-    """The hint plan and the scheduler that made it; ``"auto"``: the best of ``AUTO_HINT_SOURCES`` that run."""
+def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> tuple[Plan, dict[str, Any]]:
+    """The hint plan and a record of how it was chosen.
+
+    ``"auto"`` runs every scheduler of ``AUTO_HINT_SOURCES`` and keeps the best
+    plan (the first on a tie). A source that cannot run (no loadable policy file,
+    :class:`agents.ppo.PolicyError`, or a missing runtime) is skipped, and the
+    skip is said in one line on stderr.
+
+    Returns:
+        The plan, and ``{"scheduler", "candidates", "info"}``: the source used, the
+        objective of each candidate that ran, the hint plan's own ``info``; with
+        ``"fallback"`` (``"name: reason"`` of each skipped source) when one failed.
+
+    Raises:
+        ImportError, ValueError: No source could run (the last one's error).
+    """
     if hint_source != "auto":
-        return hint_source, get_scheduler(hint_source)(scenario, options)
+        hint = get_scheduler(hint_source)(scenario, options)
+        objective = compute_metrics(scenario, hint).objective
+        return hint, {"scheduler": hint_source, "candidates": {hint_source: round(objective, 6)}, "info": hint.info}
     best: tuple[float, str, Plan] | None = None
+    candidates: dict[str, float] = {}
+    failures: list[str] = []
     for name in AUTO_HINT_SOURCES:
         try:
             candidate = get_scheduler(name)(scenario, options)
-        except (ImportError, ValueError):  # no usable policy file (agents.ppo.PolicyError) or runtime: skip it
+        except (ImportError, ValueError) as exc:  # no usable policy file (agents.ppo.PolicyError) or runtime
             if name == AUTO_HINT_SOURCES[-1] and best is None:
                 raise
+            failures.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
             continue
         objective = compute_metrics(scenario, candidate).objective
+        candidates[name] = round(objective, 6)
         if best is None or objective > best[0] + _EPS:
             best = (objective, name, candidate)
-    return best[1], best[2]
+    assert best is not None  # the last source either ran or raised
+    objective, name, hint = best
+    record: dict[str, Any] = {"scheduler": name, "candidates": candidates, "info": hint.info}
+    if failures:
+        record["fallback"] = "; ".join(failures)
+        print(f"full: hint from {name} (objective {objective:.2f}), fallback: {record['fallback']}", file=sys.stderr)
+    return hint, record
 
 
 def plan(scenario: Scenario, options: PlanOptions | None = None, hint_source: str = DEFAULT_HINT_SOURCE) -> Plan:
     """Full mode as a scheduler: ``hint_source``'s plan improved by CP-SAT within ``options.time_limit``.
 
-    ``plan.extra`` holds the solver status, the proven bound and the optimality gap.
+    ``plan.info`` holds the solver status, the proven bound and the optimality gap,
+    and under ``"hint"`` which scheduler's plan was the hint and why (:func:`choose_hint`).
     """
     options = options or PlanOptions()
     result = solve(

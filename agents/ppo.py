@@ -1,7 +1,9 @@
 """The allocator's learned fast mode: roll out an exported policy (ONNX) on the plain episode, no torch.
 
 The policy file is an ONNX model written by :mod:`agents.export` with a JSON
-card beside it (``default.onnx`` + ``default.json``). Planning loads it with
+card beside it (``default.onnx`` + ``default.json``). The shipped policy is
+package data (``agents/policies/``), found with :mod:`importlib.resources`, so
+an installed wheel plans without the repository. Planning loads it with
 onnxruntime (one thread), drives a :class:`gpu_env.episode.Episode` through its
 :class:`gpu_env.observation.Encoder`, applies the action masks itself and
 decodes the chosen actions; stable-baselines3 and torch are never imported.
@@ -20,10 +22,12 @@ SPEC section 2) and is validated again in the tests.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +52,9 @@ from gpu_env.scenario import Scenario
 ENV_ID = "GpuCluster-v0"
 CARD_FORMAT = "gpualloc-policy/1"
 INPUTS: tuple[str, ...] = ("jobs", "gpus", "slots", "apps", "app_info", "globals")
-DEFAULT_POLICY = Path(__file__).resolve().parent.parent / "policies" / "default.onnx"
+# The shipped policy, package data of ``agents`` (pyproject.toml). pip installs a wheel's files on
+# disk, so the resource is a path there; onnxruntime and the card check read it as a file.
+DEFAULT_POLICY = Path(str(resources.files("agents").joinpath("policies", "default.onnx")))
 DEFAULT_SAMPLES = 8  # rollouts per plan: the most likely one and 7 sampled (measured: benchmarks/results/ppo.md)
 
 
@@ -87,6 +93,7 @@ class LoadedPolicy:
     Attributes:
         path: The ONNX file.
         card: The card's contents.
+        sha256: Hex SHA-256 of the ONNX file (what a plan records, not the machine's path).
         limits: The padded sizes the policy was trained with (observations are
             padded at least to these, so features are scaled as in training).
         logits: Batch of observations -> (B, n_actions) raw logits.
@@ -94,6 +101,7 @@ class LoadedPolicy:
 
     path: Path
     card: dict[str, Any]
+    sha256: str
     limits: Limits
     logits: LogitsFn
 
@@ -110,7 +118,7 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
     """Load (once per file version) an exported policy and check its card against this environment.
 
     Args:
-        path: The ``.onnx`` file; default the shipped ``policies/default.onnx``.
+        path: The ``.onnx`` file; default the shipped ``agents/policies/default.onnx``.
 
     Raises:
         PolicyError: The file or its card is missing or unreadable, or the card's
@@ -128,7 +136,7 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
     _check_spec(card, card_file)
     limits = _card_limits(card, card_file)
     logits = _onnx_logits(onnx_path, card)
-    loaded = LoadedPolicy(onnx_path, card, limits, logits)
+    loaded = LoadedPolicy(onnx_path, card, hashlib.sha256(onnx_path.read_bytes()).hexdigest(), limits, logits)
     _CACHE[key] = loaded
     return loaded
 
@@ -194,6 +202,11 @@ def _onnx_logits(onnx_path: Path, card: dict[str, Any]) -> LogitsFn:
         return session.run([output], {name: obs[key] for name, key in zip(names, INPUTS, strict=True)})[0]
 
     return logits
+
+
+def policy_record(policy: LoadedPolicy) -> dict[str, str]:
+    """What a plan records about the policy that made it: file name and hash, no path of this machine."""
+    return {"file": policy.path.name, "sha256": policy.sha256}
 
 
 # ----------------------------------------------------------------------------- rollouts
@@ -283,7 +296,7 @@ def plan(
         samples: Rollouts in the batch (1: only the most likely action at each step).
         guard: Also compute FIFO's plan (well under a millisecond) and return it
             when it is worth more than every rollout, so that the learned mode is
-            never below the baseline; ``plan.extra["guard"]`` says whether it fired.
+            never below the baseline; ``plan.info["guard"]`` says whether it fired.
 
     Raises:
         PolicyError: The policy file is missing, corrupt, or does not match the environment.
@@ -302,5 +315,5 @@ def plan(
             result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.realtime))
             result.metrics = baseline.metrics
             fired = True
-    result.extra = {"policy": policy.path.name, "samples": len(objectives), "guard": fired}
+    result.info = {"policy": policy_record(policy), "samples": len(objectives), "guard": fired}
     return result

@@ -1,6 +1,6 @@
 """Benchmarks of the learned fast mode: quality per family, latency, generalisation, training cost.
 
-    .venv/bin/python benchmarks/ppo_benchmarks.py [--policy policies/default.onnx] [--instances 50]
+    .venv/bin/python benchmarks/ppo_benchmarks.py [--policy agents/policies/default.onnx] [--instances 50]
         [--best-time-limit 2] [--repeats 50] [--samples 1,4]
 
 Writes ``benchmarks/results/ppo.md``:
@@ -70,7 +70,7 @@ def ppo_objective(sc: Scenario, policy: Path, samples: int, guard: bool) -> tupl
     problems = validate(sc, plan)
     if problems:
         raise RuntimeError(f"ppo plan invalid on {sc.name}: {problems[0]}")
-    return plan.metrics.objective, plan.extra["guard"]
+    return plan.metrics.objective, plan.info["guard"]
 
 
 def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: float) -> Row:

@@ -3,6 +3,10 @@
 A :class:`Plan` reads and writes the plan JSON of the spec. Whether it is valid is
 :func:`gpu_env.validation.validate`'s business; what it is worth is
 :func:`gpu_env.metrics.compute_metrics`'.
+
+Scheduler-specific details (a solver's status and bound, the policy a learned
+scheduler used, the hint full mode started from) live in one JSON object,
+``info``, which the reader keeps as it is without judging its content.
 """
 
 from __future__ import annotations
@@ -20,6 +24,10 @@ from gpu_env.scenario import _Reader, parse_file, write_text_atomic
 if TYPE_CHECKING:
     from gpu_env.metrics import Metrics
     from gpu_env.occupancy import Occupancy
+
+# Plans written before the ``info`` object held the solver's details at the top level;
+# the reader still accepts them there and moves them into ``info`` (SPEC section 2).
+LEGACY_INFO_KEYS = ("status", "bound", "gap")
 
 
 @dataclass(frozen=True)
@@ -41,7 +49,7 @@ class Plan:
     realtime: dict[str, list[int]] = field(default_factory=dict)
     metrics: Metrics | None = None
     solve_ms: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. solver status and bound
+    info: dict[str, Any] = field(default_factory=dict)  # scheduler-specific details, any JSON (SPEC section 2)
 
     @classmethod
     def from_occupancy(cls, occupancy: Occupancy, scheduler: str) -> Plan:
@@ -67,7 +75,7 @@ class Plan:
             data["metrics"] = self.metrics.to_dict()
         if self.solve_ms is not None:
             data["solve_ms"] = round(self.solve_ms, 3)
-        data.update(self.extra)
+        data["info"] = self.info
         return data
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -82,8 +90,8 @@ class Plan:
             ScenarioError: A missing or mistyped field, named with the file.
         """
         r = _Reader(source)
-        allowed = {"scenario", "scheduler", "placements", "realtime", "metrics", "solve_ms"}
-        top = r.mapping(data, "", allowed | {"status", "bound", "gap"}, {"placements"})
+        allowed = {"scenario", "scheduler", "placements", "realtime", "metrics", "solve_ms", "info"}
+        top = r.mapping(data, "", allowed | set(LEGACY_INFO_KEYS), {"placements"})
         placements = []
         raw = top["placements"]
         if not isinstance(raw, list):
@@ -105,14 +113,18 @@ class Plan:
         solve_ms = top.get("solve_ms")
         if solve_ms is not None:
             solve_ms = r.number(solve_ms, "solve_ms")
-        extra = {key: top[key] for key in ("status", "bound", "gap") if key in top}
+        info = top.get("info", {})
+        if not isinstance(info, dict):
+            raise r.fail("info", f"expected a JSON object, got {type(info).__name__}")
+        legacy = {key: top[key] for key in LEGACY_INFO_KEYS if key in top}
+        info = {**legacy, **info}
         return cls(
             scenario=str(top.get("scenario", "")),
             scheduler=str(top.get("scheduler", "")),
             placements=placements,
             realtime=realtime,
             solve_ms=solve_ms,
-            extra=extra,
+            info=info,
         )
 
     @classmethod

@@ -313,10 +313,10 @@ def test_schedulers_return_valid_plans_with_status_bound_gap(name):
     plan = run_scheduler(name, sc, PlanOptions(time_limit=5, workers=1))
     assert_valid(sc, plan)
     assert plan.scheduler == name
-    assert set(plan.extra) == {"status", "bound", "gap"}
-    assert plan.extra["status"] == "optimal" and plan.extra["gap"] < 1e-5
-    assert plan.extra["bound"] >= plan.metrics.objective - 1e-9
-    assert Plan.from_dict(plan.to_dict()).extra == plan.extra
+    assert set(plan.info) == {"status", "bound", "gap"} | ({"hint"} if name == "full" else set())
+    assert plan.info["status"] == "optimal" and plan.info["gap"] < 1e-5
+    assert plan.info["bound"] >= plan.metrics.objective - 1e-9
+    assert Plan.from_dict(plan.to_dict()).info == plan.info
 
 
 @pytest.mark.parametrize("source", ["fifo", "greedy"])
@@ -370,6 +370,6 @@ def test_cli_plan_with_exact_modes(tmp_path, name):
     args = ["plan", str(path), "--scheduler", name, "--time-limit", "5", "--workers", "1", "-o", str(out)]
     assert main(args) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
-    assert data["scheduler"] == name and data["status"] == "optimal"
+    assert data["scheduler"] == name and data["info"]["status"] == "optimal"
     assert data["metrics"]["objective"] == pytest.approx(brute_force(sc), abs=1e-6)
-    assert data["bound"] >= data["metrics"]["objective"] - 1e-6
+    assert data["info"]["bound"] >= data["metrics"]["objective"] - 1e-6

@@ -87,7 +87,7 @@ def _tamper(name, shift_start=False, bound=None, fail=False):
         if shift_start:  # put every job on GPU block 0 at slot 0: overlaps, and starts before release
             plan.placements = [Placement(p.job, 0, tuple(range(len(p.gpus)))) for p in plan.placements]
         if bound is not None:
-            plan.extra = {"bound": bound * plan.metrics.objective, "status": "FEASIBLE"}
+            plan.info = {"bound": bound * plan.metrics.objective, "status": "FEASIBLE"}
         return plan
 
     return fake
