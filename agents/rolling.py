@@ -540,8 +540,8 @@ def write_simulation(
     write_text_atomic(directory / "metrics.json", json.dumps(data, indent=1) + "\n")
     written.append(directory / "metrics.json")
     if picture:
+        from agents.report.rolling_figures import plot_simulation
         from gpu_env.render import save_figure
-        from gpu_env.render_rolling import plot_simulation
 
         written.append(save_figure(plot_simulation(roll, fixed), directory / "simulation.png"))
     return written
@@ -842,8 +842,8 @@ def evaluation_section(
         pooled_table(gains),
     ]
     if figures and summary:
+        from agents.report.rolling_figures import plot_rolling_curve
         from gpu_env.render import save_figure
-        from gpu_env.render_rolling import plot_rolling_curve
 
         path = save_figure(plot_rolling_curve(summary, gains), out / "figures" / "rolling.png")
         parts.append(f"![Realised objective against forecast error]({path.relative_to(out).as_posix()})")

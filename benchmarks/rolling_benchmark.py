@@ -37,9 +37,9 @@ if str(ROOT) not in sys.path:
 from agents import rolling  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import available_schedulers  # noqa: E402
+from agents.report.rolling_figures import plot_rolling_curve  # noqa: E402
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.render import save_figure  # noqa: E402
-from gpu_env.render_rolling import plot_rolling_curve  # noqa: E402
 from gpu_env.scenario import Scenario, load_scenario, write_text_atomic  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
