@@ -1,6 +1,6 @@
 """The allocator's learned fast mode: roll out an exported policy (ONNX) on the plain episode, no torch.
 
-The policy file is an ONNX model written by :mod:`agents.export` with a JSON
+The policy file is an ONNX model written by :mod:`agents.learned.export` with a JSON
 card beside it (``default.onnx`` + ``default.json``). Planning loads it with
 onnxruntime (one thread), drives a :class:`gpu_env.episode.Episode` through its
 :class:`gpu_env.observation.Encoder`, applies the action masks itself and

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.policy_net import INPUTS, ExportModule, JobScorerPolicy
+from agents.learned.network import INPUTS, ExportModule, JobScorerPolicy
 from agents.ppo import CARD_FORMAT, observation_spec
 from gpu_env.observation import Limits
 
@@ -135,7 +135,7 @@ def export_policy(
             "max_apps": limits.max_apps,
         },
         "network": {
-            "class": "agents.policy_net.JobScorer",
+            "class": "agents.learned.network.JobScorer",
             "hidden": policy.features_extractor.net.hidden,
             "value_features": policy.features_extractor.net.value_features,
             "parameters": int(sum(p.numel() for p in policy.parameters())),
