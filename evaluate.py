@@ -138,7 +138,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Planners: every scenario with every scheduler, every plan validated.
     evaluation = run_evaluation(scenarios, schedulers, options, command, show_progress=not args.quiet)
     if args.rolling:  # open loop against rolling re-planning under forecast error, a section of its own
-        from agents.rolling import evaluation_section
+        from agents.report.rolling import evaluation_section
 
         evaluation.sections.append(
             evaluation_section(

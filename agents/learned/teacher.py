@@ -84,8 +84,7 @@ def teacher_label(episode: Any) -> int:
     least (as :func:`teacher_actions`); ADVANCE when greedy starts nothing now
     that the environment allows now.
     """
-    from agents.allocator import decide
-    from agents.rolling import state_at
+    from agents.rolling import decide, state_at
 
     sc = episode.scenario
     clock = episode.clock

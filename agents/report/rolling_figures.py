@@ -101,12 +101,12 @@ def plot_rolling_curve(summary: Sequence[Mapping[str, Any]], pooled: Sequence[Ma
     """Realised objective against forecast error: one panel per scenario, open loop dashed, rolling solid.
 
     Bands are 95 % confidence intervals over seeds. With ``pooled``
-    (:func:`agents.rolling.pooled`) a last panel shows rolling's gain over open
+    (:func:`agents.report.rolling.pooled`) a last panel shows rolling's gain over open
     loop in % pooled over scenarios.
 
     Args:
-        summary: Rows of :func:`agents.rolling.summarise`.
-        pooled: Rows of :func:`agents.rolling.pooled`.
+        summary: Rows of :func:`agents.report.rolling.summarise`.
+        pooled: Rows of :func:`agents.report.rolling.pooled`.
 
     Returns:
         The figure.
