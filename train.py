@@ -48,6 +48,7 @@ from agents.learned.checkpoints import export_best, latest_checkpoint
 from agents.learned.config import ConfigError, TrainConfig, choose_device, load_config
 from agents.learned.imitation import warm_start
 from agents.learned.ppo_training import learn, load_model, make_vec_env, new_model
+from gpu_env.files import write_text_atomic
 
 
 def train(
@@ -63,7 +64,7 @@ def train(
     run_dir = Path(cfg.run_dir)
     ckpt_dir = run_dir / "checkpoints"
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2))
+    write_text_atomic(run_dir / "config.json", json.dumps(dataclasses.asdict(cfg), indent=2))
     started = time.perf_counter()
     summary: dict[str, Any] = {"device": device}
 
@@ -87,7 +88,7 @@ def train(
     if export:
         summary["export"] = export_best(model, cfg, limits, run_dir, summary)
     summary["seconds"] = time.perf_counter() - started
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+    write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2, default=float))
     venv.close()
     return summary
 

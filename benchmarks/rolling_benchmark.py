@@ -39,9 +39,10 @@ from agents.options import PlanOptions  # noqa: E402
 from agents.registry import available_schedulers  # noqa: E402
 from agents.report import rolling as report  # noqa: E402
 from agents.report.rolling_figures import plot_rolling_curve  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.render import save_figure  # noqa: E402
-from gpu_env.scenario import Scenario, load_scenario, write_text_atomic  # noqa: E402
+from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 SIGMAS = (0.0, 0.1, 0.2, 0.3, 0.4)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import tempfile
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from gpu_env.files import atomic_path
 from gpu_env.metrics import Metrics, compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
@@ -286,15 +286,9 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 120) -> Pa
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=dpi, format="png", facecolor="white")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, format="png", facecolor="white")
     finally:
         plt.close(fig)
     return path

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from agents.learned.config import TrainConfig
+from gpu_env.files import write_text_atomic
 
 
 @dataclass
@@ -114,7 +115,7 @@ def make_eval_callback(cfg: TrainConfig, instances: list[EvalInstance], limits: 
             if result["mean_vs_best"] > self.best:
                 self.best = result["mean_vs_best"]
                 self.model.save(run_dir / "best.zip")
-                (run_dir / "best.json").write_text(json.dumps(result, indent=2))
+                write_text_atomic(run_dir / "best.json", json.dumps(result, indent=2))
             return result
 
     return PolicyEval()

@@ -10,6 +10,7 @@ import numpy as np
 
 from agents.learned.config import TrainConfig, sampler_spec
 from agents.learned.teacher import teacher_actions, teacher_label
+from gpu_env.files import atomic_path
 
 
 class _Demonstrations:
@@ -196,7 +197,8 @@ def warm_start(
         data = dict(np.load(cached))
     else:
         data = teacher_dataset(cfg, limits, cfg.seed + 1)
-        np.savez(cached, **data)
+        with atomic_path(cached) as tmp:
+            np.savez(tmp, **data)
     writer = SummaryWriter(str(run_dir / "tb" / "imitation"))
     imitate(model, data, cfg, writer, cfg.seed, progress)
     summary["imitation_samples"] = int(data["actions"].shape[0])

@@ -9,7 +9,7 @@ from pathlib import Path
 from agents.report.evaluation import Evaluation, slugify
 from agents.report.markdown import render_report
 from agents.report.results import result_rows, results_csv
-from gpu_env.scenario import write_text_atomic
+from gpu_env.files import write_text_atomic
 
 
 def write_outputs(evaluation: Evaluation, out: Path, figures: bool = True, show_progress: bool = True) -> Path:

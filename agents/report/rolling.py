@@ -24,7 +24,8 @@ import numpy as np
 from agents.options import PlanOptions
 from agents.report.statistics import mean_ci
 from agents.rolling.simulation import MODES, Simulation, SlotRecord, compare
-from gpu_env.scenario import Scenario, save_scenario, write_text_atomic
+from gpu_env.files import write_text_atomic
+from gpu_env.scenario import Scenario, save_scenario
 from gpu_env.validation import validate
 
 # ----------------------------------------------------------------------------- one simulated day
