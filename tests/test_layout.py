@@ -29,3 +29,16 @@ def test_gpu_env_imports_nothing_from_agents():
         if module == "agents" or module.startswith("agents.")
     ]
     assert offending == []
+
+
+def test_pyproject_lists_every_package():
+    """A package left out of [tool.setuptools] packages would be missing from the wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in ("agents", "gpu_env")
+        for init in (ROOT / top).rglob("__init__.py")
+    }
+    assert found <= listed
