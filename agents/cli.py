@@ -258,6 +258,7 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
 
 def _simulate(args: argparse.Namespace) -> int:
     from agents import rolling
+    from agents.report.rolling import write_simulation
 
     scenario = load_scenario(args.scenario)
     if not math.isfinite(args.forecast_error) or args.forecast_error < 0:
@@ -296,7 +297,7 @@ def _simulate(args: argparse.Namespace) -> int:
     if args.output is None:
         print(json.dumps({**settings, "rolling": roll.summary(), "open_loop": fixed.summary()}, indent=1))
     else:
-        rolling.write_simulation(args.output, roll, fixed, settings, picture=not args.no_picture)
+        write_simulation(args.output, roll, fixed, settings, picture=not args.no_picture)
     r, o = roll.metrics, fixed.metrics
     print(
         f"{args.scheduler} on {scenario.name}, forecast error {args.forecast_error:g}, seed {args.seed}: "

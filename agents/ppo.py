@@ -1,6 +1,6 @@
 """The allocator's learned fast mode: roll out an exported policy (ONNX) on the plain episode, no torch.
 
-The policy file is an ONNX model written by :mod:`agents.export` with a JSON
+The policy file is an ONNX model written by :mod:`agents.learned.export` with a JSON
 card beside it (``default.onnx`` + ``default.json``). The shipped policy is
 package data (``agents/policies/``), found with :mod:`importlib.resources`, so
 an installed wheel plans without the repository. Planning loads it with

@@ -34,9 +34,10 @@ from agents import cpsat, full  # noqa: E402
 from agents.cpsat import Formulation, Result  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env import rules  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.knapsack import load_knapsack, to_scenario  # noqa: E402
-from gpu_env.scenario import Scenario, load_scenario, write_text_atomic  # noqa: E402
+from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"

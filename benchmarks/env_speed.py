@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpu_env.env import GpuClusterEnv
 from gpu_env.episode import ActionLayout, Episode
+from gpu_env.files import write_text_atomic
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
-from gpu_env.scenario import write_text_atomic
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.md"
 TARGET = 20_000  # steps per second at 64 x 30 (the target)

@@ -31,9 +31,9 @@ if str(ROOT) not in sys.path:
 
 from agents import fifo, greedy  # noqa: E402
 from agents.greedy import DEFAULT, FAST, GreedyConfig  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.metrics import compute_metrics  # noqa: E402
-from gpu_env.scenario import write_text_atomic  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
 
 ALL_ORDERINGS = tuple(greedy.ORDERINGS)

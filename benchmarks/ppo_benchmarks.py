@@ -42,8 +42,9 @@ if str(ROOT) not in sys.path:
 from agents import ppo  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
-from gpu_env.scenario import Scenario, load_scenario, write_text_atomic  # noqa: E402
+from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ppo.md"

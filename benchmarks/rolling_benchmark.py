@@ -37,10 +37,12 @@ if str(ROOT) not in sys.path:
 from agents import rolling  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import available_schedulers  # noqa: E402
+from agents.report import rolling as report  # noqa: E402
+from agents.report.rolling_figures import plot_rolling_curve  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.render import save_figure  # noqa: E402
-from gpu_env.render_rolling import plot_rolling_curve  # noqa: E402
-from gpu_env.scenario import Scenario, load_scenario, write_text_atomic  # noqa: E402
+from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results"
 SIGMAS = (0.0, 0.1, 0.2, 0.3, 0.4)
@@ -71,7 +73,7 @@ def run(scenarios, schedulers, sigmas, seeds, **kwargs) -> list[dict]:
 
 def gain_line(rows: list[dict], label: str) -> str:
     cells = []
-    for e in rolling.pooled(rows):
+    for e in report.pooled(rows):
         ci = "" if np.isnan(e["gain_pct_ci"]) else f" ± {e['gain_pct_ci']:.1f}"
         cells.append(f"{e['scheduler']} sigma {e['sigma']:g}: {e['gain_pct']:+.1f} %{ci} ({e['wins']}/{e['pairs']})")
     return f"| {label} | " + "; ".join(cells) + " |"
@@ -150,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{' and '.join(exact)}: sigma {', '.join(f'{x:g}' for x in exact_sigmas)}, {args.exact_seeds} seeds, "
             f"{args.time_limit:g} s per re-plan, {args.open_time_limit:g} s for the open-loop plan"
         )
-    summary = rolling.summarise(rows)
-    gains = rolling.pooled(rows)
+    summary = report.summarise(rows)
+    gains = report.pooled(rows)
     save_figure(plot_rolling_curve(summary, gains), OUT / "rolling.png")
 
     print("2. ablations: greedy at sigma 0.2", file=sys.stderr)
@@ -200,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "In % of each scenario's open-loop objective with an exact forecast; mean ± 95 % CI (t) over "
         "scenario x seed pairs; in brackets the pairs where rolling earned more.",
         "",
-        rolling.pooled_table(gains),
+        report.pooled_table(gains),
         target_line(gains),
         "",
         "![Realised objective against forecast error](rolling.png)",
@@ -220,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Every scenario, planner and sigma",
         "",
-        rolling.markdown_table(summary),
+        report.markdown_table(summary),
     ]
     write_text_atomic(OUT / "rolling.md", "\n".join(doc) + "\n")
     print(f"wrote {OUT / 'rolling.md'} in {elapsed:.0f} s", file=sys.stderr)

@@ -9,11 +9,11 @@ stay idle and do not count as utilisation.
 matplotlib is imported inside the plotting functions (Agg backend), so the text
 grid and the environment's ``ansi`` rendering never load it.
 
->>> from agents.fifo import plan
 >>> from gpu_env.generators import generate
+>>> from gpu_env.plan import Plan
 >>> scenario = generate("training-heavy", seed=0)
->>> print(text_grid(scenario, plan(scenario)).splitlines()[0])  # doctest: +ELLIPSIS
-fifo on training-heavy: 8 GPUs x 24 slots...
+>>> print(text_grid(scenario, Plan(scenario.name, "idle", [], {})).splitlines()[0])  # doctest: +ELLIPSIS
+idle on training-heavy: 8 GPUs x 24 slots...
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import tempfile
 import textwrap
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from gpu_env.files import atomic_path
 from gpu_env.metrics import Metrics, compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
@@ -255,7 +255,7 @@ _STYLE = {
 }
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
     """pyplot, on the Agg backend unless the caller already chose one."""
     import matplotlib
 
@@ -274,7 +274,7 @@ def _styled(function: _F) -> _F:
 
     @functools.wraps(function)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        plt = _pyplot()
+        plt = pyplot()
         with plt.rc_context(_STYLE):
             return function(*args, **kwargs)
 
@@ -286,15 +286,9 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 120) -> Pa
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".png", dir=path.parent)
-    os.close(fd)
     try:
-        fig.savefig(tmp, dpi=dpi, format="png", facecolor="white")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=dpi, format="png", facecolor="white")
     finally:
         plt.close(fig)
     return path
@@ -303,7 +297,8 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 120) -> Pa
 # ----------------------------------------------------------------------------- the allocation grid
 
 
-def _hour_ticks(scenario: Scenario, xmax: float) -> tuple[list[float], list[str]]:
+def hour_ticks(scenario: Scenario, xmax: float) -> tuple[list[float], list[str]]:
+    """Tick positions (slots) and labels (hours) for a time axis from 0 to ``xmax`` slots, at most about 12."""
     hours_per_slot = scenario.slot_minutes / 60.0
     span = xmax * hours_per_slot
     step_h = next((s for s in (0.25, 0.5, 1, 2, 3, 4, 6, 12, 24, 48, 168) if span / s <= 12), 24 * 7 * 4)
@@ -335,7 +330,7 @@ def plot_allocation(
     Returns:
         The axes drawn into.
     """
-    plt = _pyplot()
+    plt = pyplot()
     if ax is None:
         fig = plt.figure(figsize=(_grid_width(scenario), _grid_height(scenario)), layout="constrained")
         ax = fig.add_subplot()
@@ -356,7 +351,7 @@ def plot_allocation(
 
 def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None) -> tuple[list[Any], list[Any]]:
     """Draw the grid into ``ax``; return the job labels (to fit later) and the legend handles."""
-    plt = _pyplot()
+    plt = pyplot()
     from matplotlib.patches import Patch, PathPatch, Rectangle
     from matplotlib.path import Path as MplPath
 
@@ -451,7 +446,7 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
 
     ax.set_xlim(0, xmax)
     ax.set_ylim(0, G)
-    ticks, names = _hour_ticks(scenario, xmax)
+    ticks, names = hour_ticks(scenario, xmax)
     ax.set_xticks(ticks, names)
     ax.set_xlabel("time (h)")
     ystep = next(step for step in (1, 2, 4, 8, 16, 32, 64, 128, G) if G / step <= 16)
@@ -552,7 +547,7 @@ def plot_comparison(scenario: Scenario, plans: Mapping[str, Plan] | Sequence[Pla
     Returns:
         The figure (save it with :func:`save_figure`).
     """
-    plt = _pyplot()
+    plt = pyplot()
     plans = _as_plans(plans)
     if not plans:
         raise ValueError("plot_comparison needs at least one plan")
@@ -590,7 +585,7 @@ def plot_comparison(scenario: Scenario, plans: Mapping[str, Plan] | Sequence[Pla
     right = max(ax.get_xlim()[1] for ax in axes[0])
     for ax in axes[0]:  # the same time axis in both panels
         ax.set_xlim(0, right)
-        ticks, names = _hour_ticks(scenario, right)
+        ticks, names = hour_ticks(scenario, right)
         ax.set_xticks(ticks, names)
     if handles:
         fig.legend(
@@ -617,7 +612,7 @@ def plot_realtime(scenario: Scenario, plans: Mapping[str, Plan] | Sequence[Plan]
     Returns:
         The figure; a note instead of axes when the scenario has no real-time app.
     """
-    plt = _pyplot()
+    plt = pyplot()
     plans = _as_plans(plans)
     apps = scenario.realtime
     if not apps:
@@ -655,7 +650,7 @@ def plot_realtime(scenario: Scenario, plans: Mapping[str, Plan] | Sequence[Plan]
         ax.set_title(f"{a.name}: ramp {a.ramp} GPUs/slot, penalty {a.penalty:g} per unserved GPU-slot")
         ax.grid(axis="y", color="#eeeeee", zorder=0)
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
-    ticks, names = _hour_ticks(scenario, scenario.slots)
+    ticks, names = hour_ticks(scenario, scenario.slots)
     axes[-1, 0].set_xticks(ticks, names)
     axes[-1, 0].set_xlabel("time (h)")
     fig.suptitle(f"{scenario.name}: real-time demand and allocation", fontweight="bold")
@@ -675,7 +670,7 @@ def plot_summary(results: Sequence[Mapping[str, Any]]) -> Figure:
     Returns:
         The figure.
     """
-    plt = _pyplot()
+    plt = pyplot()
     scenarios = list(dict.fromkeys(r["scenario"] for r in results))
     names = list(dict.fromkeys(r["scheduler"] for r in results))
     colours = scheduler_colours(names)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -19,6 +18,8 @@ from typing import Any
 
 import numpy as np
 import yaml
+
+from gpu_env.files import write_text_atomic
 
 
 class JobType(StrEnum):
@@ -436,23 +437,6 @@ def dump_scenario(scenario: Scenario) -> str:
 
     _Dumper.add_representer(list, _list)
     return yaml.dump(scenario.to_dict(), Dumper=_Dumper, sort_keys=False, width=200)
-
-
-def write_text_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write a file so that a reader never sees it half-written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual permissions
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def save_scenario(scenario: Scenario, path: str | os.PathLike[str]) -> None:

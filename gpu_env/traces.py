@@ -40,7 +40,8 @@ from typing import Any
 import numpy as np
 
 from gpu_env import rules
-from gpu_env.scenario import JobType, Scenario, ScenarioError, scenario_from_dict, write_text_atomic
+from gpu_env.files import write_text_atomic
+from gpu_env.scenario import JobType, Scenario, ScenarioError, scenario_from_dict
 
 DEFAULT_TRACES = Path("../shared/traces")  # relative to the repository root, where CI puts the shared copy
 STATS_PATH = Path(__file__).resolve().parent / "data" / "trace_stats.json"

@@ -1,16 +1,24 @@
-"""evaluate.py end to end on small generated scenarios: files, report, exit codes."""
+"""evaluate.py end to end on small generated scenarios: files, report, exit codes.
+
+The script runs in a subprocess as a user runs it; the cases that need a broken
+scheduler run the same steps in-process through :mod:`agents.report`.
+"""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import json
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from agents import registry
+from agents.options import PlanOptions
+from agents.report import evaluation as evaluation_module
+from agents.report.evaluation import exit_status, find_scenarios, load_scenarios, pick_schedulers, run_evaluation
+from agents.report.outputs import write_outputs
 from gpu_env.generators import generate
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import load_scenario, save_scenario
@@ -19,15 +27,18 @@ from gpu_env.validation import validate
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_evaluate():
-    spec = importlib.util.spec_from_file_location("evaluate", ROOT / "evaluate.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["evaluate"] = module  # dataclasses look their module up here
-    spec.loader.exec_module(module)
-    return module
+def run_script(*args: object) -> subprocess.CompletedProcess:
+    """``python evaluate.py ARGS`` from the repository root."""
+    command = [sys.executable, "evaluate.py", *map(str, args)]
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
-evaluate = _load_evaluate()
+def run_in_process(scenarios: Path, schedulers: str, out: Path, figures: bool = False) -> int:
+    """evaluate.py's steps without its argument parsing: load, plan and validate, write, exit status."""
+    loaded = load_scenarios(find_scenarios([scenarios]))
+    evaluation = run_evaluation(loaded, pick_schedulers(schedulers), PlanOptions(), show_progress=False)
+    report = write_outputs(evaluation, out, figures=figures, show_progress=False)
+    return exit_status(evaluation, report)
 
 
 @pytest.fixture
@@ -38,10 +49,10 @@ def scenarios(tmp_path):
     return folder
 
 
-def test_writes_every_file_and_a_report_naming_each_scenario(tmp_path, scenarios, capsys):
+def test_writes_every_file_and_a_report_naming_each_scenario(tmp_path, scenarios):
     out = tmp_path / "out"
-    code = evaluate.main(["--scenarios", str(scenarios), "--schedulers", "fifo", "--out", str(out), "--quiet"])
-    assert code == 0, capsys.readouterr().err
+    result = run_script("--scenarios", scenarios, "--schedulers", "fifo", "--out", out, "--quiet")
+    assert result.returncode == 0, result.stderr
     for name, file in (("small-training", "a.yaml"), ("small-mixed", "b.json")):
         plan_path = out / "plans" / name / "fifo.json"
         data = json.loads(plan_path.read_text())
@@ -64,8 +75,7 @@ def test_writes_every_file_and_a_report_naming_each_scenario(tmp_path, scenarios
 
 def test_numbers_match_the_plans(tmp_path, scenarios):
     out = tmp_path / "out"
-    args = ["--scenarios", str(scenarios / "a.yaml"), "--schedulers", "fifo", "--out", str(out), "--quiet"]
-    assert evaluate.main([*args, "--no-figures"]) == 0
+    assert run_in_process(scenarios / "a.yaml", "fifo", out) == 0
     row = json.loads((out / "results.json").read_text())["results"][0]
     plan = json.loads((out / "plans" / "small-training" / "fifo.json").read_text())
     assert row["objective"] == pytest.approx(plan["metrics"]["objective"])
@@ -95,11 +105,9 @@ def _tamper(name, shift_start=False, bound=None, fail=False):
 
 def test_invalid_plan_is_loud_and_exits_1(tmp_path, scenarios, monkeypatch, capsys):
     monkeypatch.setitem(registry.SCHEDULERS, "broken", "agents.fifo:plan")
-    monkeypatch.setattr(evaluate, "run_scheduler", _tamper("broken", shift_start=True))
+    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("broken", shift_start=True))
     out = tmp_path / "out"
-    args = ["--scenarios", str(scenarios), "--schedulers", "broken", "--out", str(out), "--quiet", "--no-figures"]
-    code = evaluate.main(args)
-    assert code == 1
+    assert run_in_process(scenarios, "broken", out) == 1
     err = capsys.readouterr().err
     assert "invalid" in err and "broken" in err
     report = (out / "report.md").read_text()
@@ -111,10 +119,9 @@ def test_invalid_plan_is_loud_and_exits_1(tmp_path, scenarios, monkeypatch, caps
 
 def test_failing_scheduler_is_reported_and_others_kept(tmp_path, scenarios, monkeypatch, capsys):
     monkeypatch.setitem(registry.SCHEDULERS, "crashy", "agents.fifo:plan")
-    monkeypatch.setattr(evaluate, "run_scheduler", _tamper("crashy", fail=True))
+    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("crashy", fail=True))
     out = tmp_path / "out"
-    args = ["--scenarios", str(scenarios), "--schedulers", "fifo,crashy", "--out", str(out), "--quiet", "--no-figures"]
-    assert evaluate.main(args) == 1
+    assert run_in_process(scenarios, "fifo,crashy", out) == 1
     assert "solver exploded" in capsys.readouterr().err
     report = (out / "report.md").read_text()
     assert "the scheduler failed" in report and "RuntimeError: solver exploded" in report
@@ -124,10 +131,9 @@ def test_failing_scheduler_is_reported_and_others_kept(tmp_path, scenarios, monk
 
 def test_gap_column_when_a_plan_has_a_bound(tmp_path, scenarios, monkeypatch):
     monkeypatch.setitem(registry.SCHEDULERS, "exact", "agents.fifo:plan")
-    monkeypatch.setattr(evaluate, "run_scheduler", _tamper("exact", bound=1.25))
+    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("exact", bound=1.25))
     out = tmp_path / "out"
-    args = ["--scenarios", str(scenarios), "--schedulers", "fifo,exact", "--out", str(out), "--quiet", "--no-figures"]
-    assert evaluate.main(args) == 0
+    assert run_in_process(scenarios, "fifo,exact", out) == 0
     report = (out / "report.md").read_text()
     assert "| gap |" in report
     assert "20.0 % (feasible)" in report  # (1.25 x - x) / 1.25 x
@@ -135,50 +141,43 @@ def test_gap_column_when_a_plan_has_a_bound(tmp_path, scenarios, monkeypatch):
     assert row["gap"] == pytest.approx(0.2)
 
 
-def assert_bad_input(capsys, code, *fragments):
-    assert code == 2
-    err = capsys.readouterr().err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and "Traceback" not in err, err
+def assert_bad_input(result: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     for fragment in fragments:
         assert fragment in lines[0]
 
 
-def test_bad_scenario_file_exits_2_before_writing(tmp_path, scenarios, capsys):
+def test_bad_scenario_file_exits_2_before_writing(tmp_path, scenarios):
     (scenarios / "c.yaml").write_text("name: broken\ncluster: {gpus: 4}\nhorizon: {slots: -2}\n")
     out = tmp_path / "out"
-    code = evaluate.main(["--scenarios", str(scenarios), "--out", str(out), "--quiet"])
-    assert_bad_input(capsys, code, "c.yaml", "horizon.slots")
+    assert_bad_input(run_script("--scenarios", scenarios, "--out", out, "--quiet"), "c.yaml", "horizon.slots")
     assert not out.exists()
 
 
-def test_unknown_scheduler_exits_2(tmp_path, scenarios, capsys):
-    code = evaluate.main(["--scenarios", str(scenarios), "--schedulers", "fifo,psychic", "--out", str(tmp_path / "o")])
-    assert_bad_input(capsys, code, "--schedulers", "'psychic'")
+def test_unknown_scheduler_exits_2(tmp_path, scenarios):
+    result = run_script("--scenarios", scenarios, "--schedulers", "fifo,psychic", "--out", tmp_path / "o")
+    assert_bad_input(result, "--schedulers", "'psychic'")
 
 
-def test_missing_path_and_empty_folder_exit_2(tmp_path, capsys):
-    code = evaluate.main(["--scenarios", str(tmp_path / "nowhere.yaml"), "--out", str(tmp_path / "o")])
-    assert_bad_input(capsys, code, "nowhere.yaml")
+def test_missing_path_and_empty_folder_exit_2(tmp_path):
+    assert_bad_input(run_script("--scenarios", tmp_path / "nowhere.yaml", "--out", tmp_path / "o"), "nowhere.yaml")
     (tmp_path / "empty").mkdir()
-    code = evaluate.main(["--scenarios", str(tmp_path / "empty"), "--out", str(tmp_path / "o")])
-    assert_bad_input(capsys, code, "empty", "no scenario files")
+    result = run_script("--scenarios", tmp_path / "empty", "--out", tmp_path / "o")
+    assert_bad_input(result, "empty", "no scenario files")
 
 
-def test_duplicate_scenario_names_exit_2(tmp_path, scenarios, capsys):
+def test_duplicate_scenario_names_exit_2(tmp_path, scenarios):
     save_scenario(load_scenario(scenarios / "a.yaml"), scenarios / "copy.yaml")
-    code = evaluate.main(["--scenarios", str(scenarios), "--out", str(tmp_path / "o")])
-    assert_bad_input(capsys, code, "small-training")
+    assert_bad_input(run_script("--scenarios", scenarios, "--out", tmp_path / "o"), "small-training")
 
 
-def test_bad_option_exits_2(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exc:
-        evaluate.main(["--time-limit", "0"])
-    assert exc.value.code == 2
-    assert_bad_input(capsys, 2, "--time-limit")
+def test_bad_option_exits_2():
+    assert_bad_input(run_script("--time-limit", "0"), "--time-limit")
 
 
 def test_pick_schedulers_puts_fifo_first():
-    assert evaluate.pick_schedulers("fifo")[0] == "fifo"
-    assert evaluate.pick_schedulers(None)[0] == "fifo"
-    assert set(evaluate.pick_schedulers(None)) == set(registry.available_schedulers())
+    assert pick_schedulers("fifo")[0] == "fifo"
+    assert pick_schedulers(None)[0] == "fifo"
+    assert set(pick_schedulers(None)) == set(registry.available_schedulers())

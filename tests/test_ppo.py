@@ -32,7 +32,7 @@ def tiny_model(families=("training-heavy", "mixed-control", "scale-64x30"), hidd
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from agents.policy_net import JobScorerPolicy
+    from agents.learned.network import JobScorerPolicy
     from gpu_env.env import GpuClusterEnv
 
     torch.manual_seed(0)
@@ -56,7 +56,7 @@ def tiny_model(families=("training-heavy", "mixed-control", "scale-64x30"), hidd
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """(model, limits, onnx path) of a tiny untrained policy exported once for the module."""
-    from agents.export import export_policy
+    from agents.learned.export import export_policy
 
     model, limits = tiny_model()
     path = tmp_path_factory.mktemp("policy") / "tiny.onnx"
@@ -244,10 +244,10 @@ def test_shipped_policy_was_trained_with_the_documented_config():
     """The README's command (train.py --config configs/train/default.yaml) is the config in the card."""
     import dataclasses
 
-    import train
+    from agents.learned.config import load_config
 
     card = json.loads(ppo.DEFAULT_POLICY.with_suffix(".json").read_text())
-    config = dataclasses.asdict(train.load_config(ROOT / "configs" / "train" / "default.yaml"))
+    config = dataclasses.asdict(load_config(ROOT / "configs" / "train" / "default.yaml"))
     assert card["config"] == config
     assert card["seed"] == config["seed"] and card["config"]["export"] == "agents/policies/default.onnx"
 

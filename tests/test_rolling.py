@@ -10,11 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents import allocator, rolling
-from agents.allocator import ClusterState, RunningJob, decide
+from agents import rolling
 from agents.cli import main
 from agents.options import PlanOptions
 from agents.registry import SCHEDULERS, available_schedulers
+from agents.report import rolling as report
+from agents.report.statistics import mean_ci
+from agents.rolling import allocator, simulation
+from agents.rolling.allocator import ClusterState, RunningJob, decide
 from gpu_env.generators import generate
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import App, Job, JobType, ScenarioError, load_scenario, save_scenario
@@ -246,7 +249,7 @@ def _spy(monkeypatch) -> list[ClusterState]:
         states.append(state)
         return decide(state, scheduler, options)
 
-    monkeypatch.setattr(rolling, "decide", spying)
+    monkeypatch.setattr(simulation, "decide", spying)
     return states
 
 
@@ -293,7 +296,7 @@ def _broken_plan(scenario, options=None):
 def test_simulation_files_validate_and_reload(tmp_path: Path):
     sc = generate("mixed-control", 4, gpus=16, num_jobs=10)
     roll, fixed = rolling.simulate(sc, "fifo", sigma=0.2, seed=1)
-    written = rolling.write_simulation(tmp_path, roll, fixed, {"sigma": 0.2, "seed": 1})
+    written = report.write_simulation(tmp_path, roll, fixed, {"sigma": 0.2, "seed": 1})
     names = {p.name for p in written}
     assert {"actual.yaml", "executed.json", "open_loop.json", "metrics.json", "simulation.png"} <= names
     actual = load_scenario(tmp_path / "actual.yaml")
@@ -310,9 +313,9 @@ def test_simulation_files_validate_and_reload(tmp_path: Path):
 
 
 def test_mean_ci_by_hand():
-    mean, ci = rolling.mean_ci([1.0, 2.0, 3.0])
+    mean, ci = mean_ci([1.0, 2.0, 3.0])
     assert mean == 2.0 and ci == pytest.approx(4.303 / np.sqrt(3))
-    assert np.isnan(rolling.mean_ci([5.0])[1])
+    assert np.isnan(mean_ci([5.0])[1])
 
 
 def test_compare_pairs_modes_on_the_same_actual_demand():
@@ -320,11 +323,11 @@ def test_compare_pairs_modes_on_the_same_actual_demand():
     rows = rolling.compare([sc], ["fifo"], [0.0, 0.3], [0, 1])
     # sigma 0 draws the forecast whatever the seed: one seed only, so one outcome is not counted twice
     assert len(rows) == 6 and all(r["valid"] for r in rows)
-    summary = rolling.summarise(rows)
+    summary = report.summarise(rows)
     assert [(e["sigma"], e["seeds"]) for e in summary] == [(0.0, 1), (0.3, 2)]
-    table = rolling.markdown_table(summary)
+    table = report.markdown_table(summary)
     assert table.count("\n") == 4 and "training-heavy" in table
-    pooled = rolling.pooled(rows)
+    pooled = report.pooled(rows)
     assert [e["pairs"] for e in pooled] == [1, 2]
     for seed in (0, 1, 7):  # the reason: every seed draws the same day at sigma 0
         assert (rolling.NoiseModel(0.0).draw(sc, seed) == sc.demand).all()

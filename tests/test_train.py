@@ -1,4 +1,5 @@
-"""train.py: config checking, the imitation teacher, a smoke run (TensorBoard, checkpoints, export, resume)."""
+"""Training (agents.learned and train.py): config checking, the imitation teacher, a smoke run of train.py
+(TensorBoard, checkpoints, export, resume)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import yaml
 torch = pytest.importorskip("torch")
 pytest.importorskip("sb3_contrib")
 
-import train  # noqa: E402
 from agents import greedy  # noqa: E402
+from agents.learned import teacher  # noqa: E402
+from agents.learned.checkpoints import latest_checkpoint  # noqa: E402
+from agents.learned.config import ConfigError, choose_device, load_config  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.episode import ActionLayout, ActionMode, Episode  # noqa: E402
 from gpu_env.generators import generate  # noqa: E402
@@ -39,7 +42,7 @@ def smoke_config(tmp_path: Path) -> Path:
 
 def test_shipped_configs_load():
     for path in (ROOT / "configs" / "train").glob("*.yaml"):
-        cfg = train.load_config(path)
+        cfg = load_config(path)
         assert cfg.total_timesteps > 0 and cfg.scenarios.families
 
 
@@ -65,8 +68,8 @@ def test_bad_configs_name_file_and_field(tmp_path, change, message):
             data[key] = value
     path = tmp_path / "bad.yaml"
     path.write_text(yaml.safe_dump(data))
-    with pytest.raises(train.ConfigError, match=message) as info:
-        train.load_config(path)
+    with pytest.raises(ConfigError, match=message) as info:
+        load_config(path)
     assert str(path) in str(info.value)
 
 
@@ -83,9 +86,9 @@ def test_bad_config_exits_2_without_traceback(tmp_path):
 def test_cuda_without_cuda_is_a_clear_error():
     if torch.cuda.is_available():
         pytest.skip("CUDA is available here")
-    with pytest.raises(train.ConfigError, match="--device cuda"):
-        train.choose_device("cuda")
-    assert train.choose_device("auto") == "cpu"
+    with pytest.raises(ConfigError, match="--device cuda"):
+        choose_device("cuda")
+    assert choose_device("auto") == "cpu"
 
 
 # ----------------------------------------------------------------------------- the teacher
@@ -97,7 +100,7 @@ def test_teacher_replays_greedy_in_the_action_space(family):
     sc = generate(family, seed=0)
     reference = greedy.plan(sc)
     ep = Episode(sc, ActionLayout.make(ActionMode.FIT, 40, sc.gpus))
-    actions = train.teacher_actions(ep, reference)
+    actions = teacher.teacher_actions(ep, reference)
     assert ep.done and len(actions) == ep.steps
     assert validate(sc, ep.plan()) == []
     assert ep.objective == pytest.approx(run_scheduler("greedy", sc).metrics.objective)
@@ -109,11 +112,11 @@ def test_dagger_labels_are_greedy_replanning_from_the_state():
     sc = generate("training-heavy", seed=0)
     reference = greedy.plan(sc)
     ep = Episode(sc, ActionLayout.make(ActionMode.FIT, 40, sc.gpus))
-    first = ep.layout.decode(train.teacher_label(ep))
+    first = ep.layout.decode(teacher.teacher_label(ep))
     now = {p.job for p in reference.placements if p.start == 0}
     assert first is not None and sc.jobs[int(ep.rows[first[0]])].id in now
     while not ep.done:
-        label = train.teacher_label(ep)
+        label = teacher.teacher_label(ep)
         assert ep.action_mask()[label]
         ep.step(label)
     assert validate(sc, ep.plan()) == []
@@ -132,7 +135,7 @@ def test_dagger_label_is_advance_when_greedy_keeps_the_gpus_free():
     assert {p.job: p.start for p in greedy.plan(sc).placements}.get("rich") == 1
     ep = Episode(sc, ActionLayout.make(ActionMode.FIT, 4, sc.gpus))
     assert ep.clock == 0 and ep.action_mask()[ep.layout.encode(0, 0)]  # cheap may start now
-    assert train.teacher_label(ep) == ep.layout.advance
+    assert teacher.teacher_label(ep) == ep.layout.advance
 
 
 # ----------------------------------------------------------------------------- the smoke run
@@ -142,15 +145,15 @@ def test_dagger_label_is_advance_when_greedy_keeps_the_gpus_free():
 def smoke_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("smoke")
     config = smoke_config(tmp)
-    result = subprocess.run(
-        [sys.executable, "train.py", "--config", str(config), "--device", "cpu"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_train("--config", str(config), "--device", "cpu")
     return config, tmp / "run", result
+
+
+def run_train(*args: str) -> subprocess.CompletedProcess:
+    """train.py in a subprocess, as a user runs it; it must succeed."""
+    result = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
 
 
 def test_smoke_run_writes_tensorboard_events(smoke_run):
@@ -168,7 +171,7 @@ def test_smoke_run_writes_tensorboard_events(smoke_run):
 
 def test_smoke_run_checkpoints_and_exports(smoke_run):
     _, run_dir, _ = smoke_run
-    assert train.latest_checkpoint(run_dir / "checkpoints") is not None
+    assert latest_checkpoint(run_dir / "checkpoints") is not None
     card = json.loads((run_dir / "policy.json").read_text())
     assert card["seed"] == 0 and card["config"]["total_timesteps"] == 256
     assert card["training_steps"] > 0 and "mean_vs_greedy" in card["evaluation"]
@@ -181,18 +184,20 @@ def test_smoke_run_checkpoints_and_exports(smoke_run):
 
 def test_resume_continues_from_the_latest_checkpoint(smoke_run):
     config, run_dir, _ = smoke_run
-    cfg = train.load_config(config)
-    cfg.total_timesteps = 384
-    summary = train.train(cfg, device="cpu", resume=True, export=False, progress=False)
+    run_train("--config", str(config), "--device", "cpu", "--resume", "--no-export", "--timesteps", "384")
+    summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["ppo_steps"] >= 384
     assert "imitation_samples" not in summary  # not redone
-    assert train.latest_checkpoint(run_dir / "checkpoints").name == f"ppo_{summary['ppo_steps']}_steps.zip"
+    assert latest_checkpoint(run_dir / "checkpoints").name == f"ppo_{summary['ppo_steps']}_steps.zip"
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_training_on_cuda(tmp_path):
-    cfg = train.load_config(smoke_config(tmp_path))
-    cfg.imitation.episodes = 2
-    summary = train.train(cfg, device="cuda", export=True, progress=False)
-    assert summary["device"] == "cuda" and summary["ppo_steps"] >= cfg.total_timesteps
+    config = smoke_config(tmp_path)
+    data = yaml.safe_load(config.read_text())
+    data["imitation"]["episodes"] = 2
+    config.write_text(yaml.safe_dump(data))
+    run_train("--config", str(config), "--device", "cuda")
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["device"] == "cuda" and summary["ppo_steps"] >= data["total_timesteps"]
     assert np.isfinite(summary["final_eval"]["mean_vs_greedy"])

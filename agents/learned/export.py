@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -23,8 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.policy_net import INPUTS, ExportModule, JobScorerPolicy
+from agents.learned.network import INPUTS, ExportModule, JobScorerPolicy
 from agents.ppo import CARD_FORMAT, observation_spec
+from gpu_env.files import atomic_path, write_text_atomic
 from gpu_env.observation import Limits
 
 OPSET = 18
@@ -71,16 +71,7 @@ def export_onnx(policy: JobScorerPolicy, path: Path, limits: Limits) -> None:
 
 def write_card(path: Path, card: dict[str, Any]) -> None:
     """Write the card atomically (nothing half-written on failure)."""
-    text = json.dumps(card, indent=2, sort_keys=False) + "\n"
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(card, indent=2, sort_keys=False) + "\n")
 
 
 def export_policy(
@@ -113,15 +104,11 @@ def export_policy(
         RuntimeError: ONNX and torch disagree on the exported logits.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    with atomic_path(path) as tmp:  # checked before it replaces the file
         export_onnx(policy, tmp, limits)
         check = max_logit_difference(policy, tmp, limits)
         if not check < 1e-3:
             raise RuntimeError(f"{path}: ONNX and torch logits differ by {check:g}")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     import onnxruntime
 
     card = {
@@ -135,7 +122,7 @@ def export_policy(
             "max_apps": limits.max_apps,
         },
         "network": {
-            "class": "agents.policy_net.JobScorer",
+            "class": "agents.learned.network.JobScorer",
             "hidden": policy.features_extractor.net.hidden,
             "value_features": policy.features_extractor.net.value_features,
             "parameters": int(sum(p.numel() for p in policy.parameters())),

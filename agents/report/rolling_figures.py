@@ -1,6 +1,6 @@
 """Pictures of the rolling-horizon simulation: one simulated day, and realised objective against forecast error.
 
-matplotlib is loaded lazily through :mod:`gpu_env.render`'s helpers (Agg backend).
+matplotlib is loaded lazily through :func:`gpu_env.render.pyplot` (Agg backend).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpu_env.render import _hour_ticks, _pyplot, scheduler_colours
+from gpu_env.render import hour_ticks, pyplot, scheduler_colours
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -47,7 +47,7 @@ def plot_simulation(roll: Simulation, fixed: Simulation | None = None) -> Figure
     Returns:
         The figure.
     """
-    plt = _pyplot()
+    plt = pyplot()
     sc = roll.actual
     apps = sc.realtime
     T = sc.slots
@@ -86,7 +86,7 @@ def plot_simulation(roll: Simulation, fixed: Simulation | None = None) -> Figure
     ax.set_ylabel("GPUs held by jobs")
     ax.legend(loc="upper left", frameon=False, ncol=2, fontsize=7.5)
     ax.grid(axis="y", color="#eeeeee", zorder=0)
-    ticks, names = _hour_ticks(sc, T)
+    ticks, names = hour_ticks(sc, T)
     ax.set_xticks(ticks, names)
     ax.set_xlim(0, T)
     ax.set_xlabel("time (h)")
@@ -101,17 +101,17 @@ def plot_rolling_curve(summary: Sequence[Mapping[str, Any]], pooled: Sequence[Ma
     """Realised objective against forecast error: one panel per scenario, open loop dashed, rolling solid.
 
     Bands are 95 % confidence intervals over seeds. With ``pooled``
-    (:func:`agents.rolling.pooled`) a last panel shows rolling's gain over open
+    (:func:`agents.report.rolling.pooled`) a last panel shows rolling's gain over open
     loop in % pooled over scenarios.
 
     Args:
-        summary: Rows of :func:`agents.rolling.summarise`.
-        pooled: Rows of :func:`agents.rolling.pooled`.
+        summary: Rows of :func:`agents.report.rolling.summarise`.
+        pooled: Rows of :func:`agents.report.rolling.pooled`.
 
     Returns:
         The figure.
     """
-    plt = _pyplot()
+    plt = pyplot()
     scenarios = list(dict.fromkeys(e["scenario"] for e in summary))
     names = list(dict.fromkeys(e["scheduler"] for e in summary))
     colours = scheduler_colours(names)

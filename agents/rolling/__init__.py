@@ -1,0 +1,45 @@
+"""Rolling horizon under forecast error: "optimise the day, commit the hour".
+
+- :mod:`agents.rolling.allocator`: the face to a cluster manager, :func:`decide`
+  (the state now in, a plan and this slot's decisions out);
+- :mod:`agents.rolling.forecast`: actual demand drawn around the forecast
+  (:class:`NoiseModel`) and the forecast corrected by observation (:class:`Corrector`);
+- :mod:`agents.rolling.simulation`: one simulated day, open loop (:func:`open_loop`)
+  and rolling (:func:`rolling`), and comparisons over many (:func:`compare`).
+
+Statistics, tables, files and figures of the comparison are in
+:mod:`agents.report.rolling`. ``docs/rolling.md`` describes the whole.
+"""
+
+from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide
+from agents.rolling.forecast import Corrector, NoiseModel, with_demand
+from agents.rolling.simulation import (
+    MODES,
+    RollingError,
+    Simulation,
+    SlotRecord,
+    compare,
+    open_loop,
+    rolling,
+    simulate,
+    state_at,
+)
+
+__all__ = [
+    "MODES",
+    "ClusterState",
+    "Corrector",
+    "Decision",
+    "NoiseModel",
+    "RollingError",
+    "RunningJob",
+    "Simulation",
+    "SlotRecord",
+    "compare",
+    "decide",
+    "open_loop",
+    "rolling",
+    "simulate",
+    "state_at",
+    "with_demand",
+]

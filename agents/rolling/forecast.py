@@ -1,0 +1,156 @@
+"""Forecast error: actual real-time demand drawn around the forecast, and the forecast corrected by what is observed.
+
+:class:`NoiseModel` draws the day's actual demand (a time shift and a
+persistent relative error); :func:`with_demand` puts demand curves into a
+scenario; :class:`Corrector` is what the rolling planner sees at each slot: the
+forecast of the slots ahead, corrected by the demand observed so far and raised
+by a safety margin.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from gpu_env.scenario import Scenario
+
+# ----------------------------------------------------------------------------- the noise model
+
+
+@dataclass(frozen=True)
+class NoiseModel:
+    """How actual real-time demand departs from the forecast.
+
+    For each app, independently: a time shift ``tau ~ N(0, (shift * sigma)^2)``
+    slots (the forecast curve is read at ``t - tau`` by linear interpolation,
+    held flat past the ends), then a multiplicative error ``1 + e_t`` with
+    ``e_0 ~ N(0, sigma^2)`` and ``e_t = rho * e_{t-1} + sqrt(1 - rho^2) * sigma * z_t``
+    (a stationary AR(1) process). The result is rounded and clipped to ``[0, G]``.
+
+    Attributes:
+        sigma: Standard deviation of the relative error (0: the forecast is exact).
+        rho: Slot-to-slot persistence of the error (0.8: about five slots of memory).
+        shift: Standard deviation of the time shift, in slots per unit of sigma.
+    """
+
+    sigma: float = 0.0
+    rho: float = 0.8
+    shift: float = 4.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.sigma) and self.sigma >= 0):
+            raise ValueError(f"forecast error sigma must be a number >= 0, got {self.sigma}")
+        if not 0 <= self.rho < 1:
+            raise ValueError(f"rho must lie in [0, 1), got {self.rho}")
+        if not (math.isfinite(self.shift) and self.shift >= 0):
+            raise ValueError(f"shift must be a number >= 0, got {self.shift}")
+
+    def draw(self, scenario: Scenario, seed: int) -> np.ndarray:
+        """Actual demand around the scenario's forecast, shape (apps, T); the same seed gives the same curves."""
+        rng = np.random.default_rng(seed)
+        T = scenario.slots
+        forecast = scenario.demand.astype(np.float64)
+        out = np.zeros_like(forecast, dtype=np.int64)
+        slots = np.arange(T, dtype=np.float64)
+        for i in range(forecast.shape[0]):
+            tau = rng.normal(0.0, self.shift * self.sigma)
+            shifted = np.interp(slots - tau, slots, forecast[i])
+            z = rng.normal(0.0, 1.0, T)
+            e = np.empty(T)
+            e[0] = self.sigma * z[0]
+            for t in range(1, T):
+                e[t] = self.rho * e[t - 1] + math.sqrt(1 - self.rho**2) * self.sigma * z[t]
+            out[i] = np.clip(np.round(shifted * (1.0 + e)), 0, scenario.gpus).astype(np.int64)
+        return out
+
+
+def with_demand(scenario: Scenario, demand: np.ndarray, name: str | None = None) -> Scenario:
+    """The scenario with other demand curves (``initial`` kept: the state before slot 0 is what it is)."""
+    demand = np.asarray(demand, dtype=np.int64)
+    if demand.shape != (len(scenario.realtime), scenario.slots):
+        raise ValueError(f"demand must have shape {(len(scenario.realtime), scenario.slots)}, got {demand.shape}")
+    if (demand < 0).any():
+        raise ValueError("demand must be non-negative")
+    apps = tuple(replace(app, demand=tuple(int(x) for x in demand[i])) for i, app in enumerate(scenario.realtime))
+    return replace(scenario, name=name or scenario.name, realtime=apps, _index={})
+
+
+# ----------------------------------------------------------------------------- forecast correction
+
+
+@dataclass(frozen=True)
+class Corrector:
+    """The forecast the planner sees at slot t, corrected by the demand observed in slots before t.
+
+    ``ratio`` (default): the relative error over the last ``window`` observed
+    slots, ``e = sum(actual) / sum(forecast) - 1`` clipped to ``[-1, limit]``,
+    is carried forward with the noise model's persistence: slot ``s >= t`` is
+    forecast as ``F_s * (1 + rho**(s - t + 1) * e)``. Where the forecast of
+    those slots is 0 the error is taken as a difference instead
+    (``F_s + rho**(s - t + 1) * mean(actual - forecast)``). ``bias`` always uses
+    the difference; ``none`` keeps the forecast.
+
+    A safety margin then raises the forecast of lead ``h = s - t + 1`` by
+    ``margin * sigma_hat * sqrt(1 - rho**(2h))`` of itself, where ``sigma_hat``
+    is the root mean square of the relative errors observed so far
+    (``(actual - forecast) / max(forecast, 1)`` over slots before t): the
+    planner learns how wrong the forecast is and keeps that much head-room, more
+    for slots further ahead. Shortfall costs the penalty, a reserved idle GPU at
+    most a job's worth, so erring high is cheaper (the newsvendor's argument).
+    Without a prior the margin is 0 until something is observed; with
+    ``prior_sigma`` (an error level known from history) it counts as
+    ``prior_weight`` observed slots, and before any observation the margin is
+    ``margin * prior_sigma`` at every lead.
+
+    Attributes:
+        method: ``ratio``, ``bias`` or ``none`` (``none``: the forecast unchanged, no margin).
+        rho: Persistence assumed for the error (the noise model's).
+        window: Observed slots the error is estimated from.
+        limit: Largest relative error carried forward.
+        margin: Safety margin in standard deviations of the error (0: none).
+        prior_sigma: Relative error level known before the day (0: none).
+        prior_weight: How many observed slots the prior counts as.
+    """
+
+    method: str = "ratio"
+    rho: float = 0.8
+    window: int = 2
+    limit: float = 1.0
+    margin: float = 1.0
+    prior_sigma: float = 0.0
+    prior_weight: float = 4.0
+
+    def __post_init__(self) -> None:
+        if self.method not in ("ratio", "bias", "none"):
+            raise ValueError(f"unknown correction {self.method!r} (expected ratio, bias or none)")
+
+    def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
+        """Forecast of slots ``now..T-1``, shape (apps, T - now), from the actual demand of slots before ``now``."""
+        F = forecast.astype(np.float64)
+        ahead = F[:, now:]
+        if self.method == "none":
+            return np.clip(np.round(ahead), 0, gpus).astype(np.int64)
+        if now == 0:
+            raised = ahead * (1.0 + self.margin * self.prior_sigma)
+            return np.clip(np.round(raised), 0, gpus).astype(np.int64)
+        lo = max(0, now - self.window)
+        seen_f = F[:, lo:now].sum(axis=1)
+        seen_a = actual[:, lo:now].astype(np.float64).sum(axis=1)
+        lead = np.arange(1, ahead.shape[1] + 1)
+        decay = self.rho**lead
+        out = np.empty_like(ahead)
+        for i in range(F.shape[0]):
+            if self.method == "ratio" and seen_f[i] > 0:
+                e = min(self.limit, max(-1.0, seen_a[i] / seen_f[i] - 1.0))
+                out[i] = ahead[i] * (1.0 + decay * e)
+            else:
+                bias = (seen_a[i] - seen_f[i]) / (now - lo)
+                out[i] = ahead[i] + decay * bias
+            if self.margin > 0:
+                errors = (actual[i, :now] - F[i, :now]) / np.maximum(F[i, :now], 1.0)
+                weight = self.prior_weight if self.prior_sigma > 0 else 0.0
+                sigma_hat = math.sqrt((weight * self.prior_sigma**2 + float(np.sum(errors**2))) / (weight + now))
+                out[i] = out[i] * (1.0 + self.margin * sigma_hat * np.sqrt(1.0 - self.rho ** (2 * lead)))
+        return np.clip(np.round(out), 0, gpus).astype(np.int64)

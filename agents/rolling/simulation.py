@@ -1,0 +1,441 @@
+"""Rolling horizon under forecast error: "optimise the day, commit the hour", simulated and measured.
+
+A simulation of one day (SPEC section 7) with a scenario whose real-time
+``demand`` is the **forecast**:
+
+1. **Actual demand** is drawn around the forecast by :class:`NoiseModel`: each
+   app's curve is shifted in time (its peaks come early or late) and multiplied
+   by ``1 + e_t``, where ``e_t`` is a stationary AR(1) error with standard
+   deviation ``sigma`` and persistence ``rho`` (errors stay high or low for
+   hours: peaks come higher or lower). ``sigma = 0`` gives the forecast exactly.
+2. **Rolling**: every ``replan_every`` slots the allocator
+   (:func:`agents.rolling.allocator.decide`) gets the state at the start of slot ``t``:
+   the jobs running (pinned with ``running_on``, their remaining duration), the
+   jobs released so far and not started (release and deadline counted from
+   ``t``), and each app's forecast for slots ``t..T-1`` corrected by what has
+   been observed (:class:`Corrector`), with ``initial`` = the allocation
+   committed in slot ``t - 1``. The horizon shrinks to the day's end: the
+   scenario's T slots are the day being scored, so the planner at ``t`` sees
+   slots ``t..T-1`` (``docs/rolling.md`` says why). Decay counts from now, and
+   job worth is scaled by ``decay**t`` so that the planner maximises exactly the
+   day's objective over the remaining slots. Only slot ``t`` is committed: the
+   jobs the plan starts at ``t`` and each app's allocation in ``t``; between
+   re-plans the latest plan is followed.
+3. **Open loop**: one plan at slot 0 on the forecast, knowing the day's jobs
+   (the scenario as given), executed unchanged.
+
+Both are scored with :func:`gpu_env.metrics.compute_metrics` against the
+scenario with the actual demand in place of the forecast (``actual.yaml``);
+the executed schedule is an ordinary plan that passes the validator against it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from agents.options import PlanOptions
+from agents.registry import run_scheduler
+from agents.rolling.allocator import ClusterState, RunningJob, decide
+from agents.rolling.forecast import Corrector, NoiseModel, with_demand
+from gpu_env.metrics import Metrics, compute_metrics
+from gpu_env.plan import Placement, Plan
+from gpu_env.scenario import App, Job, Scenario
+from gpu_env.validation import validate
+
+MODES = ("open", "rolling")
+
+
+class RollingError(RuntimeError):
+    """A planner returned a plan that breaks the rules for the state it was given."""
+
+
+# ----------------------------------------------------------------------------- one simulated day
+
+
+@dataclass(frozen=True)
+class SlotRecord:
+    """What was committed in one slot.
+
+    Attributes:
+        slot: The slot.
+        replanned: Whether the allocator was called at this slot.
+        started: Jobs started in this slot (with their GPUs).
+        running: Ids of the jobs holding GPUs in this slot.
+        realtime: GPUs given to each app in this slot.
+        forecast: Each app's demand for this slot as the planner saw it.
+        actual: Each app's actual demand in this slot.
+        solve_ms: Time of this slot's plan (0 when not re-planned).
+    """
+
+    slot: int
+    replanned: bool
+    started: tuple[Placement, ...]
+    running: tuple[str, ...]
+    realtime: dict[str, int]
+    forecast: dict[str, int]
+    actual: dict[str, int]
+    solve_ms: float
+
+
+@dataclass
+class Simulation:
+    """One simulated day of one scheduler in one mode.
+
+    Attributes:
+        mode: ``rolling`` or ``open``.
+        scheduler: The scheduler's name.
+        forecast: The scenario as given (its demand is the forecast).
+        actual: The same scenario with the actual demand.
+        executed: The executed schedule as a plan, valid against ``actual``.
+        metrics: The realised metrics (``executed`` scored against ``actual``).
+        slots: One record per slot (rolling) or none (open loop).
+        replans: Calls to the planner.
+        solve_ms: Each call's planning time.
+        plan: Open loop only: the plan as the scheduler made it (reusable for another actual demand).
+    """
+
+    mode: str
+    scheduler: str
+    forecast: Scenario
+    actual: Scenario
+    executed: Plan
+    metrics: Metrics
+    slots: list[SlotRecord] = field(default_factory=list)
+    replans: int = 0
+    solve_ms: list[float] = field(default_factory=list)
+    plan: Plan | None = None  # open loop: the plan as the scheduler made it
+
+    def summary(self) -> dict[str, Any]:
+        """Plain numbers for files and tables."""
+        ms = np.array(self.solve_ms) if self.solve_ms else np.zeros(1)
+        return {
+            "mode": self.mode,
+            "scheduler": self.scheduler,
+            **self.metrics.to_dict(),
+            "replans": self.replans,
+            "solve_ms_mean": round(float(ms.mean()), 3),
+            "solve_ms_p95": round(float(np.percentile(ms, 95)), 3),
+            "solve_ms_max": round(float(ms.max()), 3),
+        }
+
+
+def open_loop(
+    scenario: Scenario,
+    scheduler: str,
+    actual: Scenario,
+    options: PlanOptions | None = None,
+    planning_demand: np.ndarray | None = None,
+    plan: Plan | None = None,
+) -> Simulation:
+    """Plan once at slot 0 on the forecast, with the day's jobs known, and execute the plan unchanged.
+
+    The rules do not involve demand, so the plan is valid against ``actual`` as it is.
+
+    Args:
+        scenario: The scenario; its demand is the forecast.
+        scheduler: The scheduler's name.
+        actual: The scenario with the actual demand, which scores the plan.
+        options: Passed to the scheduler.
+        planning_demand: Plan on this demand (apps, T) instead of the forecast
+            (e.g. a forecast raised by a safety margin).
+        plan: The open-loop plan when already made (it depends on neither the
+            actual demand nor the seed); ``options`` and ``planning_demand`` are then unused.
+    """
+    if plan is None:
+        planned_on = scenario if planning_demand is None else with_demand(scenario, planning_demand)
+        plan = run_scheduler(scheduler, planned_on, options)
+    executed = Plan(actual.name, f"{scheduler}/open", list(plan.placements), dict(plan.realtime))
+    executed.solve_ms = plan.solve_ms
+    metrics = compute_metrics(actual, executed)
+    executed.metrics = metrics
+    return Simulation("open", scheduler, scenario, actual, executed, metrics, [], 1, [plan.solve_ms or 0.0], plan)
+
+
+def rolling(
+    scenario: Scenario,
+    scheduler: str,
+    actual: Scenario,
+    *,
+    replan_every: int = 1,
+    options: PlanOptions | None = None,
+    corrector: Corrector | None = None,
+    reveal: str = "release",
+    check: bool = True,
+) -> Simulation:
+    """Simulate the rolling horizon over the scenario's day against the actual demand.
+
+    Args:
+        scenario: The scenario; its demand is the forecast.
+        scheduler: Any name of :data:`agents.registry.SCHEDULERS`.
+        actual: The scenario with the actual demand (:func:`with_demand`).
+        replan_every: Re-plan every K slots (1: every slot); between re-plans the latest plan is followed.
+        options: Passed to the scheduler at every re-plan.
+        corrector: How observed demand corrects the forecast (default :class:`Corrector`).
+        reveal: ``release``: a job is known from its release slot on; ``all``: the
+            day's jobs are known from slot 0 (they still start no earlier than their release).
+        check: Validate every plan against the state it was made for; a broken
+            rule raises :class:`RollingError` naming the scheduler and slot.
+
+    Returns:
+        The simulation, with the executed schedule and its realised metrics.
+    """
+    if replan_every < 1:
+        raise ValueError(f"replan_every must be a positive integer, got {replan_every}")
+    if reveal not in ("release", "all"):
+        raise ValueError(f"reveal must be 'release' or 'all', got {reveal!r}")
+    corrector = corrector or Corrector()
+    T, G = scenario.slots, scenario.gpus
+    apps = scenario.realtime
+    forecast = scenario.demand
+    real = actual.demand
+    # job id -> (start, gpus), committed; inherited jobs hold their GPUs from slot 0
+    started: dict[str, tuple[int, tuple[int, ...]]] = {
+        job.id: (0, job.running_on) for job in scenario.jobs if job.running_on is not None
+    }
+    curves = np.zeros((len(apps), T), dtype=np.int64)
+    planned_starts: dict[str, tuple[int, tuple[int, ...]]] = {}  # from the latest plan, absolute slots
+    planned_curves = np.zeros((len(apps), T), dtype=np.int64)
+    seen = np.zeros((len(apps), T), dtype=np.int64)  # forecast of each slot as the planner saw it
+    records: list[SlotRecord] = []
+    times: list[float] = []
+
+    for t in range(T):
+        solve_ms = 0.0
+        replanned = t % replan_every == 0
+        if replanned:
+            ahead = corrector.forecast(forecast, real, t, G)
+            state = state_at(scenario, t, started, curves, ahead, reveal)
+            decision = decide(state, scheduler, options)
+            solve_ms = decision.plan.solve_ms if decision.plan.solve_ms is not None else 0.0
+            if check:
+                problems = validate(decision.scenario, decision.plan)
+                if problems:
+                    raise RollingError(
+                        f"{scheduler} at slot {t}: the plan breaks the rules for the state it was given: {problems[0]}"
+                    )
+            times.append(solve_ms)
+            running_now = {j.id for j in decision.scenario.jobs if j.running_on is not None}
+            planned_starts = {
+                p.job: (t + p.start, tuple(p.gpus)) for p in decision.plan.placements if p.job not in running_now
+            }
+            for i, app in enumerate(apps):
+                planned_curves[i, t:] = decision.plan.curve(app.name, T - t)
+            seen[:, t:] = ahead
+        # Commit slot t: the jobs the latest plan starts now, and each app's allocation now.
+        now_started = []
+        for job_id, (start, gpus) in sorted(planned_starts.items(), key=lambda kv: scenario.job_index(kv[0])):
+            if start == t and job_id not in started:
+                started[job_id] = (t, gpus)
+                now_started.append(Placement(job_id, t, gpus))
+        curves[:, t] = planned_curves[:, t]
+        running = tuple(
+            job.id
+            for job in scenario.jobs
+            if job.id in started and started[job.id][0] <= t < started[job.id][0] + job.duration
+        )
+        records.append(
+            SlotRecord(
+                slot=t,
+                replanned=replanned,
+                started=tuple(now_started),
+                running=running,
+                realtime={app.name: int(curves[i, t]) for i, app in enumerate(apps)},
+                forecast={app.name: int(seen[i, t]) for i, app in enumerate(apps)},
+                actual={app.name: int(real[i, t]) for i, app in enumerate(apps)},
+                solve_ms=solve_ms,
+            )
+        )
+
+    placements = [
+        Placement(job.id, started[job.id][0], started[job.id][1]) for job in scenario.jobs if job.id in started
+    ]
+    placements.sort(key=lambda p: (p.start, scenario.job_index(p.job)))
+    realtime = {app.name: [int(x) for x in curves[i]] for i, app in enumerate(apps)}
+    executed = Plan(actual.name, f"{scheduler}/rolling", placements, realtime)
+    executed.solve_ms = float(sum(times))
+    metrics = compute_metrics(actual, executed)
+    executed.metrics = metrics
+    return Simulation("rolling", scheduler, scenario, actual, executed, metrics, records, len(times), times)
+
+
+def state_at(
+    scenario: Scenario,
+    now: int,
+    started: Mapping[str, tuple[int, tuple[int, ...]]],
+    curves: np.ndarray,
+    ahead: np.ndarray,
+    reveal: str,
+) -> ClusterState:
+    """The cluster at the start of slot ``now`` as the allocator sees it."""
+    running: list[RunningJob] = []
+    queue: list[Job] = []
+    for job in scenario.jobs:
+        if job.id in started:
+            start, gpus = started[job.id]
+            if start + job.duration > now:
+                running.append(RunningJob(job, gpus, start + job.duration - now))
+            continue
+        if reveal == "release" and job.release > now:
+            continue  # not yet known
+        deadline = None if job.deadline is None else job.deadline - now
+        if deadline is not None and deadline < 1:
+            continue  # past its deadline
+        queue.append(
+            replace(
+                job,
+                release=max(0, job.release - now),
+                deadline=deadline,
+                value=None,
+                priority=job.weight,
+            )
+        )
+    apps = tuple(
+        App(
+            app.name,
+            tuple(int(x) for x in ahead[i]),
+            app.ramp,
+            app.initial if now == 0 else int(curves[i, now - 1]),
+            app.penalty,
+        )
+        for i, app in enumerate(scenario.realtime)
+    )
+    return ClusterState(
+        gpus=scenario.gpus,
+        horizon=scenario.slots - now,
+        running=tuple(running),
+        queue=tuple(queue),
+        apps=apps,
+        node_size=scenario.node_size,
+        decay=scenario.decay,
+        slot_minutes=scenario.slot_minutes,
+        value_scale=scenario.decay**now,
+        name=f"{scenario.name}@{now}",
+    )
+
+
+def simulate(
+    scenario: Scenario,
+    scheduler: str,
+    *,
+    sigma: float = 0.0,
+    seed: int = 0,
+    replan_every: int = 1,
+    options: PlanOptions | None = None,
+    noise: NoiseModel | None = None,
+    corrector: Corrector | None = None,
+    reveal: str = "release",
+    actual_demand: np.ndarray | None = None,
+) -> tuple[Simulation, Simulation]:
+    """Draw the actual demand and run the day both ways: rolling and open loop.
+
+    Args:
+        scenario: The scenario; its demand is the forecast.
+        scheduler: The scheduler's name.
+        sigma: Forecast error (the noise model's relative standard deviation).
+        seed: Seed of the actual-demand draw.
+        replan_every: Re-plan every K slots.
+        options: Passed to the scheduler.
+        noise: The noise model (its ``sigma`` is replaced by ``sigma``).
+        corrector: The forecast correction (default: ``ratio`` with the noise model's rho).
+        reveal: When jobs become known to the rolling planner (``release`` or ``all``).
+        actual_demand: Actual demand (apps, T) to use instead of a draw.
+
+    Returns:
+        (rolling, open loop), scored against the same actual demand.
+    """
+    noise = replace(noise or NoiseModel(), sigma=sigma)
+    corrector = corrector or Corrector(rho=noise.rho)
+    demand = noise.draw(scenario, seed) if actual_demand is None else np.asarray(actual_demand, dtype=np.int64)
+    actual = with_demand(scenario, demand, f"{scenario.name}-actual")
+    roll = rolling(
+        scenario, scheduler, actual, replan_every=replan_every, options=options, corrector=corrector, reveal=reveal
+    )
+    fixed = open_loop(scenario, scheduler, actual, options)
+    return roll, fixed
+
+
+# ----------------------------------------------------------------------------- comparisons
+
+
+def compare(
+    scenarios: Sequence[Scenario],
+    schedulers: Sequence[str],
+    sigmas: Sequence[float],
+    seeds: Sequence[int],
+    *,
+    replan_every: int = 1,
+    options: Mapping[str, PlanOptions] | None = None,
+    open_options: Mapping[str, PlanOptions] | None = None,
+    reveal: str = "release",
+    corrector: str = "ratio",
+    margin: float = 1.0,
+    open_margin: float = 0.0,
+    told_sigma: bool = False,
+    progress: Callable[[str], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Open loop against rolling for every scenario, scheduler, forecast error and seed.
+
+    The same seed draws the same actual demand for every scheduler and both
+    modes (common random numbers), so that differences are paired. With
+    ``sigma = 0`` every seed draws the forecast itself, so only the first seed
+    runs (repeating it would count one outcome several times in the statistics).
+    ``open_margin`` lets the open loop plan on the forecast raised by
+    ``open_margin * sigma`` of itself (it is told the forecast error); ``margin``,
+    ``corrector`` and ``reveal`` set the rolling side (:class:`Corrector`, :func:`rolling`),
+    and ``told_sigma`` gives the rolling corrector sigma as its prior. ``options``
+    go to every plan, ``open_options`` (default: ``options``) to the open loop's
+    single plan, which may deserve a longer time limit than one re-plan.
+
+    Returns:
+        One row per (scenario, scheduler, sigma, seed, mode) with the realised metrics.
+    """
+    options = options or {}
+    open_options = options if open_options is None else open_options
+    plans: dict[tuple[int, str, float], Plan] = {}  # one open-loop plan per scenario, scheduler and planning demand
+    rows: list[dict[str, Any]] = []
+    noise = NoiseModel()
+    for scenario in scenarios:
+        for sigma in sigmas:
+            for seed in seeds if sigma > 0 else list(seeds)[:1]:
+                demand = replace(noise, sigma=sigma).draw(scenario, seed)
+                actual = with_demand(scenario, demand, f"{scenario.name}-actual")
+                for name in schedulers:
+                    opts = options.get(name)
+                    raised = None
+                    if open_margin > 0:
+                        raised = np.clip(np.round(scenario.demand * (1 + open_margin * sigma)), 0, scenario.gpus)
+                    key = (id(scenario), name, open_margin * sigma)
+                    fixed = open_loop(scenario, name, actual, open_options.get(name), raised, plans.get(key))
+                    plans[key] = fixed.plan
+                    roll = rolling(
+                        scenario,
+                        name,
+                        actual,
+                        replan_every=replan_every,
+                        options=opts,
+                        corrector=Corrector(
+                            method=corrector, rho=noise.rho, margin=margin, prior_sigma=sigma if told_sigma else 0.0
+                        ),
+                        reveal=reveal,
+                    )
+                    for sim in (fixed, roll):
+                        problems = validate(sim.actual, sim.executed)
+                        rows.append(
+                            {
+                                "scenario": scenario.name,
+                                "sigma": sigma,
+                                "seed": seed,
+                                **sim.summary(),
+                                "valid": not problems,
+                            }
+                        )
+                    if progress is not None:
+                        progress(
+                            f"{scenario.name} sigma={sigma:g} seed={seed} {name}: "
+                            f"open {fixed.metrics.objective:.1f} rolling {roll.metrics.objective:.1f}"
+                        )
+    return rows
