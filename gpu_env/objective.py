@@ -24,7 +24,7 @@ the last digit (``tests/test_objective.py`` pins them).
 >>> sc = generate("training-heavy", seed=0)
 >>> table = start_values(sc)
 >>> job = sc.jobs[0]
->>> abs(table[0, 3] - placement_value(job, 3, sc)) < 1e-9
+>>> bool(abs(table[0, 3] - placement_value(job, 3, sc)) < 1e-9)
 True
 """
 
