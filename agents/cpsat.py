@@ -19,7 +19,7 @@ Every rule is one function below, keyed by :class:`gpu_env.rules.Rule` in
 
 Objective: ``sum_j value_j(s_j) x_j - sum_{a,t} P_a y_{a,t}`` with shortfall
 ``y_{a,t} >= D_t - r_{a,t}``, ``y >= 0``. ``value_j(t)`` is precomputed for every
-start by :func:`gpu_env.metrics.placement_value` (decay and slots past T included).
+start by :func:`gpu_env.objective.start_values` (decay and slots past T included).
 
 Without loss of optimality: ``r_{a,t}`` lies between the ramp floor and the
 least demand-covering curve ``rules.cover_curve`` (clipping any valid curve to it
@@ -69,7 +69,8 @@ from ortools.util.python.sorted_interval_list import Domain
 
 from agents.options import PlanOptions
 from gpu_env import rules
-from gpu_env.metrics import compute_metrics, placement_value
+from gpu_env.metrics import compute_metrics
+from gpu_env.objective import shortfall, start_values
 from gpu_env.plan import Placement, Plan
 from gpu_env.rules import Rule
 from gpu_env.scenario import Job, Scenario
@@ -245,7 +246,8 @@ class ScheduleModel:
         self.scenario = scenario
         self.formulation = formulation or Formulation()
         self.model = cp_model.CpModel()
-        self.scale = _choose_scale(scenario)
+        self.values = start_values(scenario)  # (jobs, T + 1) value of each start, before scaling
+        self.scale = _choose_scale(scenario, self.values)
         self.jobs: list[JobVars] = []
         self.realtime: list[list[cp_model.IntVar]] = []
         self.shortfall: list[list[cp_model.IntVar]] = []
@@ -308,7 +310,8 @@ class ScheduleModel:
             return
         self._tabled = True
         for jv in self.jobs:
-            jv.table = {t: _scaled(placement_value(jv.job, t, self.scenario), self.scale, up=True) for t in jv.starts}
+            values = self.values[jv.index]
+            jv.table = {t: _scaled(float(values[t]), self.scale, up=True) for t in jv.starts}
         if self.use_start_literals() or self.formulation.gpu_cells:
             _start_literals(self)
 
@@ -347,9 +350,9 @@ class ScheduleModel:
     def objective_of(self, assignment: Assignment) -> int:
         """The model's (scaled, rounded) objective of an assignment."""
         value = sum(self.jobs[j].table[start] for j, (start, _) in assignment.spots.items())
-        for i, app in enumerate(self.scenario.realtime):
-            short = np.maximum(0, np.asarray(app.demand) - assignment.curves[i]).sum()
-            value -= _scaled(app.penalty, self.scale, up=False) * int(short)
+        short = shortfall(assignment.curves, self.scenario.demand).tolist()
+        for app, unserved in zip(self.scenario.realtime, short, strict=True):
+            value -= _scaled(app.penalty, self.scale, up=False) * unserved
         return int(value)
 
     def hinted_variables(self) -> int:
@@ -378,10 +381,11 @@ class ScheduleModel:
 # ----------------------------------------------------------------------------- scaling
 
 
-def _choose_scale(scenario: Scenario) -> int:
+def _choose_scale(scenario: Scenario, values: np.ndarray) -> int:
+    """The scale of the integer objective: see the module's "Integer objective" (``values``: ``start_values``)."""
     numbers = [app.penalty for app in scenario.realtime]
-    for job in scenario.jobs:
-        numbers.extend(placement_value(job, t, scenario) for t in rules.start_window(job, scenario.slots))
+    for j, job in enumerate(scenario.jobs):
+        numbers.extend(float(values[j, t]) for t in rules.start_window(job, scenario.slots))
     for scale in _INTEGRAL_SCALES:
         if all(abs(x * scale - round(x * scale)) <= _TOL for x in numbers):
             return scale

@@ -52,6 +52,7 @@ import numpy as np
 from agents import fifo
 from agents.options import PlanOptions
 from gpu_env import rules
+from gpu_env.objective import ramp_floors, realtime_curves, serving_order, shortfall_penalty, start_values
 from gpu_env.occupancy import FREE, Occupancy
 from gpu_env.plan import Plan
 from gpu_env.scenario import Job, Scenario
@@ -204,11 +205,7 @@ class _Context:
         self.weight = [job.weight for job in jobs]
         self.area = [job.area for job in jobs]
         # values[i, t]: what job i earns when it starts at t (its slots inside the horizon, decayed).
-        cum = np.concatenate(([0.0], np.cumsum(sc.decay_weights)))
-        starts = np.arange(T)
-        durations = np.array([job.duration for job in jobs], dtype=np.int64).reshape(-1, 1)
-        rate = np.array([w * job.gpus for w, job in zip(self.weight, jobs, strict=True)]).reshape(-1, 1)
-        self.values = rate * (cum[np.minimum(starts + durations, T)] - cum[starts])
+        self.values = start_values(sc)
         self.release = [job.release for job in jobs]
         self.deadline = [job.deadline if job.deadline is not None else T + job.duration for job in jobs]
         self.has_deadline = [job.deadline is not None for job in jobs]
@@ -222,10 +219,8 @@ class _Context:
         apps = sc.realtime
         self.demand = sc.demand
         self.penalty = np.array([app.penalty for app in apps], dtype=np.float64)
-        self.floors = np.array([rules.ramp_floor(app.initial, app.ramp, T) for app in apps], dtype=np.int64)
-        self.floors = self.floors.reshape(len(apps), T)
-        self.floor_total = self.floors.sum(axis=0)
-        self.app_order = sorted(range(len(apps)), key=lambda i: (-apps[i].penalty, i))
+        self.floors = ramp_floors(sc)
+        self.app_order = serving_order(apps)
         self.min_penalty = float(self.penalty.min()) if apps else float("inf")
 
         self._curve_cache: dict[bytes, tuple[np.ndarray, float]] = {}
@@ -243,21 +238,11 @@ class _Context:
     def curves(self, load: np.ndarray) -> np.ndarray:
         """Real-time curves that serve the most demand next to a job load, shape (apps, T).
 
-        Apps are served in order of penalty; each gets ``cover_curve`` under the
-        GPUs left after the load, the apps served before it and the ramp floors of
-        those after it, so the ramp (rule 6) always holds.
+        :func:`gpu_env.objective.realtime_curves` of the demand: apps in order of
+        penalty, each under what the load and the apps before it leave.
         """
         sc = self.scenario
-        free = sc.gpus - load
-        rest = self.floor_total.copy()
-        out = np.zeros_like(self.floors)
-        for i in self.app_order:
-            app = sc.realtime[i]
-            rest -= self.floors[i]
-            cap = np.maximum(free - rest, self.floors[i])  # below the floor no plan is valid; keep the ramp
-            out[i] = rules.cover_curve(self.demand[i], app.initial, app.ramp, cap=cap)
-            free = free - out[i]
-        return out
+        return realtime_curves(self.demand, sc.realtime, self.app_order, self.floors, sc.gpus, load)
 
     def curves_and_penalty(self, load: np.ndarray) -> tuple[np.ndarray, float]:
         """:meth:`curves` and their penalty, remembered by load (sweeps often ask the same)."""
@@ -276,10 +261,8 @@ class _Context:
         return value - self.penalty_of(curves.reshape(len(sc.realtime), sc.slots))
 
     def penalty_of(self, curves: np.ndarray) -> float:
-        """Sum over apps of penalty times shortfall."""
-        if not curves.size:
-            return 0.0
-        return float((self.penalty * np.maximum(0, self.demand - curves).sum(axis=1)).sum())
+        """Sum over apps of penalty times shortfall (:func:`gpu_env.objective.shortfall_penalty`)."""
+        return shortfall_penalty(curves, self.demand, self.penalty)
 
 
 # ----------------------------------------------------------------------------- one sweep

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpu_env import rules
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode, Episode
 from gpu_env.files import write_text_atomic
-from gpu_env.metrics import placement_value
+from gpu_env.objective import placement_value
 from gpu_env.scenario import Scenario, ScenarioError, scenario_from_dict
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_expressiveness.md"

@@ -1,6 +1,7 @@
 """The GPU-cluster allocation problem: scenarios, rules, plans, metrics, validator and generators."""
 
-from gpu_env.metrics import Metrics, compute_metrics, placement_value
+from gpu_env.metrics import Metrics, compute_metrics
+from gpu_env.objective import placement_value
 from gpu_env.occupancy import Occupancy
 from gpu_env.plan import Placement, Plan
 from gpu_env.rules import Rule

@@ -19,7 +19,7 @@ bitmask forms of ``feasible_at`` and ``narrow_feasible``, one int per job row).
 With ``trade_realtime`` the capacity a job may use is what the apps' ramp
 floors leave (rules 6 and 7): a placement that needs real-time capacity takes
 it, and the real-time curves are recomputed as the least-shortfall curves under
-the new load (:func:`realtime_curves`). The reward of a step is the change in
+the new load (:func:`gpu_env.objective.realtime_curves`). The reward of a step is the change in
 the plan's objective (SPEC section 3), so the rewards of an episode add up to
 the final plan's objective.
 """
@@ -32,10 +32,18 @@ from enum import StrEnum
 import numpy as np
 
 from gpu_env import rules
-from gpu_env.metrics import compute_metrics, placement_value
+from gpu_env.metrics import compute_metrics
+from gpu_env.objective import (
+    placement_value,
+    ramp_floors,
+    realtime_curves,
+    serving_order,
+    shortfall_penalty,
+    start_values,
+)
 from gpu_env.occupancy import Occupancy
 from gpu_env.plan import Plan
-from gpu_env.scenario import App, Scenario
+from gpu_env.scenario import Scenario
 
 _STARTS: dict[tuple, Episode | None] = {}  # recent starts: (scenario id, layout, trading, base) -> a copy
 _STARTS_KEPT = 8
@@ -104,43 +112,6 @@ class ActionLayout:
         if action == self.advance:
             return None
         return divmod(int(action), self.width)
-
-
-def realtime_curves(
-    base: np.ndarray,
-    apps: tuple[App, ...],
-    order: np.ndarray,
-    floors: np.ndarray,
-    gpus: int,
-    job_load: np.ndarray,
-) -> np.ndarray:
-    """Real-time curves that serve as much of ``base`` as the jobs leave room for.
-
-    Apps are served in ``order`` (highest penalty first). Each gets
-    :func:`gpu_env.rules.cover_curve` of its base curve under a cap: the GPUs the
-    jobs and the apps served before it leave, less the ramp floors of the apps
-    still to serve. The curves keep rule 6 and, with the jobs, rule 7 whenever
-    ``job_load + sum(floors) <= gpus`` in every slot. With one app the result has
-    the least shortfall any ramp-feasible curve under that load can have.
-
-    Args:
-        base: (apps, T) the curves to serve: the demand, or reference curves that keep rule 6.
-        apps: The scenario's apps (initial allocation and ramp).
-        order: (apps,) the serving order.
-        floors: (apps, T) the ramp floors (``rules.ramp_floor``).
-        gpus: G.
-        job_load: (T,) GPUs held by jobs.
-
-    Returns:
-        (apps, T) int curves.
-    """
-    curves = np.zeros_like(base)
-    free = gpus - job_load - floors.sum(axis=0)
-    for a in order:
-        cap = free + floors[a]
-        curves[a] = rules.cover_curve(base[a], apps[a].initial, apps[a].ramp, cap)
-        free = cap - curves[a]
-    return curves
 
 
 class Episode:
@@ -224,13 +195,10 @@ class Episode:
         self.hi = np.array([max(w.start, w.stop) for w in windows], dtype=np.int64)
 
         # Real-time: base curves, ramp floors and the serving order (highest penalty first).
-        n_apps = len(sc.realtime)
         self.demand = sc.demand
         self.penalty = np.array([app.penalty for app in sc.realtime], dtype=np.float64)
-        self.floors = np.array(
-            [rules.ramp_floor(app.initial, app.ramp, sc.slots) for app in sc.realtime], dtype=np.int64
-        ).reshape(n_apps, sc.slots)
-        self.order = np.argsort(-self.penalty, kind="stable")
+        self.floors = ramp_floors(sc)
+        self.order = serving_order(sc.realtime)
         self.base = self.demand.copy() if realtime is None else _checked_reference(sc, realtime)
         self._static_tables()
 
@@ -270,10 +238,7 @@ class Episode:
         self.w_max = max((job.weight for job in sc.jobs), default=1.0)
         self.slot_index = np.arange(T, dtype=np.int64)[None, :]  # (1, T)
         # values[row, s]: what the row's job earns when it starts at s (placement_value); column T is 0.
-        cum = np.concatenate(([0.0], np.cumsum(sc.decay_weights)))
-        starts = np.arange(T + 1)[None, :]
-        ends = np.minimum(starts + self.d[:, None], T)
-        self.values = (self.weight * self.k)[:, None] * (cum[ends] - cum[starts])
+        self.values = start_values(sc, self.rows)
         self.n_blocks = np.array(
             [rules.allowed_block_starts(job.gpus, sc.gpus, sc.node_size).size for job in jobs], dtype=np.int64
         )
@@ -358,8 +323,7 @@ class Episode:
         return self._free_now
 
     def _shortfall_cost(self) -> float:
-        short = np.maximum(0, self.demand - self.curves).sum(axis=1)
-        return float((self.penalty * short).sum())
+        return shortfall_penalty(self.curves, self.demand, self.penalty)
 
     def _sync_curves(self) -> None:
         for a in range(self.curves.shape[0]):

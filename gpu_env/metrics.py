@@ -1,4 +1,4 @@
-"""What a plan is worth (SPEC section 3), in one function."""
+"""What a plan is worth (SPEC section 3), in one function built on :mod:`gpu_env.objective`."""
 
 from __future__ import annotations
 
@@ -6,8 +6,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from gpu_env.objective import placement_value, shortfall, shortfall_penalty
 from gpu_env.plan import Plan
-from gpu_env.scenario import Job, Scenario
+from gpu_env.scenario import Scenario
+
+__all__ = ["Metrics", "compute_metrics", "placement_value"]
 
 
 @dataclass(frozen=True)
@@ -41,15 +44,6 @@ class Metrics:
         return data
 
 
-def placement_value(job: Job, start: int, scenario: Scenario) -> float:
-    """What a job earns when it starts at ``start``: ``w * k * sum decay**t`` over its slots inside the horizon."""
-    end = min(start + job.duration, scenario.slots)
-    if end <= start:
-        return 0.0
-    weights = scenario.decay_weights[start:end]
-    return float(job.weight * job.gpus * weights.sum())
-
-
 def compute_metrics(scenario: Scenario, plan: Plan) -> Metrics:
     """The metrics of a plan; placements of unknown jobs are ignored (the validator reports them)."""
     job_value = 0.0
@@ -65,22 +59,20 @@ def compute_metrics(scenario: Scenario, plan: Plan) -> Metrics:
         job_value += placement_value(job, p.start, scenario)
         held += job.gpus * max(0, min(p.start + job.duration, scenario.slots) - max(p.start, 0))
         completed += int(p.start + job.duration <= scenario.slots)
-    penalty = 0.0
-    shortfall = 0
-    served = 0
-    for app in scenario.realtime:
-        demand = np.asarray(app.demand, dtype=np.int64)
-        r = plan.curve(app.name, scenario.slots)
-        if r.size != demand.size:
-            r = np.resize(r, demand.size) if r.size else np.zeros_like(demand)
-        short = int(np.maximum(0, demand - r).sum())
-        shortfall += short
-        penalty += app.penalty * short
-        served += int(np.minimum(demand, np.maximum(r, 0)).sum())
+    T = scenario.slots
+    curves = np.zeros((len(scenario.realtime), T), dtype=np.int64)
+    for a, app in enumerate(scenario.realtime):
+        r = plan.curve(app.name, T)
+        if r.size != T:  # a malformed plan (the validator reports it): repeat or pad to the horizon
+            r = np.resize(r, T) if r.size else np.zeros(T, dtype=np.int64)
+        curves[a] = r
+    demand = scenario.demand
+    penalty = shortfall_penalty(curves, demand, np.array([app.penalty for app in scenario.realtime], dtype=np.float64))
+    served = int(np.minimum(demand, np.maximum(curves, 0)).sum())
     return Metrics(
         objective=job_value - penalty,
         job_value=job_value,
-        shortfall=shortfall,
+        shortfall=int(shortfall(curves, demand).sum()),
         utilization=(held + served) / (scenario.gpus * scenario.slots),
         completed=completed,
         placed=len(placed_ids),
