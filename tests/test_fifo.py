@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from agents import fifo
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.plan import Placement
+from gpu_env.scenario import Job, Scenario
 from gpu_env.validation import validate
 from tests.conftest import make_scenario
 
@@ -94,8 +95,42 @@ def test_fifo_plans_validate_on_every_family(family: str, seed: int):
     s = generate(family, seed)
     plan = fifo.plan(s)
     assert validate(s, plan) == []
-    # Every placement is at the earliest start FIFO could use: a later job never starts before its release.
-    for p in plan.placements:
-        job = s.jobs[s.job_index(p.job)]
-        assert p.start >= job.release
     assert np.all(fifo.peak_reservation(s) >= 0)
+    # Every job, in arrival order, is at the earliest (start, first GPU) that the jobs before it leave
+    # free on FIFO's reservation, or unplaced when none is: a brute force of SPEC section 4.
+    assert [plan.realtime[app.name] for app in s.realtime] == fifo.peak_reservation(s).tolist()
+    placed = {p.job: p for p in plan.placements}
+    busy = [(0, job.duration, set(job.running_on)) for job in s.jobs if job.running_on is not None]
+    arrivals = sorted(
+        (i for i, job in enumerate(s.jobs) if job.running_on is None), key=lambda i: (s.jobs[i].release, i)
+    )
+    for i in arrivals:
+        job = s.jobs[i]
+        spot = _earliest_by_brute_force(s, job, busy, plan.realtime)
+        p = placed.get(job.id)
+        assert (None if p is None else (p.start, p.gpus[0])) == spot, job.id
+        if p is not None:
+            busy.append((p.start, p.start + job.duration, set(p.gpus)))
+
+
+def _earliest_by_brute_force(
+    s: Scenario, job: Job, busy: list[tuple[int, int, set[int]]], realtime: dict[str, list[int]]
+) -> tuple[int, int] | None:
+    """The first (start, first GPU) in that order where the job's block is free and capacity holds."""
+    last = s.slots - 1 if job.deadline is None else min(s.slots - 1, job.deadline - job.duration)
+    for t in range(job.release, last + 1):
+        span = range(t, t + job.duration)
+        for a in range(s.gpus - job.gpus + 1):
+            block = set(range(a, a + job.gpus))
+            if job.gpus <= s.node_size:
+                if a // s.node_size != (a + job.gpus - 1) // s.node_size:
+                    continue
+            elif a % s.node_size:
+                continue
+            if any(block & gpus and start < span.stop and span.start < end for start, end, gpus in busy):
+                continue
+            held = [sum(len(g) for b, e, g in busy if b <= u < e) for u in span if u < s.slots]
+            reserved = [sum(curve[u] for curve in realtime.values()) for u in span if u < s.slots]
+            if all(h + job.gpus + r <= s.gpus for h, r in zip(held, reserved, strict=True)):
+                return t, a
+    return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +20,17 @@ from agents.report.statistics import mean_ci
 from agents.rolling import allocator, simulation
 from agents.rolling.allocator import ClusterState, RunningJob, decide
 from gpu_env.generators import generate
+from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import App, Job, JobType, ScenarioError, load_scenario, save_scenario
 from gpu_env.validation import validate
 from tests.conftest import make_scenario
 
-EXACT = [name for name in ("cpsat", "full") if name in available_schedulers()]
+EXACT = ["cpsat", "full"]  # OR-Tools is a hard dependency (pyproject.toml): no silent skip when it is missing
+
+
+def test_every_scheduler_imports():
+    assert available_schedulers() == list(SCHEDULERS)
 
 
 def _flat_day():
@@ -383,6 +389,83 @@ def test_a_state_that_breaks_the_rules_names_the_field():
     assert allocator.decide(scenario, "fifo").start_now == ()
 
 
+def _manager_day():
+    """4 GPUs in one node, 4 slots, no decay; chat needs 1 GPU a slot; 'run' holds GPU 3 in slots 0-1."""
+    return make_scenario(
+        cluster={"gpus": 4, "node_size": 4},
+        horizon={"slots": 4},
+        realtime=[{"name": "chat", "demand": [1, 1, 1, 1], "ramp": 1, "initial": 1, "penalty": 10}],
+        jobs=[
+            {"id": "run", "type": "training", "gpus": 1, "duration": 2, "running_on": [3]},
+            {"id": "a", "type": "training", "gpus": 2, "duration": 2, "priority": 1},
+            {"id": "late", "type": "quantization", "gpus": 1, "duration": 2, "deadline": 2, "priority": 0.5},
+            {"id": "b", "type": "batch_inference", "gpus": 2, "duration": 2, "release": 1, "priority": 3},
+            {"id": "c", "type": "quantization", "gpus": 1, "duration": 1, "release": 2, "deadline": 3},
+        ],
+    )
+
+
+@pytest.mark.parametrize("scheduler", ["fifo", "greedy", *EXACT])
+def test_decide_slot_after_slot_carries_the_state_and_keeps_its_commitments(scheduler: str):
+    # A cluster manager's loop: each slot it hands decide() what runs (with the slots left), the queue
+    # (release and deadline counted from now) and the apps (forecast from now, allocation now), then
+    # starts what decide() says. Worked by hand: slot 0 leaves 2 GPUs (chat 1, run 1), so 'a' starts and
+    # 'late' (which must start at 0) does not fit beside it (a is worth 4, late 1); at slot 1 'late'
+    # can no longer meet its deadline and the cluster is full (chat, run, a); at slot 2 'run' and 'a'
+    # are done: 'b' (2 GPUs) and 'c' (1 GPU, must start at 2) start beside chat; slot 3 has nothing new.
+    # Day objective: run 1*2 + a 2*2 + b 3*2*2 + c 1 = 19, no shortfall.
+    day = _manager_day()
+    started: dict[str, tuple[int, tuple[int, ...]]] = {"run": (0, (3,))}
+    expired: set[str] = set()
+    allocation = day.realtime[0].initial
+    curve, log = [], []
+    for now in range(day.slots):
+        running = tuple(
+            RunningJob(job, started[job.id][1], started[job.id][0] + job.duration - now)
+            for job in day.jobs
+            if job.id in started and started[job.id][0] + job.duration > now
+        )
+        queue = tuple(
+            replace(
+                job,
+                release=max(0, job.release - now),
+                deadline=None if job.deadline is None else job.deadline - now,
+            )
+            for job in day.jobs
+            if job.id not in started and job.id not in expired
+        )
+        apps = tuple(replace(app, demand=app.demand[now:], initial=allocation) for app in day.realtime)
+        state = ClusterState(
+            gpus=day.gpus, horizon=day.slots - now, running=running, queue=queue, apps=apps, node_size=day.node_size
+        )
+        d = decide(state, scheduler, PlanOptions(time_limit=5.0))
+        assert validate(d.scenario, d.plan) == []
+        for r in running:  # commitments: what runs keeps its GPUs for the slots it has left
+            assert Placement(r.job.id, 0, r.gpus) in d.plan.placements
+            assert d.scenario.jobs[d.scenario.job_index(r.job.id)].duration == r.remaining
+        held = {g for r in running for g in r.gpus}
+        assert not held & {g for p in d.start_now for g in p.gpus}
+        assert abs(d.realtime_now["chat"] - allocation) <= day.realtime[0].ramp
+        for p in d.start_now:
+            started[p.job] = (now, p.gpus)
+        expired |= set(d.expired)
+        allocation = d.realtime_now["chat"]
+        curve.append(allocation)
+        log.append(([p.job for p in d.start_now], d.expired, d.waiting))
+    assert log == [
+        (["a"], (), ("late", "b", "c")),
+        ([], ("late",), ("b", "c")),
+        (["b", "c"], (), ()),
+        ([], (), ()),
+    ]
+    assert curve == [1, 1, 1, 1]
+    if scheduler in ("fifo", "greedy"):  # lowest-index blocks
+        assert started == {"run": (0, (3,)), "a": (0, (0, 1)), "b": (2, (0, 1)), "c": (2, (2,))}
+    executed = Plan(day.name, scheduler, [Placement(j, s, g) for j, (s, g) in started.items()], {"chat": curve})
+    assert validate(day, executed) == []
+    assert compute_metrics(day, executed).objective == pytest.approx(19.0)
+
+
 # ----------------------------------------------------------------------------- the command line
 
 
@@ -396,6 +479,27 @@ def test_gpualloc_simulate_writes_a_valid_day(tmp_path: Path, capsys):
     executed = Plan.load(out / "executed.json")
     assert not validate(load_scenario(out / "actual.yaml"), executed)
     assert main(["validate", str(out / "actual.yaml"), str(out / "executed.json")]) == 0
+
+
+@pytest.mark.parametrize(("every", "starts"), [(1, [0, 0, 2, 4, 5]), (3, [0, 0, 3, 6, 6])])
+def test_gpualloc_simulate_replans_every_k_slots(tmp_path: Path, capsys, every: int, starts: list[int]):
+    # Jobs become known at their release (2, 4 and 5 for j2-j4) but are only seen at a re-plan: every 3
+    # slots that is 0, 3 and 6, so j2 starts at 3 and j3, j4 at 6 (room is never short: 8 GPUs, chat 2,
+    # at most three 2-GPU jobs at once). Each job is worth 2 * 0.99**s * (1 + 0.99) started at s.
+    scenario = tmp_path / "day.yaml"
+    save_scenario(_surprise_day(), scenario)
+    out = tmp_path / "sim"
+    args = ["simulate", str(scenario), "-s", "greedy", "--replan-every", str(every), "-o", str(out), "--no-picture"]
+    assert main(args) == 0
+    assert f"{len(range(0, 8, every))} re-plans" in capsys.readouterr().err
+    data = json.loads((out / "metrics.json").read_text())
+    assert data["replan_every"] == every and data["rolling"]["replans"] == len(range(0, 8, every))
+    assert [s["slot"] for s in data["slots"] if s["replanned"]] == list(range(0, 8, every))
+    executed = Plan.load(out / "executed.json")
+    assert [p.start for p in sorted(executed.placements, key=lambda p: p.job)] == starts
+    assert executed.realtime["chat"] == [2] * 8
+    assert data["rolling"]["objective"] == pytest.approx(sum(2 * 0.99**s * 1.99 for s in starts), abs=1e-6)
+    assert not validate(load_scenario(out / "actual.yaml"), executed)
 
 
 def test_gpualloc_simulate_bad_input_is_one_line(tmp_path: Path, capsys):
