@@ -97,6 +97,14 @@ _STATUS = {
 }
 
 
+class StartLiterals(StrEnum):
+    """Whether the model has one literal per (job, start)."""
+
+    AUTO = "auto"  # when some job's value depends on its start and there are few enough
+    ALWAYS = "always"
+    NEVER = "never"
+
+
 @dataclass(frozen=True)
 class Formulation:
     """Which redundant constraints and search options the model uses.
@@ -126,7 +134,7 @@ class Formulation:
         try_edge: CP-SAT ``use_try_edge_reasoning_in_no_overlap_2d``.
     """
 
-    start_literals: str = "auto"
+    start_literals: StartLiterals = StartLiterals.AUTO
     slot_rows: bool = True
     max_start_literals: int = 20000
     symmetry: bool = True
@@ -142,8 +150,9 @@ class Formulation:
     try_edge: bool = False
 
     def __post_init__(self) -> None:
-        if self.start_literals not in ("auto", "always", "never"):
+        if self.start_literals not in tuple(StartLiterals):
             raise ValueError(f"start_literals must be auto, always or never, got {self.start_literals!r}")
+        object.__setattr__(self, "start_literals", StartLiterals(self.start_literals))
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import StrEnum
 
 import numpy as np
 
@@ -59,7 +60,17 @@ from gpu_env.scenario import Job, Scenario
 
 BLOCK_RULES = ("lowest", "best_fit", "node_fit")
 START_RULES = ("earliest", "packed")
-TRADE_MODES = ("off", "inline", "after")
+
+
+class TradeMode(StrEnum):
+    """When a sweep lets jobs take real-time capacity (their value beating the extra penalty)."""
+
+    OFF = "off"  # never
+    INLINE = "inline"  # each job as it comes
+    AFTER = "after"  # the jobs left out, once every job had its turn without trading
+
+
+TRADE_MODES = tuple(TradeMode)
 _EPS = 1e-9
 
 # A decision of a sweep: (job, start, first GPU, real-time curves after a trade or None, penalty after it),
@@ -159,6 +170,7 @@ class GreedyConfig:
             raise ValueError(f"start_rule: expected one of {', '.join(START_RULES)}, got {self.start_rule!r}")
         if not self.trades or any(mode not in TRADE_MODES for mode in self.trades):
             raise ValueError(f"trades: expected modes among {', '.join(TRADE_MODES)}, got {list(self.trades)}")
+        object.__setattr__(self, "trades", tuple(TradeMode(mode) for mode in self.trades))
         if self.trade_candidates < 1 or self.promote_rounds < 0 or self.promote_limit < 0:
             raise ValueError("trade_candidates must be positive; promote_rounds and promote_limit not negative")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import StrEnum
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -15,6 +16,13 @@ from gpu_env.sampler import ScenarioSampler, resolve_source
 from gpu_env.scenario import Scenario
 
 RealtimeBase = Callable[[Scenario], np.ndarray]
+
+
+class InvalidAction(StrEnum):
+    """What a step does with an action that the mask forbids."""
+
+    IGNORE = "ignore"  # nothing changes; the step earns 0 and says why in info["invalid_action"]
+    RAISE = "raise"  # raise InvalidActionError
 
 
 class GpuClusterEnv(gym.Env):
@@ -146,7 +154,7 @@ class GpuClusterEnv(gym.Env):
         self.source = resolve_source(scenario)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode: expected one of {self.metadata['render_modes']}, got {render_mode!r}")
-        if invalid_action not in ("ignore", "raise"):
+        if invalid_action not in tuple(InvalidAction):
             raise ValueError(f"invalid_action: expected 'ignore' or 'raise', got {invalid_action!r}")
         if not (realtime == "cover" or callable(realtime)):
             raise ValueError(f"realtime: expected 'cover' or a function of the scenario, got {realtime!r}")
@@ -158,7 +166,7 @@ class GpuClusterEnv(gym.Env):
         self.trade_realtime = bool(trade_realtime)
         self.realtime = realtime
         self.fixed_reward_scale = reward_scale
-        self.invalid_action = invalid_action
+        self.invalid_action = InvalidAction(invalid_action)
 
         sizes = self._source_limits()
         given = {"max_gpus": max_gpus, "max_jobs": max_jobs, "max_slots": max_slots, "max_apps": max_apps}
@@ -225,7 +233,7 @@ class GpuClusterEnv(gym.Env):
         action = int(action)
         problem = ep.action_problem(action)
         if problem is not None:
-            if self.invalid_action == "raise":
+            if self.invalid_action is InvalidAction.RAISE:
                 raise InvalidActionError(problem)
             reward = 0.0
         else:

@@ -84,7 +84,7 @@ def teacher_label(episode: Any) -> int:
     least (as :func:`teacher_actions`); ADVANCE when greedy starts nothing now
     that the environment allows now.
     """
-    from agents.rolling import decide, state_at
+    from agents.rolling import Reveal, decide, state_at
 
     sc = episode.scenario
     clock = episode.clock
@@ -93,7 +93,7 @@ def teacher_label(episode: Any) -> int:
     started.update({job.id: (0, tuple(job.running_on)) for job in sc.jobs if job.running_on is not None})
     curves = np.array([so_far.curve(app.name, sc.slots) for app in sc.realtime], dtype=np.int64)
     curves = curves.reshape(len(sc.realtime), sc.slots)
-    decision = decide(state_at(sc, clock, started, curves, sc.demand[:, clock:], "all"), "greedy")
+    decision = decide(state_at(sc, clock, started, curves, sc.demand[:, clock:], Reveal.ALL), "greedy")
     index = {job.id: i for i, job in enumerate(sc.jobs)}
     row_of = {int(r): n for n, r in enumerate(episode.rows)}
     target = {}

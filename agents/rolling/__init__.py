@@ -12,9 +12,10 @@ Statistics, tables, files and figures of the comparison are in
 """
 
 from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide
-from agents.rolling.forecast import Corrector, NoiseModel, with_demand
+from agents.rolling.forecast import Correction, Corrector, NoiseModel, with_demand
 from agents.rolling.simulation import (
     MODES,
+    Reveal,
     RollingError,
     Simulation,
     SlotRecord,
@@ -28,9 +29,11 @@ from agents.rolling.simulation import (
 __all__ = [
     "MODES",
     "ClusterState",
+    "Correction",
     "Corrector",
     "Decision",
     "NoiseModel",
+    "Reveal",
     "RollingError",
     "RunningJob",
     "Simulation",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 import numpy as np
 
@@ -80,6 +81,14 @@ def with_demand(scenario: Scenario, demand: np.ndarray, name: str | None = None)
 # ----------------------------------------------------------------------------- forecast correction
 
 
+class Correction(StrEnum):
+    """How a :class:`Corrector` turns the error seen so far into a forecast."""
+
+    RATIO = "ratio"  # scale the forecast by the observed actual / forecast
+    BIAS = "bias"  # shift it by the observed difference
+    NONE = "none"  # the forecast unchanged, no margin
+
+
 @dataclass(frozen=True)
 class Corrector:
     """The forecast the planner sees at slot t, corrected by the demand observed in slots before t.
@@ -114,7 +123,7 @@ class Corrector:
         prior_weight: How many observed slots the prior counts as.
     """
 
-    method: str = "ratio"
+    method: Correction = Correction.RATIO
     rho: float = 0.8
     window: int = 2
     limit: float = 1.0
@@ -123,8 +132,9 @@ class Corrector:
     prior_weight: float = 4.0
 
     def __post_init__(self) -> None:
-        if self.method not in ("ratio", "bias", "none"):
+        if self.method not in tuple(Correction):
             raise ValueError(f"unknown correction {self.method!r} (expected ratio, bias or none)")
+        object.__setattr__(self, "method", Correction(self.method))
 
     def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
         """Forecast of slots ``now..T-1``, shape (apps, T - now), from the actual demand of slots before ``now``."""

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,13 @@ class RollingError(RuntimeError):
 
 
 # ----------------------------------------------------------------------------- one simulated day
+
+
+class Reveal(StrEnum):
+    """When the rolling planner learns of a job."""
+
+    RELEASE = "release"  # from its release slot on
+    ALL = "all"  # the day's jobs from slot 0 (they still start no earlier than their release)
 
 
 @dataclass(frozen=True)
@@ -163,7 +171,7 @@ def rolling(
     replan_every: int = 1,
     options: PlanOptions | None = None,
     corrector: Corrector | None = None,
-    reveal: str = "release",
+    reveal: Reveal | str = Reveal.RELEASE,
     check: bool = True,
 ) -> Simulation:
     """Simulate the rolling horizon over the scenario's day against the actual demand.
@@ -185,8 +193,9 @@ def rolling(
     """
     if replan_every < 1:
         raise ValueError(f"replan_every must be a positive integer, got {replan_every}")
-    if reveal not in ("release", "all"):
+    if reveal not in tuple(Reveal):
         raise ValueError(f"reveal must be 'release' or 'all', got {reveal!r}")
+    reveal = Reveal(reveal)
     corrector = corrector or Corrector()
     T, G = scenario.slots, scenario.gpus
     apps = scenario.realtime
@@ -268,7 +277,7 @@ def state_at(
     started: Mapping[str, tuple[int, tuple[int, ...]]],
     curves: np.ndarray,
     ahead: np.ndarray,
-    reveal: str,
+    reveal: Reveal | str,
 ) -> ClusterState:
     """The cluster at the start of slot ``now`` as the allocator sees it."""
     running: list[RunningJob] = []
@@ -279,7 +288,7 @@ def state_at(
             if start + job.duration > now:
                 running.append(RunningJob(job, gpus, start + job.duration - now))
             continue
-        if reveal == "release" and job.release > now:
+        if reveal == Reveal.RELEASE and job.release > now:
             continue  # not yet known
         deadline = None if job.deadline is None else job.deadline - now
         if deadline is not None and deadline < 1:
@@ -327,7 +336,7 @@ def simulate(
     options: PlanOptions | None = None,
     noise: NoiseModel | None = None,
     corrector: Corrector | None = None,
-    reveal: str = "release",
+    reveal: Reveal | str = Reveal.RELEASE,
     actual_demand: np.ndarray | None = None,
 ) -> tuple[Simulation, Simulation]:
     """Draw the actual demand and run the day both ways: rolling and open loop.
@@ -370,7 +379,7 @@ def compare(
     replan_every: int = 1,
     options: Mapping[str, PlanOptions] | None = None,
     open_options: Mapping[str, PlanOptions] | None = None,
-    reveal: str = "release",
+    reveal: Reveal | str = Reveal.RELEASE,
     corrector: str = "ratio",
     margin: float = 1.0,
     open_margin: float = 0.0,
