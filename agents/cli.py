@@ -4,7 +4,7 @@
     gpualloc validate configs/scenarios/mixed-control.yaml plan.json
     gpualloc generate training-heavy --seed 7 -o my.yaml
     gpualloc render configs/scenarios/mixed-control.yaml plan.json -o plan.png
-    gpualloc convert-2kp ../shared/benchmarks/2kp/ngcut1.json -o ngcut1.yaml
+    gpualloc convert-2kp benchmarks/data/2kp/ngcut1.json -o ngcut1.yaml
 
 Exit status: 0 ok, 1 an invalid plan, 2 bad input (a malformed scenario or plan
 file, an unknown scheduler or family, bad arguments). Bad input prints one line
@@ -328,7 +328,9 @@ def _from_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--family", choices=sorted(traces.TRACE_FAMILIES), default="trace-alibaba", help="preset of the choices below"
     )
-    p.add_argument("--traces", type=Path, default=traces.DEFAULT_TRACES, metavar="DIR", help="traces folder")
+    p.add_argument(
+        "--traces", type=Path, metavar="DIR", help="folder of the raw traces (not in the repository, docs/traces.md)"
+    )
     p.add_argument("--pods", type=Path, metavar="CSV", help="pod trace file (default: under --traces)")
     p.add_argument(
         "--demand",
@@ -415,7 +417,7 @@ def _from_trace(args: argparse.Namespace) -> int:
 
 
 def _convert_2kp_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("instance", type=Path, help="2D-knapsack instance JSON (../shared/benchmarks/2kp/)")
+    p.add_argument("instance", type=Path, help="2D-knapsack instance JSON (e.g. benchmarks/data/2kp/ngcut1.json)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write .yaml/.yml or .json here (default: stdout)")
 
 

@@ -1,6 +1,6 @@
 """Two-dimensional knapsack (2KP) instances as scenarios (SPEC section 6).
 
-An instance of ``../shared/benchmarks/2kp/`` is one W x H bin and item types of
+An instance of ``benchmarks/data/2kp/`` is one W x H bin and item types of
 ``width`` x ``height`` with a ``profit`` and at most ``copies`` copies each,
 packed without rotation. As a scenario, the bin is ``G = W`` GPUs (one node) by
 ``T = H`` slots, and each copy of an item is one job of ``k = width`` GPUs for
@@ -37,7 +37,7 @@ class Item:
 
 @dataclass(frozen=True)
 class KnapsackInstance:
-    """A 2KP instance as stored in ``../shared/benchmarks/2kp/*.json``.
+    """A 2KP instance as stored in ``benchmarks/data/2kp/*.json`` (sources and optima in its README).
 
     Attributes:
         name: Instance name.
