@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_env.scenario import Job, JobType, Scenario, _Reader, parse_file, scenario_from_dict
+from gpu_env.scenario import Job, JobType, Scenario, ScenarioError, _Reader, parse_file
 
 
 @dataclass(frozen=True)
@@ -132,8 +132,10 @@ def to_scenario(instance: KnapsackInstance) -> Scenario:
                     value=_plain(item.profit),
                 )
             )
-    scenario = Scenario(name=instance.name, gpus=instance.width, slots=instance.height, jobs=tuple(jobs))
-    return scenario_from_dict(scenario.to_dict(), instance.source)  # the scenario loader's checks, once more
+    try:  # construction checks the scenario; errors name the instance's file
+        return Scenario(name=instance.name, gpus=instance.width, slots=instance.height, jobs=tuple(jobs))
+    except ScenarioError as exc:
+        raise ScenarioError(instance.source, exc.field, exc.reason) from None
 
 
 def convert_2kp(path: str | os.PathLike[str]) -> Scenario:

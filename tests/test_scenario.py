@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpu_env.generators import FAMILIES, generate
-from gpu_env.scenario import JobType, ScenarioError, load_scenario, save_scenario, scenario_from_dict
+from gpu_env.scenario import (
+    App,
+    Job,
+    JobType,
+    Scenario,
+    ScenarioError,
+    _check_job,
+    _plain_job_ok,
+    _Reader,
+    load_scenario,
+    save_scenario,
+    scenario_from_dict,
+)
 
 SPEC_EXAMPLE: dict[str, Any] = {
     "name": "mixed-control",
@@ -182,3 +197,88 @@ def test_yaml_never_constructs_python_objects(tmp_path: Path):
     evil.write_text("name: !!python/object/apply:os.system ['echo hi']\ncluster: {gpus: 1}\nhorizon: {slots: 1}\n")
     with pytest.raises(ScenarioError, match="invalid YAML"):
         load_scenario(evil)
+
+
+# ----------------------------------------------------------------------------- one check, at construction
+
+
+def test_replace_rebuilds_the_job_index():
+    sc = generate("mixed-control", seed=3)
+    ids = [job.id for job in sc.jobs]
+    assert len(ids) > 3
+    short = dataclasses.replace(sc, jobs=sc.jobs[:2])
+    assert [short.job_index(i) for i in ids] == [0, 1] + [-1] * (len(ids) - 2)
+    backwards = dataclasses.replace(sc, jobs=sc.jobs[::-1])
+    assert [backwards.job_index(i) for i in ids] == list(range(len(ids)))[::-1]
+    assert [sc.job_index(i) for i in ids] == list(range(len(ids)))  # the original keeps its own
+
+
+def test_replace_is_checked_like_a_file():
+    sc = generate("mixed-control", seed=3)
+    with pytest.raises(ScenarioError) as info:
+        dataclasses.replace(sc, jobs=(*sc.jobs, sc.jobs[0]))
+    assert (info.value.source, info.value.field) == ("<scenario mixed-control>", f"jobs[{len(sc.jobs)}].id")
+    with pytest.raises(ScenarioError, match=r"^<scenario mixed-control>: cluster.gpus: expected a positive integer"):
+        dataclasses.replace(sc, gpus=0)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"decay": 1.5}, "horizon.decay"),
+        ({"penalty": (-3.0, -2.0)}, "realtime[0].penalty"),
+        ({"name": ""}, "name"),
+    ],
+)
+def test_a_generator_draw_that_breaks_a_rule_is_refused_at_construction(change: dict[str, Any], field: str):
+    family = dataclasses.replace(FAMILIES["mixed-control"], **change)
+    with pytest.raises(ScenarioError) as info:
+        generate(family, seed=0)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "reason"),
+    [
+        (lambda: Scenario("x", gpus=4, slots=2, decay=math.nan), "horizon.decay", "finite"),
+        (lambda: Scenario("x", gpus=4, slots=2, node_size=8), "cluster.node_size", "at most"),
+        (
+            lambda: Scenario("x", gpus=4, slots=2, realtime=(App("a", (1,), 1, 1, 1.0),)),
+            "realtime[0].demand",
+            "2 values",
+        ),
+        (
+            lambda: Scenario("x", gpus=4, slots=2, jobs=(Job("a", JobType.TRAINING, 5, 1),)),
+            "jobs[0].gpus",
+            "cluster has 4",
+        ),
+        (lambda: Scenario("x", gpus=4, slots=2, jobs=(Job("a", "training", 1, 1),)), "jobs[0].type", "training"),
+        (lambda: Scenario("x", gpus=True, slots=2), "cluster.gpus", "integer"),
+    ],
+)
+def test_a_scenario_built_in_code_is_checked(build, field: str, reason: str):
+    with pytest.raises(ScenarioError) as info:
+        build()
+    assert info.value.source == "<scenario x>" and info.value.field == field
+    assert reason in info.value.reason
+
+
+def test_the_fast_path_never_accepts_a_job_the_rules_refuse():
+    """``_plain_job_ok`` may send a good job down the slow path, never pass a bad one."""
+    values = {
+        "id": ["a", "", 3, None],
+        "type": [JobType.TRAINING, "training", None],
+        "gpus": [0, 1, 4, 5, True, 2.0],
+        "duration": [0, 1, 30, False, 1.0],
+        "release": [-1, 0, 3, True, 0.0],
+        "priority": [0.0, -1.0, 1.0, 2, math.nan, math.inf, True],
+        "deadline": [None, 0, 1, 5, True, 2.0],
+        "value": [None, 0.0, 3.0, 4, math.nan, -math.inf],
+    }
+    base = {"id": "a", "type": JobType.TRAINING, "gpus": 1, "duration": 1, "release": 0, "priority": 1.0}
+    changes = [(key, value) for key, options in values.items() for value in options]
+    for one, two in itertools.combinations_with_replacement(changes, 2):  # every value, alone and in pairs
+        job = Job(**{**base, **dict([one, two])})
+        if _plain_job_ok(job, 4, {}):
+            _check_job(_Reader("x"), job, "jobs[0]", 4, 4, {})  # the rules one by one: must not raise
+    assert _plain_job_ok(Job("a", JobType.TRAINING, 4, 1, priority=2.0, deadline=5, value=3.0), 4, {})
