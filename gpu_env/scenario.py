@@ -25,6 +25,15 @@ from typing import Any
 import numpy as np
 import yaml
 
+# Upper limits of the scenario format (docs/SPEC.md section 1): generous for a real cluster, small
+# enough that every planner's arrays fit in memory. Beyond them a scenario is refused like any
+# malformed input, naming the field.
+MAX_GPUS = 16_384  # cluster.gpus; also every GPU count: demand values, ramp, initial
+MAX_SLOTS = 10_080  # horizon.slots (a week of one-minute slots); also duration, release and deadline
+MAX_GRID = 2**24  # GPU-slots of the planners' grid: cluster.gpus x (horizon.slots + the longest duration)
+MAX_JOBS = 100_000  # jobs
+MAX_APPS = 1_024  # realtime applications
+
 
 class JobType(StrEnum):
     """The three batch-like workloads."""
@@ -217,16 +226,23 @@ class _Reader:
                 raise self.fail(where, "missing required key")
         return value
 
-    def integer(self, value: Any, path: str, minimum: int | None = None) -> int:
+    def integer(self, value: Any, path: str, minimum: int | None = None, maximum: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(path, f"expected an integer, got {_kind(value)}")
         if minimum is not None and value < minimum:
             word = "positive" if minimum == 1 else f"at least {minimum}"
-            raise self.fail(path, f"expected a {word} integer, got {value}")
+            raise self.fail(path, f"expected a {word} integer, got {_int_text(value)}")
+        if maximum is not None and value > maximum:
+            raise self.fail(path, f"expected at most {maximum} (the format's limit), got {_int_text(value)}")
         return value
 
+    def count(self, items: Any, path: str, maximum: int, what: str) -> None:
+        """Refuse a list (or tuple) of more than ``maximum`` items, before anything is built from it."""
+        if isinstance(items, list | tuple) and len(items) > maximum:
+            raise self.fail(path, f"expected at most {maximum} {what} (the format's limit), got {len(items)}")
+
     def number(self, value: Any, path: str, positive: bool = False, minimum: float | None = None) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
             raise self.fail(path, f"expected a finite number, got {_kind(value)}")
         if positive and value <= 0:
             raise self.fail(path, f"expected a positive number, got {value}")
@@ -239,10 +255,24 @@ class _Reader:
             raise self.fail(path, f"expected a non-empty string, got {_kind(value)}")
         return value
 
-    def int_list(self, value: Any, path: str, minimum: int = 0) -> list[int]:
+    def int_list(self, value: Any, path: str, minimum: int = 0, maximum: int | None = None) -> list[int]:
         if not isinstance(value, list):
             raise self.fail(path, f"expected a list of integers, got {_kind(value)}")
-        return [self.integer(x, f"{path}[{i}]", minimum) for i, x in enumerate(value)]
+        return [self.integer(x, f"{path}[{i}]", minimum, maximum) for i, x in enumerate(value)]
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond the float range
+        return False
+
+
+def _int_text(value: int) -> str:
+    """An integer for a message: its digits, or their count when there are too many to read."""
+    if value.bit_length() <= 64:
+        return str(value)
+    return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
 
 
 def _kind(value: Any) -> str:
@@ -250,6 +280,8 @@ def _kind(value: Any) -> str:
         return "nothing"
     if isinstance(value, bool):
         return f"a boolean ({value})"
+    if isinstance(value, int):
+        return f"int ({_int_text(value)})"
     if isinstance(value, str):
         return f"a string ({value!r})"
     if isinstance(value, list):
@@ -304,7 +336,7 @@ def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
 
 def _as_float(value: Any) -> Any:
     """A number as a float (the dataclasses' type); anything else unchanged, for the check to name."""
-    return float(value) if type(value) in (int, float) else value
+    return float(value) if type(value) in (int, float) and _finite(value) else value
 
 
 def _read_apps(r: _Reader, value: Any) -> tuple[App, ...]:
@@ -312,6 +344,7 @@ def _read_apps(r: _Reader, value: Any) -> tuple[App, ...]:
         return ()
     if not isinstance(value, list):
         raise r.fail("realtime", f"expected a list of applications, got {_kind(value)}")
+    r.count(value, "realtime", MAX_APPS, "applications")
     apps: list[App] = []
     for i, raw in enumerate(value):
         entry = r.mapping(raw, f"realtime[{i}]", _APP_KEYS, {"name", "demand", "ramp", "penalty"})
@@ -328,6 +361,7 @@ def _read_jobs(r: _Reader, value: Any) -> tuple[Job, ...]:
         return ()
     if not isinstance(value, list):
         raise r.fail("jobs", f"expected a list of jobs, got {_kind(value)}")
+    r.count(value, "jobs", MAX_JOBS, "jobs")
     jobs: list[Job] = []
     types = {t.value: t for t in JobType}
     for i, raw in enumerate(value):
@@ -358,11 +392,16 @@ def _read_jobs(r: _Reader, value: Any) -> tuple[Job, ...]:
 # ----------------------------------------------------------------------------- the check (SPEC section 1)
 
 
-def _int_tuple(r: _Reader, values: Any, path: str) -> tuple[int, ...]:
-    """``values`` as a tuple of integers >= 0: one pass when it is one, else the reader's message."""
-    if isinstance(values, tuple) and all(type(x) is int for x in values) and min(values, default=0) >= 0:
+def _int_tuple(r: _Reader, values: Any, path: str, maximum: int) -> tuple[int, ...]:
+    """``values`` as a tuple of integers in 0..maximum: one pass when it is one, else the reader's message."""
+    if (
+        isinstance(values, tuple)
+        and all(type(x) is int for x in values)
+        and min(values, default=0) >= 0
+        and max(values, default=0) <= maximum
+    ):
         return values
-    r.int_list(list(values) if isinstance(values, tuple) else values, path, 0)
+    r.int_list(list(values) if isinstance(values, tuple) else values, path, 0, maximum)
     raise r.fail(path, f"expected a tuple of integers, got {_kind(values)}")
 
 
@@ -381,12 +420,12 @@ def _plain_job_ok(job: Any, gpus: int, seen: Mapping[str, int]) -> bool:
         and type(job.gpus) is int
         and 1 <= job.gpus <= gpus
         and type(job.duration) is int
-        and job.duration >= 1
+        and 1 <= job.duration <= MAX_SLOTS
         and type(job.release) is int
-        and job.release >= 0
+        and 0 <= job.release <= MAX_SLOTS
         and type(job.priority) is float
         and 0.0 < job.priority < math.inf
-        and (job.deadline is None or (type(job.deadline) is int and job.deadline >= 1))
+        and (job.deadline is None or (type(job.deadline) is int and 1 <= job.deadline <= MAX_SLOTS))
         and (job.value is None or (type(job.value) is float and 0.0 < job.value < math.inf))
         and job.running_on is None
     )
@@ -406,15 +445,15 @@ def _check_job(r: _Reader, job: Any, path: str, gpus: int, node_size: int, seen:
     k = r.integer(job.gpus, f"{path}.gpus", 1)
     if k > gpus:
         raise r.fail(f"{path}.gpus", f"job needs {k} GPUs but the cluster has {gpus}")
-    d = r.integer(job.duration, f"{path}.duration", 1)
-    release = r.integer(job.release, f"{path}.release", 0)
+    d = r.integer(job.duration, f"{path}.duration", 1, MAX_SLOTS)
+    release = r.integer(job.release, f"{path}.release", 0, MAX_SLOTS)
     r.number(job.priority, f"{path}.priority", positive=True)
     if job.deadline is not None:
-        r.integer(job.deadline, f"{path}.deadline", 1)
+        r.integer(job.deadline, f"{path}.deadline", 1, MAX_SLOTS)
     if job.value is not None:
         r.number(job.value, f"{path}.value", positive=True)
     if job.running_on is not None:
-        block = _int_tuple(r, job.running_on, f"{path}.running_on")
+        block = _int_tuple(r, job.running_on, f"{path}.running_on", MAX_GPUS)
         problem = rules.block_problem(block, k, gpus, node_size)
         if problem:
             raise r.fail(f"{path}.running_on", problem)
@@ -436,11 +475,15 @@ def _check(sc: Scenario, r: _Reader) -> dict[str, int]:
     from gpu_env import rules  # rules import this module; import late to keep one direction at load time
 
     r.string(sc.name, "name")
-    gpus = r.integer(sc.gpus, "cluster.gpus", 1)
+    gpus = r.integer(sc.gpus, "cluster.gpus", 1, MAX_GPUS)
     node_size = r.integer(sc.node_size, "cluster.node_size", 1)
     if node_size > gpus:
-        raise r.fail("cluster.node_size", f"expected at most cluster.gpus ({gpus}), got {node_size}")
-    slots = r.integer(sc.slots, "horizon.slots", 1)
+        raise r.fail("cluster.node_size", f"expected at most cluster.gpus ({gpus}), got {_int_text(node_size)}")
+    slots = r.integer(sc.slots, "horizon.slots", 1, MAX_SLOTS)
+    if gpus * slots > MAX_GRID:
+        raise r.fail(
+            "horizon.slots", f"cluster.gpus x horizon.slots = {gpus * slots} GPU-slots, above the limit {MAX_GRID}"
+        )
     r.number(sc.slot_minutes, "horizon.slot_minutes", positive=True)
     decay = r.number(sc.decay, "horizon.decay", positive=True)
     if decay > 1.0:
@@ -452,6 +495,7 @@ def _check(sc: Scenario, r: _Reader) -> dict[str, int]:
 
     if not isinstance(sc.realtime, tuple):
         raise r.fail("realtime", f"expected a tuple of applications, got {_kind(sc.realtime)}")
+    r.count(sc.realtime, "realtime", MAX_APPS, "applications")
     names: set[str] = set()
     for i, app in enumerate(sc.realtime):
         path = f"realtime[{i}]"
@@ -461,20 +505,30 @@ def _check(sc: Scenario, r: _Reader) -> dict[str, int]:
         if name in names:
             raise r.fail(f"{path}.name", f"duplicate application name {name!r}")
         names.add(name)
-        demand = _int_tuple(r, app.demand, f"{path}.demand")
+        demand = _int_tuple(r, app.demand, f"{path}.demand", MAX_GPUS)
         if len(demand) != slots:
             raise r.fail(f"{path}.demand", f"expected {slots} values (horizon.slots), got {len(demand)}")
-        r.integer(app.ramp, f"{path}.ramp", 0)
-        r.integer(app.initial, f"{path}.initial", 0)
+        r.integer(app.ramp, f"{path}.ramp", 0, MAX_GPUS)
+        r.integer(app.initial, f"{path}.initial", 0, MAX_GPUS)
         r.number(app.penalty, f"{path}.penalty", minimum=0.0)
 
     if not isinstance(sc.jobs, tuple):
         raise r.fail("jobs", f"expected a tuple of jobs, got {_kind(sc.jobs)}")
+    r.count(sc.jobs, "jobs", MAX_JOBS, "jobs")
     index: dict[str, int] = {}
+    longest = 0
     for i, job in enumerate(sc.jobs):
         if not _plain_job_ok(job, gpus, index):  # the common case in one expression; the rules say why not
             _check_job(r, job, f"jobs[{i}]", gpus, node_size, index)
         index[job.id] = i
+        if job.duration > longest:
+            longest = job.duration
+            if gpus * (slots + longest) > MAX_GRID:
+                raise r.fail(
+                    f"jobs[{i}].duration",
+                    f"cluster.gpus x (horizon.slots + duration) = {gpus * (slots + longest)} GPU-slots, "
+                    f"above the limit {MAX_GRID}",
+                )
 
     problem = rules.inherited_conflict(sc)
     if problem is not None:
@@ -500,6 +554,8 @@ def parse_file(path: Path, json_only: bool = False) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ScenarioError(source, f"<line {exc.lineno}>", f"invalid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:  # e.g. an integer of more digits than Python converts
+            raise ScenarioError(source, "<file>", f"invalid JSON: {_first_line(exc)}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -507,6 +563,16 @@ def parse_file(path: Path, json_only: bool = False) -> Any:
         where = f"<line {mark.line + 1}>" if mark is not None else "<file>"
         problem = getattr(exc, "problem", None) or str(exc)
         raise ScenarioError(source, where, f"invalid YAML: {problem}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ScenarioError(source, "<file>", f"invalid YAML: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """A parser's error in one line (Python's own limit on an integer's digits in plain words)."""
+    text = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if "integer string conversion" in text:
+        return "an integer with more digits than Python reads"
+    return text
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
