@@ -4,7 +4,7 @@
     gpualloc validate configs/scenarios/mixed-control.yaml plan.json
     gpualloc generate training-heavy --seed 7 -o my.yaml
     gpualloc render configs/scenarios/mixed-control.yaml plan.json -o plan.png
-    gpualloc convert-2kp ../shared/benchmarks/2kp/ngcut1.json -o ngcut1.yaml
+    gpualloc convert-2kp benchmarks/data/2kp/ngcut1.json -o ngcut1.yaml
 
 Exit status: 0 ok, 1 an invalid plan, 2 bad input (a malformed scenario or plan
 file, an unknown scheduler or family, bad arguments). Bad input prints one line
@@ -178,7 +178,6 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
-    from gpu_env.scenario import scenario_from_dict
     from gpu_env.traces import TRACE_FAMILIES
 
     if args.family not in FAMILIES and args.family not in TRACE_FAMILIES:
@@ -187,14 +186,12 @@ def _generate(args: argparse.Namespace) -> int:
     if args.output is not None:
         _check_output(args.output, (".yaml", ".yml", ".json"))
     seed = args.seed if args.seed is not None else BENCHMARK_SEEDS.get(args.family, 0)
-    try:
+    try:  # a Scenario checks itself when built: a draw that breaks a rule is refused here
         scenario = generate(args.family, seed, gpus=args.gpus, num_jobs=args.jobs, name=args.name)
-    except ValueError as exc:
-        raise CliError(f"--gpus/--jobs: {exc}") from None
-    try:  # what is written must load back
-        scenario_from_dict(scenario.to_dict(), f"<{args.family} seed {seed}>")
     except ScenarioError as exc:
         raise CliError(f"--gpus/--jobs: the family cannot draw this size: {exc}") from None
+    except ValueError as exc:
+        raise CliError(f"--gpus/--jobs: {exc}") from None
     if args.output is None:
         sys.stdout.write(dump_scenario(scenario))
     else:
@@ -329,7 +326,9 @@ def _from_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--family", choices=sorted(traces.TRACE_FAMILIES), default="trace-alibaba", help="preset of the choices below"
     )
-    p.add_argument("--traces", type=Path, default=traces.DEFAULT_TRACES, metavar="DIR", help="traces folder")
+    p.add_argument(
+        "--traces", type=Path, metavar="DIR", help="folder of the raw traces (not in the repository, docs/traces.md)"
+    )
     p.add_argument("--pods", type=Path, metavar="CSV", help="pod trace file (default: under --traces)")
     p.add_argument(
         "--demand",
@@ -416,7 +415,7 @@ def _from_trace(args: argparse.Namespace) -> int:
 
 
 def _convert_2kp_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("instance", type=Path, help="2D-knapsack instance JSON (../shared/benchmarks/2kp/)")
+    p.add_argument("instance", type=Path, help="2D-knapsack instance JSON (e.g. benchmarks/data/2kp/ngcut1.json)")
     p.add_argument("-o", "--output", type=Path, metavar="FILE", help="write .yaml/.yml or .json here (default: stdout)")
 
 

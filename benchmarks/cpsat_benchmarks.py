@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/cpsat_benchmarks.py formulations   # model variants on the seven scenarios
     .venv/bin/python benchmarks/cpsat_benchmarks.py seven          # the chosen model, repeated, on the seven
-    .venv/bin/python benchmarks/cpsat_benchmarks.py knapsack       # every instance of ../shared/benchmarks/2kp/
+    .venv/bin/python benchmarks/cpsat_benchmarks.py knapsack       # every instance of benchmarks/data/2kp/
     .venv/bin/python benchmarks/cpsat_benchmarks.py knapsack-formulations  # model variants on some of them
     .venv/bin/python benchmarks/cpsat_benchmarks.py full-vs-cold   # time to the optimum, hinted or not
 
@@ -41,7 +41,7 @@ from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
-KNAPSACK = ROOT.parent / "shared" / "benchmarks" / "2kp"
+KNAPSACK = ROOT / "benchmarks" / "data" / "2kp"
 FRESH_SEEDS = range(1000, 1020)  # fresh instances for full vs cold, disjoint from the benchmark seed
 
 BASE = Formulation(start_literals="never", symmetry=False, normal_patterns=False, timetabling=False)
@@ -331,7 +331,7 @@ def run_knapsack(args: argparse.Namespace, command: str) -> None:
             ]
         )
         progress(instance.name, result.status.value, fmt(result.objective, 0), f"{result.runtime:.1f}s", outcome)
-    text = header(command, "CP-SAT on the 2D-knapsack benchmark (../shared/benchmarks/2kp/)")
+    text = header(command, "CP-SAT on the 2D-knapsack benchmark (benchmarks/data/2kp/)")
     text += (
         f"Each instance converted by `gpualloc convert-2kp` (SPEC section 6) and solved by `cpsat` with the chosen "
         f"formulation, {args.workers} workers, limit {args.time_limit:g} s. `bound`: proven upper bound; "
@@ -509,7 +509,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--variants", nargs="*", choices=[v for v in FULL_VARIANTS if v != "full"], help="also run these variants"
     )
-    parser.add_argument("--folder", default=str(KNAPSACK), help="2KP folder (default: ../shared/benchmarks/2kp)")
+    parser.add_argument("--folder", default=str(KNAPSACK), help="2KP folder (default: benchmarks/data/2kp)")
     parser.add_argument("--output", help="results file name under benchmarks/results/cpsat_<name>.md")
     args = parser.parse_args(argv)
     command = ".venv/bin/python benchmarks/cpsat_benchmarks.py " + " ".join(sys.argv[1:] if argv is None else argv)

@@ -1,6 +1,6 @@
 """Two-dimensional knapsack (2KP) instances as scenarios (SPEC section 6).
 
-An instance of ``../shared/benchmarks/2kp/`` is one W x H bin and item types of
+An instance of ``benchmarks/data/2kp/`` is one W x H bin and item types of
 ``width`` x ``height`` with a ``profit`` and at most ``copies`` copies each,
 packed without rotation. As a scenario, the bin is ``G = W`` GPUs (one node) by
 ``T = H`` slots, and each copy of an item is one job of ``k = width`` GPUs for
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_env.scenario import Job, JobType, Scenario, _Reader, parse_file, scenario_from_dict
+from gpu_env.scenario import Job, JobType, Scenario, ScenarioError, _Reader, parse_file
 
 
 @dataclass(frozen=True)
@@ -37,7 +37,7 @@ class Item:
 
 @dataclass(frozen=True)
 class KnapsackInstance:
-    """A 2KP instance as stored in ``../shared/benchmarks/2kp/*.json``.
+    """A 2KP instance as stored in ``benchmarks/data/2kp/*.json`` (sources and optima in its README).
 
     Attributes:
         name: Instance name.
@@ -132,8 +132,10 @@ def to_scenario(instance: KnapsackInstance) -> Scenario:
                     value=_plain(item.profit),
                 )
             )
-    scenario = Scenario(name=instance.name, gpus=instance.width, slots=instance.height, jobs=tuple(jobs))
-    return scenario_from_dict(scenario.to_dict(), instance.source)  # the scenario loader's checks, once more
+    try:  # construction checks the scenario; errors name the instance's file
+        return Scenario(name=instance.name, gpus=instance.width, slots=instance.height, jobs=tuple(jobs))
+    except ScenarioError as exc:
+        raise ScenarioError(instance.source, exc.field, exc.reason) from None
 
 
 def convert_2kp(path: str | os.PathLike[str]) -> Scenario:

@@ -1,8 +1,13 @@
 """Scenarios: the cluster, the horizon, the real-time apps and the jobs (SPEC section 1).
 
-A scenario is loaded from YAML or JSON and checked completely before any
-scheduler sees it. Every malformed input raises :class:`ScenarioError`, whose
-message names the file, the field and what was expected.
+A scenario is checked completely before any scheduler sees it, in one place:
+:class:`Scenario` checks itself when it is constructed, however it is built
+(read from YAML or JSON by :func:`scenario_from_dict`, drawn by a generator,
+converted from a 2D-knapsack instance, or changed by ``dataclasses.replace``).
+The reader only turns the file's structure into the dataclasses and leaves every
+rule on values to that check. Every malformed input raises
+:class:`ScenarioError`, whose message names the file (``<scenario NAME>`` for
+one built in code), the field and what was expected.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import json
 import math
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -20,6 +25,15 @@ import numpy as np
 import yaml
 
 from gpu_env.files import write_text_atomic
+
+# Upper limits of the scenario format (docs/SPEC.md section 1): generous for a real cluster, small
+# enough that every planner's arrays fit in memory. Beyond them a scenario is refused like any
+# malformed input, naming the field.
+MAX_GPUS = 16_384  # cluster.gpus; also every GPU count: demand values, ramp, initial
+MAX_SLOTS = 10_080  # horizon.slots (a week of one-minute slots); also duration, release and deadline
+MAX_GRID = 2**24  # GPU-slots of the planners' grid: cluster.gpus x (horizon.slots + the longest duration)
+MAX_JOBS = 100_000  # jobs
+MAX_APPS = 1_024  # realtime applications
 
 
 class JobType(StrEnum):
@@ -86,7 +100,16 @@ class App:
 
 @dataclass(frozen=True)
 class Scenario:
-    """One planning problem: G GPUs in nodes, T slots, real-time apps and jobs."""
+    """One planning problem: G GPUs in nodes, T slots, real-time apps and jobs.
+
+    Construction checks every rule of SPEC section 1 (:meth:`__post_init__`), so
+    a Scenario that exists is a valid one, and builds the job index anew, also
+    for one made by ``dataclasses.replace``.
+
+    Raises:
+        ScenarioError: A field that breaks SPEC section 1, named as in the file
+            format (``jobs[2].gpus``), with the source ``<scenario NAME>``.
+    """
 
     name: str
     gpus: int  # G
@@ -98,12 +121,12 @@ class Scenario:
     jobs: tuple[Job, ...] = ()
     family: str | None = None  # the generator family, when drawn by one
     seed: int | None = None  # the generator seed, when drawn by one
-    _index: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.node_size == 0:
             object.__setattr__(self, "node_size", self.gpus)
-        self._index.update({job.id: i for i, job in enumerate(self.jobs)})
+        # Not a field: every construction (replace included) checks and indexes its own jobs.
+        object.__setattr__(self, "_index", _check(self, _Reader(f"<scenario {self.name}>")))
 
     def job_index(self, job_id: str) -> int:
         """Position of a job in the file, or -1 when there is none with this id."""
@@ -204,16 +227,23 @@ class _Reader:
                 raise self.fail(where, "missing required key")
         return value
 
-    def integer(self, value: Any, path: str, minimum: int | None = None) -> int:
+    def integer(self, value: Any, path: str, minimum: int | None = None, maximum: int | None = None) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(path, f"expected an integer, got {_kind(value)}")
         if minimum is not None and value < minimum:
             word = "positive" if minimum == 1 else f"at least {minimum}"
-            raise self.fail(path, f"expected a {word} integer, got {value}")
+            raise self.fail(path, f"expected a {word} integer, got {_int_text(value)}")
+        if maximum is not None and value > maximum:
+            raise self.fail(path, f"expected at most {maximum} (the format's limit), got {_int_text(value)}")
         return value
 
+    def count(self, items: Any, path: str, maximum: int, what: str) -> None:
+        """Refuse a list (or tuple) of more than ``maximum`` items, before anything is built from it."""
+        if isinstance(items, list | tuple) and len(items) > maximum:
+            raise self.fail(path, f"expected at most {maximum} {what} (the format's limit), got {len(items)}")
+
     def number(self, value: Any, path: str, positive: bool = False, minimum: float | None = None) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
             raise self.fail(path, f"expected a finite number, got {_kind(value)}")
         if positive and value <= 0:
             raise self.fail(path, f"expected a positive number, got {value}")
@@ -226,10 +256,24 @@ class _Reader:
             raise self.fail(path, f"expected a non-empty string, got {_kind(value)}")
         return value
 
-    def int_list(self, value: Any, path: str, minimum: int = 0) -> list[int]:
+    def int_list(self, value: Any, path: str, minimum: int = 0, maximum: int | None = None) -> list[int]:
         if not isinstance(value, list):
             raise self.fail(path, f"expected a list of integers, got {_kind(value)}")
-        return [self.integer(x, f"{path}[{i}]", minimum) for i, x in enumerate(value)]
+        return [self.integer(x, f"{path}[{i}]", minimum, maximum) for i, x in enumerate(value)]
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int beyond the float range
+        return False
+
+
+def _int_text(value: int) -> str:
+    """An integer for a message: its digits, or their count when there are too many to read."""
+    if value.bit_length() <= 64:
+        return str(value)
+    return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
 
 
 def _kind(value: Any) -> str:
@@ -237,6 +281,8 @@ def _kind(value: Any) -> str:
         return "nothing"
     if isinstance(value, bool):
         return f"a boolean ({value})"
+    if isinstance(value, int):
+        return f"int ({_int_text(value)})"
     if isinstance(value, str):
         return f"a string ({value!r})"
     if isinstance(value, list):
@@ -249,6 +295,10 @@ def _kind(value: Any) -> str:
 def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
     """Build and check a scenario from parsed YAML/JSON data.
 
+    The reader checks the structure (mappings, their keys, lists) and hands the
+    values to :class:`Scenario`, whose construction checks them
+    (:func:`_check`); errors name ``source`` and the field.
+
     Args:
         data: The parsed document.
         source: The file name used in error messages.
@@ -259,133 +309,232 @@ def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
     Raises:
         ScenarioError: On any input that breaks SPEC section 1.
     """
-    from gpu_env import rules  # rules import this module; import late to keep one direction at load time
-
     r = _Reader(source)
     top = r.mapping(data, "", _TOP_KEYS, {"name", "cluster", "horizon"})
-    name = r.string(top["name"], "name")
     cluster = r.mapping(top["cluster"], "cluster", _CLUSTER_KEYS, {"gpus"})
-    gpus = r.integer(cluster["gpus"], "cluster.gpus", 1)
-    node_size = r.integer(cluster.get("node_size", gpus), "cluster.node_size", 1)
-    if node_size > gpus:
-        raise r.fail("cluster.node_size", f"expected at most cluster.gpus ({gpus}), got {node_size}")
     horizon = r.mapping(top["horizon"], "horizon", _HORIZON_KEYS, {"slots"})
-    slots = r.integer(horizon["slots"], "horizon.slots", 1)
-    slot_minutes = r.number(horizon.get("slot_minutes", 60), "horizon.slot_minutes", positive=True)
-    decay = r.number(horizon.get("decay", 1.0), "horizon.decay", positive=True)
-    if decay > 1.0:
-        raise r.fail("horizon.decay", f"expected a number in (0, 1], got {decay}")
-    family = top.get("family")
-    if family is not None:
-        family = r.string(family, "family")
-    seed = top.get("seed")
-    if seed is not None:
-        seed = r.integer(seed, "seed", 0)
-
-    apps = _read_apps(r, top.get("realtime", []), slots)
-    jobs = _read_jobs(r, top.get("jobs", []), gpus, node_size, slots)
-
-    scenario = Scenario(
-        name=name,
-        gpus=gpus,
-        slots=slots,
-        node_size=node_size,
-        slot_minutes=slot_minutes,
-        decay=decay,
-        realtime=tuple(apps),
-        jobs=tuple(jobs),
-        family=family,
-        seed=seed,
-    )
-    problem = rules.inherited_conflict(scenario)
-    if problem is not None:
-        raise r.fail(*problem)
-    return scenario
+    apps = _read_apps(r, top.get("realtime", []))
+    jobs = _read_jobs(r, top.get("jobs", []))
+    node_size = cluster.get("node_size", cluster["gpus"])
+    if type(node_size) is int and node_size == 0:  # 0 means "one node of G" to the dataclass, not in a file
+        raise r.fail("cluster.node_size", "expected a positive integer, got 0")
+    try:
+        return Scenario(
+            name=top["name"],
+            gpus=cluster["gpus"],
+            slots=horizon["slots"],
+            node_size=node_size,
+            slot_minutes=_as_float(horizon.get("slot_minutes", 60.0)),
+            decay=_as_float(horizon.get("decay", 1.0)),
+            realtime=apps,
+            jobs=jobs,
+            family=top.get("family"),
+            seed=top.get("seed"),
+        )
+    except ScenarioError as exc:
+        raise ScenarioError(source, exc.field, exc.reason) from None
 
 
-def _read_apps(r: _Reader, value: Any, slots: int) -> list[App]:
+def _as_float(value: Any) -> Any:
+    """A number as a float (the dataclasses' type); anything else unchanged, for the check to name."""
+    return float(value) if type(value) in (int, float) and _finite(value) else value
+
+
+def _read_apps(r: _Reader, value: Any) -> tuple[App, ...]:
     if value is None:
-        return []
+        return ()
     if not isinstance(value, list):
         raise r.fail("realtime", f"expected a list of applications, got {_kind(value)}")
+    r.count(value, "realtime", MAX_APPS, "applications")
     apps: list[App] = []
-    seen: set[str] = set()
     for i, raw in enumerate(value):
-        path = f"realtime[{i}]"
-        entry = r.mapping(raw, path, _APP_KEYS, {"name", "demand", "ramp", "penalty"})
-        name = r.string(entry["name"], f"{path}.name")
-        if name in seen:
-            raise r.fail(f"{path}.name", f"duplicate application name {name!r}")
-        seen.add(name)
-        demand = r.int_list(entry["demand"], f"{path}.demand", 0)
-        if len(demand) != slots:
-            raise r.fail(f"{path}.demand", f"expected {slots} values (horizon.slots), got {len(demand)}")
-        ramp = r.integer(entry["ramp"], f"{path}.ramp", 0)
-        initial = r.integer(entry.get("initial", demand[0]), f"{path}.initial", 0)
-        penalty = r.number(entry["penalty"], f"{path}.penalty", minimum=0.0)
-        apps.append(App(name, tuple(demand), ramp, initial, penalty))
-    return apps
+        entry = r.mapping(raw, f"realtime[{i}]", _APP_KEYS, {"name", "demand", "ramp", "penalty"})
+        demand = entry["demand"]
+        if isinstance(demand, list):
+            demand = tuple(demand)
+        first = demand[0] if isinstance(demand, tuple) and demand else 0
+        apps.append(App(entry["name"], demand, entry["ramp"], entry.get("initial", first), _as_float(entry["penalty"])))
+    return tuple(apps)
 
 
-def _read_jobs(r: _Reader, value: Any, gpus: int, node_size: int, slots: int) -> list[Job]:
-    from gpu_env import rules
-
+def _read_jobs(r: _Reader, value: Any) -> tuple[Job, ...]:
     if value is None:
-        return []
+        return ()
     if not isinstance(value, list):
         raise r.fail("jobs", f"expected a list of jobs, got {_kind(value)}")
+    r.count(value, "jobs", MAX_JOBS, "jobs")
     jobs: list[Job] = []
-    seen: set[str] = set()
+    types = {t.value: t for t in JobType}
     for i, raw in enumerate(value):
-        path = f"jobs[{i}]"
-        entry = r.mapping(raw, path, _JOB_KEYS, {"id", "type", "gpus", "duration"})
+        entry = r.mapping(raw, f"jobs[{i}]", _JOB_KEYS, {"id", "type", "gpus", "duration"})
         job_id = entry["id"]
-        if isinstance(job_id, int) and not isinstance(job_id, bool):
+        if type(job_id) is int:
             job_id = str(job_id)
-        job_id = r.string(job_id, f"{path}.id")
-        if job_id in seen:
-            raise r.fail(f"{path}.id", f"duplicate job id {job_id!r}")
-        seen.add(job_id)
-        kind = entry["type"]
-        if kind not in {t.value for t in JobType}:
-            raise r.fail(f"{path}.type", f"expected one of {', '.join(t.value for t in JobType)}, got {_kind(kind)}")
-        k = r.integer(entry["gpus"], f"{path}.gpus", 1)
-        if k > gpus:
-            raise r.fail(f"{path}.gpus", f"job needs {k} GPUs but the cluster has {gpus}")
-        d = r.integer(entry["duration"], f"{path}.duration", 1)
-        release = r.integer(entry.get("release", 0), f"{path}.release", 0)
-        priority = r.number(entry.get("priority", 1.0), f"{path}.priority", positive=True)
-        deadline = entry.get("deadline")
-        if deadline is not None:
-            deadline = r.integer(deadline, f"{path}.deadline", 1)
-        job_value = entry.get("value")
-        if job_value is not None:
-            job_value = r.number(job_value, f"{path}.value", positive=True)
         running_on = entry.get("running_on")
-        if running_on is not None:
-            block = r.int_list(running_on, f"{path}.running_on", 0)
-            problem = rules.block_problem(block, k, gpus, node_size)
-            if problem:
-                raise r.fail(f"{path}.running_on", problem)
-            if release != 0:
-                raise r.fail(f"{path}.release", "a running job starts at slot 0: release must be 0")
-            if deadline is not None and d > deadline:
-                raise r.fail(f"{path}.deadline", f"running job ends at slot {d}, after its deadline {deadline}")
-            running_on = tuple(block)
+        if isinstance(running_on, list):
+            running_on = tuple(running_on)
+        value_ = entry.get("value")
         jobs.append(
             Job(
                 id=job_id,
-                type=JobType(kind),
-                gpus=k,
-                duration=d,
-                release=release,
-                priority=priority,
-                deadline=deadline,
-                value=job_value,
+                type=types.get(entry["type"], entry["type"]) if isinstance(entry["type"], str) else entry["type"],
+                gpus=entry["gpus"],
+                duration=entry["duration"],
+                release=entry.get("release", 0),
+                priority=_as_float(entry.get("priority", 1.0)),
+                deadline=entry.get("deadline"),
+                value=None if value_ is None else _as_float(value_),
                 running_on=running_on,
             )
         )
-    return jobs
+    return tuple(jobs)
+
+
+# ----------------------------------------------------------------------------- the check (SPEC section 1)
+
+
+def _int_tuple(r: _Reader, values: Any, path: str, maximum: int) -> tuple[int, ...]:
+    """``values`` as a tuple of integers in 0..maximum: one pass when it is one, else the reader's message."""
+    if (
+        isinstance(values, tuple)
+        and all(type(x) is int for x in values)
+        and min(values, default=0) >= 0
+        and max(values, default=0) <= maximum
+    ):
+        return values
+    r.int_list(list(values) if isinstance(values, tuple) else values, path, 0, maximum)
+    raise r.fail(path, f"expected a tuple of integers, got {_kind(values)}")
+
+
+def _plain_job_ok(job: Any, gpus: int, seen: Mapping[str, int]) -> bool:
+    """True for a job without ``running_on`` that passes every rule of :func:`_check_job` (a fast path).
+
+    Stricter than :func:`_check_job` (exact types), never looser: a job it does
+    not pass goes through those rules one by one, which accept it or name the field.
+    """
+    return (
+        type(job) is Job
+        and type(job.id) is str
+        and job.id != ""
+        and job.id not in seen
+        and type(job.type) is JobType
+        and type(job.gpus) is int
+        and 1 <= job.gpus <= gpus
+        and type(job.duration) is int
+        and 1 <= job.duration <= MAX_SLOTS
+        and type(job.release) is int
+        and 0 <= job.release <= MAX_SLOTS
+        and type(job.priority) is float
+        and 0.0 < job.priority < math.inf
+        and (job.deadline is None or (type(job.deadline) is int and 1 <= job.deadline <= MAX_SLOTS))
+        and (job.value is None or (type(job.value) is float and 0.0 < job.value < math.inf))
+        and job.running_on is None
+    )
+
+
+def _check_job(r: _Reader, job: Any, path: str, gpus: int, node_size: int, seen: Mapping[str, int]) -> None:
+    """The rules on one job (``path`` is ``jobs[i]``, ``seen`` the ids before it); raises naming the field."""
+    from gpu_env import rules
+
+    if not isinstance(job, Job):
+        raise r.fail(path, f"expected a job, got {_kind(job)}")
+    job_id = r.string(job.id, f"{path}.id")
+    if job_id in seen:
+        raise r.fail(f"{path}.id", f"duplicate job id {job_id!r}")
+    if not isinstance(job.type, JobType):
+        raise r.fail(f"{path}.type", f"expected one of {', '.join(t.value for t in JobType)}, got {_kind(job.type)}")
+    k = r.integer(job.gpus, f"{path}.gpus", 1)
+    if k > gpus:
+        raise r.fail(f"{path}.gpus", f"job needs {k} GPUs but the cluster has {gpus}")
+    d = r.integer(job.duration, f"{path}.duration", 1, MAX_SLOTS)
+    release = r.integer(job.release, f"{path}.release", 0, MAX_SLOTS)
+    r.number(job.priority, f"{path}.priority", positive=True)
+    if job.deadline is not None:
+        r.integer(job.deadline, f"{path}.deadline", 1, MAX_SLOTS)
+    if job.value is not None:
+        r.number(job.value, f"{path}.value", positive=True)
+    if job.running_on is not None:
+        block = _int_tuple(r, job.running_on, f"{path}.running_on", MAX_GPUS)
+        problem = rules.block_problem(block, k, gpus, node_size)
+        if problem:
+            raise r.fail(f"{path}.running_on", problem)
+        if release != 0:
+            raise r.fail(f"{path}.release", "a running job starts at slot 0: release must be 0")
+        if job.deadline is not None and d > job.deadline:
+            raise r.fail(f"{path}.deadline", f"running job ends at slot {d}, after its deadline {job.deadline}")
+
+
+def _check(sc: Scenario, r: _Reader) -> dict[str, int]:
+    """Check every rule of SPEC section 1 on a scenario; return its job index (id -> position).
+
+    Linear in the jobs, the apps' demand values and the horizon: it runs on every
+    construction (environment resets, rolling-horizon re-plans).
+
+    Raises:
+        ScenarioError: The first field that breaks a rule, named as in the file format.
+    """
+    from gpu_env import rules  # rules import this module; import late to keep one direction at load time
+
+    r.string(sc.name, "name")
+    gpus = r.integer(sc.gpus, "cluster.gpus", 1, MAX_GPUS)
+    node_size = r.integer(sc.node_size, "cluster.node_size", 1)
+    if node_size > gpus:
+        raise r.fail("cluster.node_size", f"expected at most cluster.gpus ({gpus}), got {_int_text(node_size)}")
+    slots = r.integer(sc.slots, "horizon.slots", 1, MAX_SLOTS)
+    if gpus * slots > MAX_GRID:
+        raise r.fail(
+            "horizon.slots", f"cluster.gpus x horizon.slots = {gpus * slots} GPU-slots, above the limit {MAX_GRID}"
+        )
+    r.number(sc.slot_minutes, "horizon.slot_minutes", positive=True)
+    decay = r.number(sc.decay, "horizon.decay", positive=True)
+    if decay > 1.0:
+        raise r.fail("horizon.decay", f"expected a number in (0, 1], got {decay}")
+    if sc.family is not None:
+        r.string(sc.family, "family")
+    if sc.seed is not None:
+        r.integer(sc.seed, "seed", 0)
+
+    if not isinstance(sc.realtime, tuple):
+        raise r.fail("realtime", f"expected a tuple of applications, got {_kind(sc.realtime)}")
+    r.count(sc.realtime, "realtime", MAX_APPS, "applications")
+    names: set[str] = set()
+    for i, app in enumerate(sc.realtime):
+        path = f"realtime[{i}]"
+        if not isinstance(app, App):
+            raise r.fail(path, f"expected an application, got {_kind(app)}")
+        name = r.string(app.name, f"{path}.name")
+        if name in names:
+            raise r.fail(f"{path}.name", f"duplicate application name {name!r}")
+        names.add(name)
+        demand = _int_tuple(r, app.demand, f"{path}.demand", MAX_GPUS)
+        if len(demand) != slots:
+            raise r.fail(f"{path}.demand", f"expected {slots} values (horizon.slots), got {len(demand)}")
+        r.integer(app.ramp, f"{path}.ramp", 0, MAX_GPUS)
+        r.integer(app.initial, f"{path}.initial", 0, MAX_GPUS)
+        r.number(app.penalty, f"{path}.penalty", minimum=0.0)
+
+    if not isinstance(sc.jobs, tuple):
+        raise r.fail("jobs", f"expected a tuple of jobs, got {_kind(sc.jobs)}")
+    r.count(sc.jobs, "jobs", MAX_JOBS, "jobs")
+    index: dict[str, int] = {}
+    longest = 0
+    for i, job in enumerate(sc.jobs):
+        if not _plain_job_ok(job, gpus, index):  # the common case in one expression; the rules say why not
+            _check_job(r, job, f"jobs[{i}]", gpus, node_size, index)
+        index[job.id] = i
+        if job.duration > longest:
+            longest = job.duration
+            if gpus * (slots + longest) > MAX_GRID:
+                raise r.fail(
+                    f"jobs[{i}].duration",
+                    f"cluster.gpus x (horizon.slots + duration) = {gpus * (slots + longest)} GPU-slots, "
+                    f"above the limit {MAX_GRID}",
+                )
+
+    problem = rules.inherited_conflict(sc)
+    if problem is not None:
+        raise r.fail(*problem)
+    return index
 
 
 def parse_file(path: Path, json_only: bool = False) -> Any:
@@ -406,6 +555,8 @@ def parse_file(path: Path, json_only: bool = False) -> Any:
             return json.loads(text)
         except json.JSONDecodeError as exc:
             raise ScenarioError(source, f"<line {exc.lineno}>", f"invalid JSON: {exc.msg}") from None
+        except (ValueError, RecursionError) as exc:  # e.g. an integer of more digits than Python converts
+            raise ScenarioError(source, "<file>", f"invalid JSON: {_first_line(exc)}") from None
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -413,6 +564,16 @@ def parse_file(path: Path, json_only: bool = False) -> Any:
         where = f"<line {mark.line + 1}>" if mark is not None else "<file>"
         problem = getattr(exc, "problem", None) or str(exc)
         raise ScenarioError(source, where, f"invalid YAML: {problem}") from None
+    except (ValueError, RecursionError) as exc:
+        raise ScenarioError(source, "<file>", f"invalid YAML: {_first_line(exc)}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """A parser's error in one line (Python's own limit on an integer's digits in plain words)."""
+    text = (str(exc).splitlines() or [type(exc).__name__])[0]
+    if "integer string conversion" in text:
+        return "an integer with more digits than Python reads"
+    return text
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:

@@ -1,7 +1,7 @@
 """Scenarios drawn from real public traces: readers and the trace -> scenario mapping.
 
 Three kinds of trace file (see ``docs/traces.md`` for the mapping and its
-choices, and ``../shared/traces/README.md`` for their origin and terms):
+choices, their origin and terms; the raw files are not part of the repository):
 
 - **Jobs** from the Alibaba GPU pod trace (``openb_pod_list_default.csv``,
   Weng et al., USENIX ATC '23): a job's GPU count (rounded up to a power of
@@ -43,7 +43,6 @@ from gpu_env import rules
 from gpu_env.files import write_text_atomic
 from gpu_env.scenario import JobType, Scenario, ScenarioError, scenario_from_dict
 
-DEFAULT_TRACES = Path("../shared/traces")  # relative to the repository root, where CI puts the shared copy
 STATS_PATH = Path(__file__).resolve().parent / "data" / "trace_stats.json"
 
 POD_FILE = "alibaba-gpu-v2023/openb_pod_list_default.csv"
@@ -191,6 +190,15 @@ TRACE_FAMILIES: dict[str, TraceSpec] = {
 # ----------------------------------------------------------------------------- readers
 
 
+def _under(traces: str | Path | None, name: str, option: str) -> Path:
+    """``traces / name``; without a traces folder, an error naming the two ways to give the file."""
+    if traces is None:
+        raise ScenarioError(
+            "from-trace", "traces", f"no traces folder given for {name}: pass --traces DIR or {option} (docs/traces.md)"
+        )
+    return Path(traces) / name
+
+
 def _rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """CSV rows as dicts with their line numbers; errors name the file and the column."""
     source = str(path)
@@ -329,14 +337,19 @@ def read_helios_demand(path: str | Path, slot_minutes: float = 60.0, source: str
     return DemandSeries(source, grid, start, slot_minutes)
 
 
-def read_demand(source: str, traces: str | Path = DEFAULT_TRACES, slot_minutes: float = 60.0) -> DemandSeries:
-    """Read one of :data:`DEMAND_FILES` from a traces folder (or ``source`` given as ``key=path``)."""
+def read_demand(source: str, traces: str | Path | None = None, slot_minutes: float = 60.0) -> DemandSeries:
+    """Read one of :data:`DEMAND_FILES` from a traces folder (or ``source`` given as ``key=path``).
+
+    Raises:
+        ScenarioError: An unknown source, no file given and no traces folder, or a
+            malformed file.
+    """
     key, _, explicit = source.partition("=")
     if key not in DEMAND_FILES:
         raise ScenarioError(
             "from-trace", "demand", f"unknown demand source {key!r} (expected one of: {', '.join(DEMAND_FILES)})"
         )
-    path = Path(explicit) if explicit else Path(traces) / DEMAND_FILES[key]
+    path = Path(explicit) if explicit else _under(traces, DEMAND_FILES[key], f"--demand {key}=CSV")
     if key == "lora":
         return read_requests_per_hour(path, slot_minutes)
     return read_helios_demand(path, slot_minutes, key)
@@ -565,7 +578,8 @@ class TraceRequest:
         demand_day: Whole day of each demand series from its first midnight;
             ``"busiest"``: the day with the largest total of the first app's series.
         seed: Seed of the thinning draw.
-        traces: Folder of the traces (``../shared/traces``).
+        traces: Folder of the raw traces (not in the repository, see ``docs/traces.md``);
+            ``None``: every file is given by ``pods`` and ``demand_paths``.
         pods: Pod trace file instead of the one under ``traces``.
         demand_paths: Demand files by source instead of those under ``traces``.
         num_jobs: Keep this many jobs instead of thinning to the load.
@@ -575,7 +589,7 @@ class TraceRequest:
     job_day: int | str | None = None
     demand_day: int | str = 0
     seed: int = 0
-    traces: Path = DEFAULT_TRACES
+    traces: Path | None = None
     pods: Path | None = None
     demand_paths: dict[str, Path] = field(default_factory=dict)
     num_jobs: int | None = None
@@ -614,7 +628,7 @@ def from_trace(request: TraceRequest) -> tuple[Scenario, dict[str, Any]]:
         ValueError: A day outside the trace or a spec that cannot hold the jobs.
     """
     spec = request.spec
-    pod_path = request.pods or Path(request.traces) / POD_FILE
+    pod_path = request.pods or _under(request.traces, POD_FILE, "--pods CSV")
     pods = read_pods(pod_path)
     days = pod_days(pods, spec.slots, spec.slot_minutes)
     if not len(days):
@@ -665,7 +679,7 @@ def from_trace(request: TraceRequest) -> tuple[Scenario, dict[str, Any]]:
 # ----------------------------------------------------------------------------- statistics for the generator
 
 
-def extract_stats(traces: str | Path = DEFAULT_TRACES) -> dict[str, Any]:
+def extract_stats(traces: str | Path) -> dict[str, Any]:
     """Compact statistics of the traces for the ``trace-*`` families (hourly slots, 24-slot days).
 
     Per complete day of the pod trace: the number of arrivals and of running
@@ -702,7 +716,7 @@ def extract_stats(traces: str | Path = DEFAULT_TRACES) -> dict[str, Any]:
         }
     return {
         "about": (
-            "Derived by `python -m gpu_env.traces extract` from ../shared/traces (see docs/traces.md): "
+            "Derived by `python -m gpu_env.traces extract` from the raw public traces (see docs/traces.md): "
             "Alibaba cluster-trace-gpu-v2023 (Weng et al., USENIX ATC '23; research or study use), "
             "Alibaba GenAI serving trace v2026 (Lin et al., SoCC '25; research or study use), "
             "SenseTime Helios (Hu et al., SC '21; CC BY 4.0)."
@@ -786,13 +800,17 @@ def generate(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gpu_env.traces extract [--traces DIR] [-o FILE]``: write the generator's statistics."""
+    """``python -m gpu_env.traces extract --traces DIR [-o FILE]``: write the generator's statistics."""
     parser = argparse.ArgumentParser(prog="python -m gpu_env.traces", description=main.__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("extract", help="extract the trace-* families' statistics from the raw traces")
-    ex.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help="folder of the traces (default %(default)s)")
+    ex.add_argument("--traces", type=Path, metavar="DIR", help="folder of the raw traces (required, docs/traces.md)")
     ex.add_argument("-o", "--output", type=Path, default=STATS_PATH, help="output JSON (default %(default)s)")
     args = parser.parse_args(argv)
+    if args.traces is None or not args.traces.is_dir():
+        given = "not given" if args.traces is None else f"{args.traces}: no such folder"
+        print(f"error: --traces DIR: the folder of the raw traces is {given} (see docs/traces.md)", file=sys.stderr)
+        return 2
     try:
         stats = extract_stats(args.traces)
     except (ScenarioError, ValueError) as exc:

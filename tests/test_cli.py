@@ -249,3 +249,65 @@ def test_console_entry_point_in_a_subprocess(tmp_path):
     )
     assert result.returncode == 2
     assert_one_line_error(result.stderr, "missing.yaml")
+
+
+# ----------------------------------------------------------------------------- adversarial scenarios, the real process
+
+SMALL = "name: x\ncluster: {gpus: 8}\nhorizon: {slots: 4}\n"
+ADVERSARIAL = {
+    "huge cluster": (SMALL.replace("gpus: 8", "gpus: 1000000000000"), "cluster.gpus"),
+    "huge horizon": (SMALL.replace("slots: 4", "slots: 1000000000000"), "horizon.slots"),
+    "NaN priority": (
+        SMALL + "jobs:\n- {id: a, type: training, gpus: 1, duration: 1, priority: .nan}\n",
+        "jobs[0].priority",
+    ),
+    "alias bomb": (
+        SMALL
+        + "realtime:\n- name: chat\n  ramp: 1\n  penalty: 5\n  demand:\n  - &a [1, 1, 1, 1, 1, 1, 1, 1, 1]\n"
+        + "".join(f"  - &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)),
+        "realtime[0].demand[0]",
+    ),
+    "empty file": ("", "<top>"),
+    "python tag": ("name: !!python/object/apply:os.system ['echo hi']\n" + SMALL[8:], "<line 1>"),
+}
+
+
+def _run_cli(tmp_path: Path, command: str, kind: str) -> tuple[subprocess.CompletedProcess[str], Path, str]:
+    text, field = ADVERSARIAL[kind]
+    scenario = tmp_path / "adversarial.yaml"
+    scenario.write_text(text)
+    plan = tmp_path / "plan.json"
+    plan.write_text('{"scenario": "x", "placements": []}\n')
+    argv = {
+        "plan": [scenario, "-s", "greedy", "-o", tmp_path / "out.json"],
+        "validate": [scenario, plan],
+        "render": [scenario, plan, "-o", tmp_path / "out.png"],
+        "simulate": [scenario, "-s", "greedy", "-o", tmp_path / "out"],
+    }[command]
+    result = subprocess.run(
+        [sys.executable, "-m", "agents.cli", command, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=False,
+        timeout=120,
+    )
+    return result, scenario, field
+
+
+@pytest.mark.parametrize("command", ["plan", "validate", "render", "simulate"])
+@pytest.mark.parametrize("kind", ["huge cluster", "huge horizon"])
+def test_absurd_sizes_exit_2_with_one_line_and_write_nothing(tmp_path, command, kind):
+    result, scenario, field = _run_cli(tmp_path, command, kind)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result.stderr, str(scenario), field, "at most")
+    assert result.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adversarial.yaml", "plan.json"]  # nothing written
+
+
+@pytest.mark.parametrize("kind", ["NaN priority", "alias bomb", "empty file", "python tag"])
+def test_adversarial_scenarios_exit_2_in_a_subprocess(tmp_path, kind):
+    result, scenario, field = _run_cli(tmp_path, "plan", kind)
+    assert result.returncode == 2, result.stderr
+    assert_one_line_error(result.stderr, str(scenario), field)
+    assert not (tmp_path / "out.json").exists()

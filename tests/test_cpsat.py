@@ -24,7 +24,7 @@ from gpu_env.rules import Rule
 from gpu_env.scenario import Scenario, save_scenario, scenario_from_dict
 from gpu_env.validation import validate
 
-KNAPSACK = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "2kp"
+KNAPSACK = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "2kp"
 
 
 def scenario(gpus: int, slots: int, jobs: list[dict[str, Any]], **extra: Any) -> Scenario:

@@ -15,7 +15,7 @@ from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import ScenarioError, load_scenario
 from gpu_env.validation import validate
 
-KNAPSACK = Path(__file__).resolve().parents[2] / "shared" / "benchmarks" / "2kp"
+KNAPSACK = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "2kp"
 
 TOY: dict[str, Any] = {
     "name": "toy",

@@ -3,14 +3,34 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import itertools
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gpu_env.generators import FAMILIES, generate
-from gpu_env.scenario import JobType, ScenarioError, load_scenario, save_scenario, scenario_from_dict
+from gpu_env.scenario import (
+    MAX_APPS,
+    MAX_GPUS,
+    MAX_GRID,
+    MAX_JOBS,
+    MAX_SLOTS,
+    App,
+    Job,
+    JobType,
+    Scenario,
+    ScenarioError,
+    _check_job,
+    _plain_job_ok,
+    _Reader,
+    load_scenario,
+    save_scenario,
+    scenario_from_dict,
+)
 
 SPEC_EXAMPLE: dict[str, Any] = {
     "name": "mixed-control",
@@ -182,3 +202,300 @@ def test_yaml_never_constructs_python_objects(tmp_path: Path):
     evil.write_text("name: !!python/object/apply:os.system ['echo hi']\ncluster: {gpus: 1}\nhorizon: {slots: 1}\n")
     with pytest.raises(ScenarioError, match="invalid YAML"):
         load_scenario(evil)
+
+
+# ----------------------------------------------------------------------------- one check, at construction
+
+
+def test_replace_rebuilds_the_job_index():
+    sc = generate("mixed-control", seed=3)
+    ids = [job.id for job in sc.jobs]
+    assert len(ids) > 3
+    short = dataclasses.replace(sc, jobs=sc.jobs[:2])
+    assert [short.job_index(i) for i in ids] == [0, 1] + [-1] * (len(ids) - 2)
+    backwards = dataclasses.replace(sc, jobs=sc.jobs[::-1])
+    assert [backwards.job_index(i) for i in ids] == list(range(len(ids)))[::-1]
+    assert [sc.job_index(i) for i in ids] == list(range(len(ids)))  # the original keeps its own
+
+
+def test_replace_is_checked_like_a_file():
+    sc = generate("mixed-control", seed=3)
+    with pytest.raises(ScenarioError) as info:
+        dataclasses.replace(sc, jobs=(*sc.jobs, sc.jobs[0]))
+    assert (info.value.source, info.value.field) == ("<scenario mixed-control>", f"jobs[{len(sc.jobs)}].id")
+    with pytest.raises(ScenarioError, match=r"^<scenario mixed-control>: cluster.gpus: expected a positive integer"):
+        dataclasses.replace(sc, gpus=0)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"decay": 1.5}, "horizon.decay"),
+        ({"penalty": (-3.0, -2.0)}, "realtime[0].penalty"),
+        ({"name": ""}, "name"),
+    ],
+)
+def test_a_generator_draw_that_breaks_a_rule_is_refused_at_construction(change: dict[str, Any], field: str):
+    family = dataclasses.replace(FAMILIES["mixed-control"], **change)
+    with pytest.raises(ScenarioError) as info:
+        generate(family, seed=0)
+    assert info.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("build", "field", "reason"),
+    [
+        (lambda: Scenario("x", gpus=4, slots=2, decay=math.nan), "horizon.decay", "finite"),
+        (lambda: Scenario("x", gpus=4, slots=2, node_size=8), "cluster.node_size", "at most"),
+        (
+            lambda: Scenario("x", gpus=4, slots=2, realtime=(App("a", (1,), 1, 1, 1.0),)),
+            "realtime[0].demand",
+            "2 values",
+        ),
+        (
+            lambda: Scenario("x", gpus=4, slots=2, jobs=(Job("a", JobType.TRAINING, 5, 1),)),
+            "jobs[0].gpus",
+            "cluster has 4",
+        ),
+        (lambda: Scenario("x", gpus=4, slots=2, jobs=(Job("a", "training", 1, 1),)), "jobs[0].type", "training"),
+        (lambda: Scenario("x", gpus=True, slots=2), "cluster.gpus", "integer"),
+    ],
+)
+def test_a_scenario_built_in_code_is_checked(build, field: str, reason: str):
+    with pytest.raises(ScenarioError) as info:
+        build()
+    assert info.value.source == "<scenario x>" and info.value.field == field
+    assert reason in info.value.reason
+
+
+def test_the_fast_path_never_accepts_a_job_the_rules_refuse():
+    """``_plain_job_ok`` may send a good job down the slow path, never pass a bad one."""
+    values = {
+        "id": ["a", "", 3, None],
+        "type": [JobType.TRAINING, "training", None],
+        "gpus": [0, 1, 4, 5, True, 2.0],
+        "duration": [0, 1, 30, False, 1.0],
+        "release": [-1, 0, 3, True, 0.0],
+        "priority": [0.0, -1.0, 1.0, 2, math.nan, math.inf, True],
+        "deadline": [None, 0, 1, 5, True, 2.0],
+        "value": [None, 0.0, 3.0, 4, math.nan, -math.inf],
+    }
+    base = {"id": "a", "type": JobType.TRAINING, "gpus": 1, "duration": 1, "release": 0, "priority": 1.0}
+    changes = [(key, value) for key, options in values.items() for value in options]
+    for one, two in itertools.combinations_with_replacement(changes, 2):  # every value, alone and in pairs
+        job = Job(**{**base, **dict([one, two])})
+        if _plain_job_ok(job, 4, {}):
+            _check_job(_Reader("x"), job, "jobs[0]", 4, 4, {})  # the rules one by one: must not raise
+    assert _plain_job_ok(Job("a", JobType.TRAINING, 4, 1, priority=2.0, deadline=5, value=3.0), 4, {})
+
+
+# ----------------------------------------------------------------------------- adversarial files (issue 10, section 4)
+
+BASE = "name: x\ncluster: {gpus: 8, node_size: 4}\nhorizon: {slots: 4}\n"
+APP = "- {name: chat, demand: [1, 2, 2, 1], ramp: 1, penalty: 5}\n"
+JOB = "- {id: a, type: training, gpus: 2, duration: 2}\n"
+
+
+def _bomb(levels: int = 9) -> str:
+    """A YAML alias bomb: nine levels of nine aliases, 9**9 integers if anything expanded it."""
+    lines = ["  - &l0 [1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    lines += [f"  - &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, levels)]
+    return "\n".join(lines) + "\n"
+
+
+# (kind, file suffix, text, field named, words in the reason)
+ADVERSARIAL = [
+    ("python tag", ".yaml", "name: !!python/object/apply:os.system ['echo hi']\n" + BASE[8:], "<line 1>", "YAML"),
+    ("python name tag", ".yaml", "name: !!python/name:os.system\n" + BASE[8:], "<line 1>", "YAML"),
+    (
+        "NaN",
+        ".yaml",
+        BASE + "jobs:\n- {id: a, type: training, gpus: 2, duration: 2, priority: .nan}\n",
+        "jobs[0].priority",
+        "finite",
+    ),
+    (
+        "infinite",
+        ".yaml",
+        BASE + "jobs:\n- {id: a, type: training, gpus: 2, duration: 2, value: .inf}\n",
+        "jobs[0].value",
+        "finite",
+    ),
+    (
+        "minus infinite",
+        ".yaml",
+        BASE.replace("{slots: 4}", "{slots: 4, slot_minutes: -.inf}"),
+        "horizon.slot_minutes",
+        "finite",
+    ),
+    (
+        "NaN in JSON",
+        ".json",
+        '{"name": "x", "cluster": {"gpus": 8}, "horizon": {"slots": 4, "decay": NaN}}',
+        "horizon.decay",
+        "finite",
+    ),
+    ("true as a count", ".yaml", BASE.replace("gpus: 8", "gpus: true"), "cluster.gpus", "integer"),
+    (
+        "negative ramp",
+        ".yaml",
+        BASE + "realtime:\n" + APP.replace("ramp: 1", "ramp: -1"),
+        "realtime[0].ramp",
+        "at least 0",
+    ),
+    (
+        "negative demand",
+        ".yaml",
+        BASE + "realtime:\n" + APP.replace("[1, 2, 2, 1]", "[1, -2, 2, 1]"),
+        "realtime[0].demand[1]",
+        "at least 0",
+    ),
+    ("duplicate app names", ".yaml", BASE + "realtime:\n" + APP + APP, "realtime[1].name", "duplicate"),
+    (
+        "alias bomb",
+        ".yaml",
+        BASE + "realtime:\n- name: chat\n  ramp: 1\n  penalty: 5\n  demand:\n" + _bomb(),
+        "realtime[0].demand[0]",
+        "integer",
+    ),
+    ("empty file", ".yaml", "", "<top>", "got nothing"),
+    ("top-level list", ".yaml", "- name: x\n- cluster: {gpus: 8}\n", "<top>", "mapping"),
+    # the ten kinds of SPEC section 1
+    ("unknown key", ".yaml", BASE + "colour: red\n", "colour", "unknown key"),
+    ("missing key", ".yaml", "name: x\ncluster: {gpus: 8}\n", "horizon", "missing"),
+    ("wrong type", ".yaml", BASE.replace("gpus: 8", "gpus: eight"), "cluster.gpus", "integer"),
+    ("non-positive size", ".yaml", BASE + "jobs:\n" + JOB.replace("gpus: 2", "gpus: 0"), "jobs[0].gpus", "positive"),
+    (
+        "non-positive duration",
+        ".yaml",
+        BASE + "jobs:\n" + JOB.replace("duration: 2", "duration: -1"),
+        "jobs[0].duration",
+        "positive",
+    ),
+    (
+        "demand not of length T",
+        ".yaml",
+        BASE + "realtime:\n" + APP.replace("[1, 2, 2, 1]", "[1, 2]"),
+        "realtime[0].demand",
+        "4 values",
+    ),
+    ("duplicate id", ".yaml", BASE + "jobs:\n" + JOB + JOB, "jobs[1].id", "duplicate"),
+    (
+        "job larger than the cluster",
+        ".yaml",
+        BASE + "jobs:\n" + JOB.replace("gpus: 2", "gpus: 16"),
+        "jobs[0].gpus",
+        "cluster has 8",
+    ),
+    (
+        "running_on not a valid block",
+        ".yaml",
+        BASE + "jobs:\n" + JOB.replace("}", ", running_on: [3, 4]}"),
+        "jobs[0].running_on",
+        "inside one node",
+    ),
+    (
+        "running_on overlapping another",
+        ".yaml",
+        BASE
+        + "jobs:\n"
+        + JOB.replace("}", ", running_on: [0, 1]}")
+        + JOB.replace("id: a", "id: b").replace("}", ", running_on: [1, 2]}"),
+        "jobs[1].running_on",
+        "already held",
+    ),
+    # the two that crashed: absurd sizes
+    ("huge cluster", ".yaml", BASE.replace("gpus: 8", "gpus: 1000000000000"), "cluster.gpus", "at most 16384"),
+    ("huge horizon", ".yaml", BASE.replace("slots: 4", "slots: 1000000000000"), "horizon.slots", "at most 10080"),
+    # more absurd sizes, each under one of the limits
+    (
+        "huge duration",
+        ".yaml",
+        BASE + "jobs:\n" + JOB.replace("duration: 2", "duration: 1000000000000"),
+        "jobs[0].duration",
+        "at most 10080",
+    ),
+    (
+        "huge release",
+        ".yaml",
+        BASE + "jobs:\n" + JOB.replace("}", ", release: 100000000000000000000}"),
+        "jobs[0].release",
+        "about 21 digits",
+    ),
+    (
+        "huge demand",
+        ".yaml",
+        BASE + "realtime:\n" + APP.replace("[1, 2, 2, 1]", "[1, 2, 2, 100000000000000000000]"),
+        "realtime[0].demand[3]",
+        "at most 16384",
+    ),
+    (
+        "huge ramp",
+        ".yaml",
+        BASE + "realtime:\n" + APP.replace("ramp: 1", "ramp: 100000000000000000000"),
+        "realtime[0].ramp",
+        "at most 16384",
+    ),
+    (
+        "integer beyond the float range",
+        ".yaml",
+        BASE + "jobs:\n" + JOB.replace("}", ", priority: 1" + "0" * 400 + "}"),
+        "jobs[0].priority",
+        "finite",
+    ),
+    ("integer of 5000 digits", ".json", '{"name": "x", "cluster": {"gpus": 1' + "0" * 5000 + "}}", "<file>", "digits"),
+    (
+        "grid beyond the limit",
+        ".yaml",
+        BASE.replace("gpus: 8, node_size: 4", "gpus: 16384").replace("slots: 4", "slots: 1025"),
+        "horizon.slots",
+        "GPU-slots",
+    ),
+    (
+        "grid beyond the limit past the horizon",
+        ".yaml",
+        BASE.replace("gpus: 8, node_size: 4", "gpus: 16384").replace("slots: 4", "slots: 168")
+        + "jobs:\n"
+        + JOB
+        + JOB.replace("id: a", "id: b").replace("duration: 2", "duration: 900"),
+        "jobs[1].duration",
+        "GPU-slots",
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "suffix", "text", "field", "reason"), ADVERSARIAL, ids=[a[0] for a in ADVERSARIAL])
+def test_adversarial_files_are_refused_naming_file_and_field(
+    tmp_path: Path, kind: str, suffix: str, text: str, field: str, reason: str
+):
+    path = tmp_path / f"adversarial{suffix}"
+    path.write_text(text)
+    with pytest.raises(ScenarioError) as info:
+        load_scenario(path)
+    err = info.value
+    assert (err.source, err.field) == (str(path), field), kind
+    assert reason in err.reason, (kind, err.reason)
+    assert "\n" not in str(err) and len(str(err)) < 400
+
+
+def test_too_many_jobs_or_apps_are_refused_before_anything_is_built():
+    top = {"name": "x", "cluster": {"gpus": 1}, "horizon": {"slots": 1}}
+    with pytest.raises(ScenarioError, match=rf"^big.json: jobs: expected at most {MAX_JOBS} jobs"):
+        scenario_from_dict({**top, "jobs": [{}] * (MAX_JOBS + 1)}, "big.json")
+    with pytest.raises(ScenarioError, match=rf"^big.json: realtime: expected at most {MAX_APPS} applications"):
+        scenario_from_dict({**top, "realtime": [{}] * (MAX_APPS + 1)}, "big.json")
+    job = Job("a", JobType.TRAINING, 1, 1)
+    jobs = tuple(dataclasses.replace(job, id=str(i)) for i in range(MAX_JOBS + 1))
+    with pytest.raises(ScenarioError, match=r"jobs: expected at most"):
+        Scenario("x", gpus=1, slots=1, jobs=jobs)
+
+
+def test_the_limits_themselves_are_allowed():
+    week = Scenario("week", gpus=MAX_GPUS, slots=168, jobs=(Job("a", JobType.TRAINING, MAX_GPUS, 336),))
+    assert week.gpus * (week.slots + 336) <= MAX_GRID
+    assert Scenario("grid", gpus=MAX_GPUS, slots=MAX_GRID // MAX_GPUS).slots == 1024
+    assert (
+        Scenario("long", gpus=1, slots=MAX_SLOTS, jobs=(Job("a", JobType.TRAINING, 1, MAX_SLOTS),)).slots == MAX_SLOTS
+    )
+    app = App("chat", (MAX_GPUS,), MAX_GPUS, MAX_GPUS, 1.0)
+    assert Scenario("apps", gpus=MAX_GPUS, slots=1, realtime=(app,)).realtime == (app,)

@@ -215,3 +215,23 @@ def test_gpualloc_from_trace_on_the_excerpt(tmp_path: Path, capsys):
     assert main([*args[:-2], "--job-day", "3", "-o", str(tmp_path / "bad.yaml")]) == 2
     assert "not a complete window" in capsys.readouterr().err
     assert not (tmp_path / "bad.yaml").exists()
+
+
+def test_extract_requires_the_traces_folder(tmp_path: Path, capsys):
+    out = tmp_path / "stats.json"
+    assert traces.main(["extract", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--traces DIR" in err and "not given" in err
+    assert traces.main(["extract", "--traces", str(tmp_path / "absent"), "-o", str(out)]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_from_trace_without_a_traces_folder_names_the_missing_file(tmp_path: Path, capsys):
+    out = tmp_path / "x.yaml"
+    assert main(["from-trace", "-o", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "traces" in err and "--pods CSV" in err
+    assert main(["from-trace", "--pods", str(PODS), "-o", str(out)]) == 2
+    assert "--demand lora=CSV" in capsys.readouterr().err
+    assert not out.exists()

@@ -75,7 +75,7 @@ def with_demand(scenario: Scenario, demand: np.ndarray, name: str | None = None)
     if (demand < 0).any():
         raise ValueError("demand must be non-negative")
     apps = tuple(replace(app, demand=tuple(int(x) for x in demand[i])) for i, app in enumerate(scenario.realtime))
-    return replace(scenario, name=name or scenario.name, realtime=apps, _index={})
+    return replace(scenario, name=name or scenario.name, realtime=apps)
 
 
 # ----------------------------------------------------------------------------- forecast correction
