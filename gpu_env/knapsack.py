@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_env.scenario import Job, JobType, Scenario, ScenarioError, _Reader, parse_file
+from gpu_env.scenario import FieldReader, Job, JobType, Scenario, ScenarioError, parse_file
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def knapsack_from_dict(data: Any, source: str = "<dict>") -> KnapsackInstance:
     Raises:
         ScenarioError: A missing, unknown or mistyped field, named with the file; rotation asked for.
     """
-    r = _Reader(source)
+    r = FieldReader(source)
     top = r.mapping(data, "", _TOP_KEYS, {"name", "bin", "items"})
     name = r.string(top["name"], "name")
     if top.get("rotation", False) is not False:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpu_env.scenario import _Reader, parse_file, write_text_atomic
+from gpu_env.files import write_text_atomic
+from gpu_env.scenario import FieldReader, parse_file
 
 if TYPE_CHECKING:
     from gpu_env.metrics import Metrics
@@ -89,7 +90,7 @@ class Plan:
         Raises:
             ScenarioError: A missing or mistyped field, named with the file.
         """
-        r = _Reader(source)
+        r = FieldReader(source)
         allowed = {"scenario", "scheduler", "placements", "realtime", "metrics", "solve_ms", "info"}
         top = r.mapping(data, "", allowed | set(LEGACY_INFO_KEYS), {"placements"})
         placements = []

@@ -34,6 +34,7 @@ MAX_SLOTS = 10_080  # horizon.slots (a week of one-minute slots); also duration,
 MAX_GRID = 2**24  # GPU-slots of the planners' grid: cluster.gpus x (horizon.slots + the longest duration)
 MAX_JOBS = 100_000  # jobs
 MAX_APPS = 1_024  # realtime applications
+MAX_WEIGHT = 1e6  # priority, penalty, and a value's worth per GPU-slot (value / (gpus x duration))
 
 
 class JobType(StrEnum):
@@ -126,7 +127,7 @@ class Scenario:
         if self.node_size == 0:
             object.__setattr__(self, "node_size", self.gpus)
         # Not a field: every construction (replace included) checks and indexes its own jobs.
-        object.__setattr__(self, "_index", _check(self, _Reader(f"<scenario {self.name}>")))
+        object.__setattr__(self, "_index", _check(self, FieldReader(f"<scenario {self.name}>")))
 
     def job_index(self, job_id: str) -> int:
         """Position of a job in the file, or -1 when there is none with this id."""
@@ -205,16 +206,18 @@ _APP_KEYS = {"name", "demand", "ramp", "initial", "penalty"}
 _JOB_KEYS = {"id", "type", "gpus", "duration", "release", "priority", "deadline", "value", "running_on"}
 
 
-class _Reader:
+class FieldReader:
     """Typed access to nested mappings that raises ScenarioError with the field path."""
 
     def __init__(self, source: str) -> None:
         self.source = source
 
     def fail(self, path: str, reason: str) -> ScenarioError:
+        """The error for ``path``: raise what this returns."""
         return ScenarioError(self.source, path, reason)
 
     def mapping(self, value: Any, path: str, allowed: set[str], required: set[str]) -> Mapping[str, Any]:
+        """``value`` as a mapping with only ``allowed`` keys and every ``required`` one."""
         if not isinstance(value, Mapping):
             raise self.fail(path or "<top>", f"expected a mapping, got {_kind(value)}")
         for key in value:
@@ -228,6 +231,7 @@ class _Reader:
         return value
 
     def integer(self, value: Any, path: str, minimum: int | None = None, maximum: int | None = None) -> int:
+        """``value`` as an integer (not a bool) within the bounds given."""
         if isinstance(value, bool) or not isinstance(value, int):
             raise self.fail(path, f"expected an integer, got {_kind(value)}")
         if minimum is not None and value < minimum:
@@ -242,21 +246,33 @@ class _Reader:
         if isinstance(items, list | tuple) and len(items) > maximum:
             raise self.fail(path, f"expected at most {maximum} {what} (the format's limit), got {len(items)}")
 
-    def number(self, value: Any, path: str, positive: bool = False, minimum: float | None = None) -> float:
+    def number(
+        self,
+        value: Any,
+        path: str,
+        positive: bool = False,
+        minimum: float | None = None,
+        maximum: float | None = None,
+    ) -> float:
+        """``value`` as a finite number (not a bool), positive or at least ``minimum``, at most ``maximum``."""
         if isinstance(value, bool) or not isinstance(value, int | float) or not _finite(value):
             raise self.fail(path, f"expected a finite number, got {_kind(value)}")
         if positive and value <= 0:
             raise self.fail(path, f"expected a positive number, got {value}")
         if minimum is not None and value < minimum:
             raise self.fail(path, f"expected a number >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise self.fail(path, f"expected a number <= {maximum:g}, got {value:g}")
         return float(value)
 
     def string(self, value: Any, path: str) -> str:
+        """``value`` as a non-empty string."""
         if not isinstance(value, str) or not value:
             raise self.fail(path, f"expected a non-empty string, got {_kind(value)}")
         return value
 
     def int_list(self, value: Any, path: str, minimum: int = 0, maximum: int | None = None) -> list[int]:
+        """``value`` as a list of integers within the bounds given."""
         if not isinstance(value, list):
             raise self.fail(path, f"expected a list of integers, got {_kind(value)}")
         return [self.integer(x, f"{path}[{i}]", minimum, maximum) for i, x in enumerate(value)]
@@ -309,7 +325,7 @@ def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
     Raises:
         ScenarioError: On any input that breaks SPEC section 1.
     """
-    r = _Reader(source)
+    r = FieldReader(source)
     top = r.mapping(data, "", _TOP_KEYS, {"name", "cluster", "horizon"})
     cluster = r.mapping(top["cluster"], "cluster", _CLUSTER_KEYS, {"gpus"})
     horizon = r.mapping(top["horizon"], "horizon", _HORIZON_KEYS, {"slots"})
@@ -340,7 +356,7 @@ def _as_float(value: Any) -> Any:
     return float(value) if type(value) in (int, float) and _finite(value) else value
 
 
-def _read_apps(r: _Reader, value: Any) -> tuple[App, ...]:
+def _read_apps(r: FieldReader, value: Any) -> tuple[App, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -357,7 +373,7 @@ def _read_apps(r: _Reader, value: Any) -> tuple[App, ...]:
     return tuple(apps)
 
 
-def _read_jobs(r: _Reader, value: Any) -> tuple[Job, ...]:
+def _read_jobs(r: FieldReader, value: Any) -> tuple[Job, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
@@ -393,7 +409,7 @@ def _read_jobs(r: _Reader, value: Any) -> tuple[Job, ...]:
 # ----------------------------------------------------------------------------- the check (SPEC section 1)
 
 
-def _int_tuple(r: _Reader, values: Any, path: str, maximum: int) -> tuple[int, ...]:
+def _int_tuple(r: FieldReader, values: Any, path: str, maximum: int) -> tuple[int, ...]:
     """``values`` as a tuple of integers in 0..maximum: one pass when it is one, else the reader's message."""
     if (
         isinstance(values, tuple)
@@ -425,14 +441,16 @@ def _plain_job_ok(job: Any, gpus: int, seen: Mapping[str, int]) -> bool:
         and type(job.release) is int
         and 0 <= job.release <= MAX_SLOTS
         and type(job.priority) is float
-        and 0.0 < job.priority < math.inf
+        and 0.0 < job.priority <= MAX_WEIGHT
         and (job.deadline is None or (type(job.deadline) is int and 1 <= job.deadline <= MAX_SLOTS))
-        and (job.value is None or (type(job.value) is float and 0.0 < job.value < math.inf))
+        and (
+            job.value is None or (type(job.value) is float and 0.0 < job.value <= MAX_WEIGHT * job.gpus * job.duration)
+        )
         and job.running_on is None
     )
 
 
-def _check_job(r: _Reader, job: Any, path: str, gpus: int, node_size: int, seen: Mapping[str, int]) -> None:
+def _check_job(r: FieldReader, job: Any, path: str, gpus: int, node_size: int, seen: Mapping[str, int]) -> None:
     """The rules on one job (``path`` is ``jobs[i]``, ``seen`` the ids before it); raises naming the field."""
     from gpu_env import rules
 
@@ -448,11 +466,11 @@ def _check_job(r: _Reader, job: Any, path: str, gpus: int, node_size: int, seen:
         raise r.fail(f"{path}.gpus", f"job needs {k} GPUs but the cluster has {gpus}")
     d = r.integer(job.duration, f"{path}.duration", 1, MAX_SLOTS)
     release = r.integer(job.release, f"{path}.release", 0, MAX_SLOTS)
-    r.number(job.priority, f"{path}.priority", positive=True)
+    r.number(job.priority, f"{path}.priority", positive=True, maximum=MAX_WEIGHT)
     if job.deadline is not None:
         r.integer(job.deadline, f"{path}.deadline", 1, MAX_SLOTS)
     if job.value is not None:
-        r.number(job.value, f"{path}.value", positive=True)
+        r.number(job.value, f"{path}.value", positive=True, maximum=MAX_WEIGHT * k * d)
     if job.running_on is not None:
         block = _int_tuple(r, job.running_on, f"{path}.running_on", MAX_GPUS)
         problem = rules.block_problem(block, k, gpus, node_size)
@@ -464,7 +482,7 @@ def _check_job(r: _Reader, job: Any, path: str, gpus: int, node_size: int, seen:
             raise r.fail(f"{path}.deadline", f"running job ends at slot {d}, after its deadline {job.deadline}")
 
 
-def _check(sc: Scenario, r: _Reader) -> dict[str, int]:
+def _check(sc: Scenario, r: FieldReader) -> dict[str, int]:
     """Check every rule of SPEC section 1 on a scenario; return its job index (id -> position).
 
     Linear in the jobs, the apps' demand values and the horizon: it runs on every
@@ -511,7 +529,7 @@ def _check(sc: Scenario, r: _Reader) -> dict[str, int]:
             raise r.fail(f"{path}.demand", f"expected {slots} values (horizon.slots), got {len(demand)}")
         r.integer(app.ramp, f"{path}.ramp", 0, MAX_GPUS)
         r.integer(app.initial, f"{path}.initial", 0, MAX_GPUS)
-        r.number(app.penalty, f"{path}.penalty", minimum=0.0)
+        r.number(app.penalty, f"{path}.penalty", minimum=0.0, maximum=MAX_WEIGHT)
 
     if not isinstance(sc.jobs, tuple):
         raise r.fail("jobs", f"expected a tuple of jobs, got {_kind(sc.jobs)}")

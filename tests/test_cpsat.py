@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -21,7 +22,7 @@ from gpu_env.knapsack import convert_2kp
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.rules import Rule
-from gpu_env.scenario import Scenario, save_scenario, scenario_from_dict
+from gpu_env.scenario import MAX_WEIGHT, Scenario, save_scenario, scenario_from_dict
 from gpu_env.validation import validate
 
 KNAPSACK = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "2kp"
@@ -379,3 +380,18 @@ def test_cli_plan_with_exact_modes(tmp_path, name):
     assert data["scheduler"] == name and data["info"]["status"] == "optimal"
     assert data["metrics"]["objective"] == pytest.approx(brute_force(sc), abs=1e-6)
     assert data["info"]["bound"] >= data["metrics"]["objective"] - 1e-6
+
+
+def test_weights_at_the_format_limit_fit_the_integer_objective():
+    # SPEC section 1 caps priority and penalty at MAX_WEIGHT so that the scaled objective stays inside 64 bits;
+    # at the cap CP-SAT still builds its model and returns a valid plan under a bound that holds.
+    sc = generate("mixed-control", seed=3)
+    sc = dataclasses.replace(
+        sc,
+        jobs=tuple(dataclasses.replace(j, priority=MAX_WEIGHT, value=None) for j in sc.jobs),
+        realtime=tuple(dataclasses.replace(a, penalty=MAX_WEIGHT) for a in sc.realtime),
+    )
+    plan = run_scheduler("cpsat", sc, PlanOptions(time_limit=5, workers=1))
+    assert validate(sc, plan) == []
+    assert plan.info["status"] in ("optimal", "feasible")
+    assert plan.metrics.objective <= plan.info["bound"] * (1 + 1e-9)

@@ -26,7 +26,7 @@ from gpu_env.scenario import (
     ScenarioError,
     _check_job,
     _plain_job_ok,
-    _Reader,
+    FieldReader,
     load_scenario,
     save_scenario,
     scenario_from_dict,
@@ -285,7 +285,7 @@ def test_the_fast_path_never_accepts_a_job_the_rules_refuse():
     for one, two in itertools.combinations_with_replacement(changes, 2):  # every value, alone and in pairs
         job = Job(**{**base, **dict([one, two])})
         if _plain_job_ok(job, 4, {}):
-            _check_job(_Reader("x"), job, "jobs[0]", 4, 4, {})  # the rules one by one: must not raise
+            _check_job(FieldReader("x"), job, "jobs[0]", 4, 4, {})  # the rules one by one: must not raise
     assert _plain_job_ok(Job("a", JobType.TRAINING, 4, 1, priority=2.0, deadline=5, value=3.0), 4, {})
 
 
@@ -444,6 +444,27 @@ ADVERSARIAL = [
         "finite",
     ),
     ("integer of 5000 digits", ".json", '{"name": "x", "cluster": {"gpus": 1' + "0" * 5000 + "}}", "<file>", "digits"),
+    (
+        "priority beyond the weight limit",
+        ".yaml",
+        BASE + "jobs:\n" + JOB.replace("}", ", priority: 1.0e+300}"),
+        "jobs[0].priority",
+        "<= 1e+06",
+    ),
+    (
+        "penalty beyond the weight limit",
+        ".yaml",
+        BASE + "realtime:\n" + APP.replace("penalty: 5", "penalty: 2.0e+6"),
+        "realtime[0].penalty",
+        "<= 1e+06",
+    ),
+    (
+        "value beyond the weight limit per GPU-slot",
+        ".yaml",
+        BASE + "jobs:\n" + JOB.replace("}", ", value: 4000001.0}"),
+        "jobs[0].value",
+        "<= 4e+06",
+    ),
     (
         "grid beyond the limit",
         ".yaml",
