@@ -56,7 +56,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -530,3 +530,88 @@ def run_tasks(
         r if r is not None else TaskResult.failed(t, "no result came back") for r, t in zip(results, tasks, strict=True)
     ]
     return Run(done, backend.describe(workers), time.perf_counter() - started)
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m agents.fanout``: every planner on every scenario and seed, one results table.
+
+        python -m agents.fanout --scenarios configs/scenarios --planners fifo,greedy,ppo --seeds 3 --parallel 2
+        python -m agents.fanout --planners cpsat --time-limit 10 --workers 2 --ray ray-head:6379 --out study.json
+
+    Prints one line per task and a summary (backend, tasks, wall time); ``--out`` writes the
+    :class:`Run` as JSON. Exit status: 0 every task ok, 1 a task failed or its plan is invalid
+    (each named on stderr), 2 bad input (one line, before any task runs).
+    """
+    import argparse
+    import json
+    import sys
+
+    from tqdm import tqdm
+
+    from agents.arguments import add_fanout_options, add_plan_options, fanout_backend, int_at_least
+    from agents.registry import SCHEDULERS
+    from gpu_env.scenario import ScenarioError, write_text_atomic
+
+    class _Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> Any:
+            self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    parser = _Parser(prog="python -m agents.fanout", description=main.__doc__.splitlines()[0] if main.__doc__ else "")
+    parser.add_argument("--scenarios", nargs="+", type=Path, default=[Path("configs/scenarios")], metavar="PATH")
+    parser.add_argument("--planners", default="fifo,greedy", metavar="NAMES", help="comma-separated (fifo,greedy)")
+    parser.add_argument("--seeds", type=int_at_least(1), default=1, metavar="N", help="seeds --seed .. --seed+N-1")
+    parser.add_argument("--out", type=Path, metavar="FILE", help="write the run as JSON")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar and no line per task")
+    add_plan_options(parser)
+    add_fanout_options(parser)
+    args = parser.parse_args(argv)
+    try:
+        planners = [p.strip() for p in args.planners.split(",") if p.strip()]
+        unknown = [p for p in planners if p not in SCHEDULERS]
+        if not planners or unknown:
+            raise FanoutError(f"--planners: unknown {unknown or args.planners!r} (expected: {', '.join(SCHEDULERS)})")
+        files: list[Path] = []
+        for path in args.scenarios:
+            found = sorted(p for p in path.glob("*.y*ml")) if path.is_dir() else [path]
+            files += found
+        if not files:
+            raise FanoutError(f"--scenarios: no scenario files in {' '.join(map(str, args.scenarios))}")
+        scenarios = [load_scenario(f) for f in files]
+        backend = fanout_backend(args)
+    except (FanoutError, ScenarioError) as exc:
+        print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    options = PlanOptions(time_limit=args.time_limit, workers=args.workers, policy=args.policy)
+    tasks = [
+        Task.make(sc, planner, replace(options, seed=seed))
+        for sc in scenarios
+        for planner in planners
+        for seed in range(args.seed, args.seed + args.seeds)
+    ]
+    with tqdm(total=len(tasks), unit="task", file=sys.stderr, disable=args.quiet, dynamic_ncols=True) as bar:
+        try:
+            run = run_tasks(tasks, backend, timeout=args.task_timeout, on_result=lambda i, r: bar.update(1))
+        except FanoutError as exc:  # found only once the backend is up (a Ray node too small for --workers)
+            print(f"{parser.prog}: error: {exc}", file=sys.stderr)
+            return 2
+    if not args.quiet:
+        for r in run.results:
+            objective = "-" if r.objective is None else f"{r.objective:.4f}"
+            print(f"{r.scenario:24} {r.planner:8} seed {r.seed:<3} objective {objective:>12}  {r.elapsed:8.3f} s")
+    print(f"{len(tasks)} tasks, {len(run.failures)} failed, {run.wall_s:.2f} s wall, {run.backend}")
+    for line in run.failure_lines():
+        print(f"failed: {line}", file=sys.stderr)
+    if args.out is not None:
+        document = {"backend": run.backend, "wall_s": run.wall_s, "results": [r.to_dict() for r in run.results]}
+        write_text_atomic(args.out, json.dumps(document, indent=1) + "\n")
+    return 0 if run.ok else 1
+
+
+if __name__ == "__main__":
+    # Run the imported module's main, so that pickled task functions name agents.fanout, not __main__.
+    from agents import fanout as _fanout
+
+    raise SystemExit(_fanout.main())
