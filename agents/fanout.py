@@ -62,6 +62,8 @@ from typing import Any, Literal
 
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
+from gpu_env.metrics import compute_metrics
+from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario, load_scenario, scenario_from_dict
 from gpu_env.validation import validate
 
@@ -207,6 +209,19 @@ class TaskResult:
             data.pop(name, None)
         return data
 
+    def to_plan(self, scenario: Scenario) -> Plan | None:
+        """The plan as a :class:`~gpu_env.plan.Plan` again, metrics and plan time attached (None when it failed).
+
+        Args:
+            scenario: The task's scenario; the metrics are computed again on it, unrounded.
+        """
+        if self.plan is None:
+            return None
+        plan = Plan.from_dict(self.plan, f"<{self.scenario}/{self.planner}>")
+        plan.metrics = compute_metrics(scenario, plan)
+        plan.solve_ms = self.solve_ms
+        return plan
+
     @classmethod
     def failed(cls, task: Task, error: str, elapsed: float = 0.0) -> TaskResult:
         """The record of a task that produced no plan."""
@@ -251,13 +266,14 @@ def execute(function: TaskFunction, task: Task, timeout: float | None = None) ->
         timeout is not None and hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
     )
     previous: Any = None
+    outer = (0.0, 0.0)  # a timer someone else had set (pytest-timeout, say), restored afterwards
     if alarm:
 
         def _expire(signum: int, frame: Any) -> None:
             raise TaskTimeout
 
         previous = signal.signal(signal.SIGALRM, _expire)
-        signal.setitimer(signal.ITIMER_REAL, timeout)
+        outer = signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         try:
             return function(task)
@@ -265,6 +281,9 @@ def execute(function: TaskFunction, task: Task, timeout: float | None = None) ->
             if alarm:
                 signal.setitimer(signal.ITIMER_REAL, 0)
                 signal.signal(signal.SIGALRM, previous)
+                if outer[0] > 0:
+                    left = outer[0] - (time.perf_counter() - started)
+                    signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), outer[1])
     except TaskTimeout:
         return TaskResult.failed(task, f"TaskTimeout: ran past {timeout:g} s", time.perf_counter() - started)
     except Exception as exc:  # a failed task is reported, not fatal to the run
@@ -424,6 +443,7 @@ def _ray(
     import ray
 
     started_here = not ray.is_initialized()
+    pending: dict[Any, int] = {}
     if started_here:
         if address == LOCAL_RAY:
             ray.init(include_dashboard=False, logging_level="warning", log_to_driver=False)
@@ -452,6 +472,9 @@ def _ray(
     finally:
         if started_here:
             ray.shutdown()
+        else:
+            for ref in pending:  # a caller that stops early leaves nothing running on the cluster
+                ray.cancel(ref)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -126,6 +126,17 @@ def test_a_task_plans_as_the_registry_does():
     expected = plan.to_dict()
     expected.pop("solve_ms")
     assert result.plan == expected and result.objective == pytest.approx(plan.metrics.objective)
+    again = result.to_plan(sc)
+    assert again.to_dict() == plan.to_dict() | {"solve_ms": round(result.solve_ms, 3)}
+    assert again.metrics == plan.metrics
+
+
+def test_a_proven_plan_keeps_its_status_and_bound(serial_proven):
+    sc = generate("training-heavy", seed=4)
+    result = serial_proven.results[0]
+    plan = result.to_plan(sc)
+    assert plan.to_dict()["status"] == "optimal" and plan.to_dict()["bound"] == result.plan["bound"]
+    assert TaskResult.failed(proven_tasks()[0], "X: y").to_plan(sc) is None
 
 
 def test_a_task_reads_a_scenario_file(tmp_path):
@@ -188,6 +199,22 @@ def test_a_task_past_its_timeout_is_reported_and_the_others_complete(backend):
     assert run.results[0].ok and run.results[2].ok
     assert signal.getsignal(signal.SIGALRM) == before
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_timer_set_outside_the_task_is_restored():
+    def outer(signum, frame):
+        raise AssertionError("the outer timer fired inside the test")
+
+    before = signal.signal(signal.SIGALRM, outer)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 100.0)
+        run = run_tasks([Task.make(generate("training-heavy", seed=0), "fifo")], timeout=5.0)
+        left, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert run.ok and 90.0 < left <= 100.0
+        assert signal.getsignal(signal.SIGALRM) is outer
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 def test_an_invalid_plan_fails_the_run():
