@@ -1,4 +1,4 @@
-"""Command-line arguments shared by ``gpualloc`` and ``evaluate.py``: typed parsers and the plan options."""
+"""Command-line arguments shared by ``gpualloc``, ``evaluate.py`` and the benchmarks: typed parsers and options."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
+from agents.fanout import LOCAL_RAY, RAY_INSTALL_HINT, Backend, FanoutError, check_cpu_budget
 from agents.options import PlanOptions
 
 
@@ -57,3 +58,51 @@ def add_plan_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
 def plan_options(args: argparse.Namespace) -> PlanOptions:
     """The PlanOptions that :func:`add_plan_options` arguments describe."""
     return PlanOptions(time_limit=args.time_limit, seed=args.seed, workers=args.workers, policy=args.policy)
+
+
+def add_fanout_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """The arguments behind :func:`fanout_backend`: --parallel, --ray [ADDRESS], --task-timeout.
+
+    ``--parallel`` and ``--ray`` are exclusive. ``--parallel N`` runs N tasks at once, each
+    with ``--workers`` CP-SAT threads, so ``N x --workers`` must fit the machine's CPUs. On
+    Ray each task asks for ``--workers`` CPUs and Ray runs as many at once as the cluster has.
+    """
+    parser.add_argument(
+        "--parallel",
+        type=int_at_least(1),
+        default=1,
+        metavar="N",
+        help="run N tasks at once in a local process pool; N x --workers must not exceed the CPUs (default: 1)",
+    )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const=LOCAL_RAY,
+        default=None,
+        metavar="ADDRESS",
+        help=f"run tasks on Ray: a local Ray, or the running cluster at ADDRESS (needs {RAY_INSTALL_HINT}); "
+        "each task takes --workers CPUs",
+    )
+    parser.add_argument(
+        "--task-timeout",
+        type=positive_float,
+        default=None,
+        metavar="S",
+        help="report a task still running after S seconds as failed; keep it above --time-limit (default: none)",
+    )
+
+
+def fanout_backend(args: argparse.Namespace) -> Backend:
+    """The backend that :func:`add_fanout_options` arguments describe, checked before any task runs.
+
+    Raises:
+        FanoutError: ``--parallel`` with ``--ray``; ``--parallel x --workers`` above the CPUs
+            (:class:`~agents.fanout.OversubscribedError`); ``--ray`` without Ray installed
+            (:class:`~agents.fanout.RayNotInstalledError`). One line each: exit status 2.
+    """
+    if args.ray is not None:
+        if args.parallel > 1:
+            raise FanoutError("--parallel and --ray: choose one (Ray runs as many tasks at once as its CPUs allow)")
+        return Backend.ray(args.ray)
+    check_cpu_budget(args.parallel, getattr(args, "workers", 1))
+    return Backend.pool(args.parallel)
