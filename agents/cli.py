@@ -198,7 +198,7 @@ def _generate(args: argparse.Namespace) -> int:
         save_scenario(scenario, args.output)
         print(
             f"{scenario.name}: {scenario.gpus} GPUs x {scenario.slots} slots, {len(scenario.jobs)} jobs, "
-            f"{len(scenario.realtime)} real-time apps (family {args.family}, seed {seed}) -> {args.output}",
+            f"{len(scenario.apps)} real-time apps (family {args.family}, seed {seed}) -> {args.output}",
             file=sys.stderr,
         )
     return EXIT_OK

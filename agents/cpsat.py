@@ -245,7 +245,7 @@ class ScheduleModel:
     Attributes:
         model: The CP-SAT model.
         jobs: Per-job variables, in scenario order.
-        realtime: (apps, T) curve variables.
+        curves: (apps, T) curve variables.
         shortfall: (apps, T) shortfall variables.
         scale: Objective units per unit of value.
         groups: Identical jobs, as lists of job indices (each list in file order).
@@ -258,7 +258,7 @@ class ScheduleModel:
         self.values = start_values(scenario)  # (jobs, T + 1) value of each start, before scaling
         self.scale = _choose_scale(scenario, self.values)
         self.jobs: list[JobVars] = []
-        self.realtime: list[list[cp_model.IntVar]] = []
+        self.curves: list[list[cp_model.IntVar]] = []
         self.shortfall: list[list[cp_model.IntVar]] = []
         self.slot_load: list[cp_model.IntVar | int] = []  # total real-time allocation per slot
         self.groups: list[list[int]] = []
@@ -344,8 +344,8 @@ class ScheduleModel:
             for group in self.groups:
                 placed = sorted(spots.pop(i) for i in group if i in spots)
                 spots.update(zip(group, placed, strict=False))
-        curves = np.zeros((len(sc.realtime), sc.slots), dtype=np.int64)
-        for i, app in enumerate(sc.realtime):
+        curves = np.zeros((len(sc.apps), sc.slots), dtype=np.int64)
+        for i, app in enumerate(sc.apps):
             upper = _curve_upper(app, sc)
             curves[i] = np.minimum(plan.curve(app.name, sc.slots), upper)
         return Assignment(spots, curves)
@@ -360,7 +360,7 @@ class ScheduleModel:
         """The model's (scaled, rounded) objective of an assignment."""
         value = sum(self.jobs[j].table[start] for j, (start, _) in assignment.spots.items())
         short = shortfall(assignment.curves, self.scenario.demand).tolist()
-        for app, unserved in zip(self.scenario.realtime, short, strict=True):
+        for app, unserved in zip(self.scenario.apps, short, strict=True):
             value -= _scaled(app.penalty, self.scale, up=False) * unserved
         return int(value)
 
@@ -372,7 +372,7 @@ class ScheduleModel:
         """The assignment of a solution, reading each variable with ``value``."""
         spots = {jv.index: (int(value(jv.start)), int(value(jv.first))) for jv in self.jobs if value(jv.present)}
         T = self.scenario.slots
-        curves = np.array([[int(value(r)) for r in rs] for rs in self.realtime], dtype=np.int64).reshape(-1, T)
+        curves = np.array([[int(value(r)) for r in rs] for rs in self.curves], dtype=np.int64).reshape(-1, T)
         return Assignment(spots, curves)
 
     def plan_from(self, assignment: Assignment, scheduler: str = "cpsat") -> Plan:
@@ -383,7 +383,7 @@ class ScheduleModel:
             start, first = assignment.spots[index]
             job = sc.jobs[index]
             placements.append(Placement(job.id, start, tuple(range(first, first + job.gpus))))
-        curves = {app.name: [int(x) for x in assignment.curves[i]] for i, app in enumerate(sc.realtime)}
+        curves = {app.name: [int(x) for x in assignment.curves[i]] for i, app in enumerate(sc.apps)}
         return Plan(sc.name, scheduler, placements, curves)
 
 
@@ -392,7 +392,7 @@ class ScheduleModel:
 
 def _choose_scale(scenario: Scenario, values: np.ndarray) -> int:
     """The scale of the integer objective: see the module's "Integer objective" (``values``: ``start_values``)."""
-    numbers = [app.penalty for app in scenario.realtime]
+    numbers = [app.penalty for app in scenario.apps]
     for j, job in enumerate(scenario.jobs):
         numbers.extend(float(values[j, t]) for t in rules.start_window(job, scenario.slots))
     for scale in _INTEGRAL_SCALES:
@@ -496,7 +496,7 @@ def _one_job_per_gpu(m: ScheduleModel) -> None:
 def _realtime_ramp(m: ScheduleModel) -> None:
     """Rule 6: ``|r_0 - initial| <= R``, ``|r_t - r_{t-1}| <= R``; r between the ramp floor and the cover curve."""
     sc = m.scenario
-    for i, app in enumerate(sc.realtime):
+    for i, app in enumerate(sc.apps):
         floor = rules.ramp_floor(app.initial, app.ramp, sc.slots)
         upper = _curve_upper(app, sc)
         curve = [
@@ -507,7 +507,7 @@ def _realtime_ramp(m: ScheduleModel) -> None:
         for r in curve:
             m.model.add_linear_constraint(r - previous, -app.ramp, app.ramp)
             previous = r
-        m.realtime.append(curve)
+        m.curves.append(curve)
 
 
 def _capacity(m: ScheduleModel) -> None:
@@ -516,19 +516,19 @@ def _capacity(m: ScheduleModel) -> None:
     intervals = [jv.time for jv in m.jobs]
     demands: list[Any] = [jv.job.gpus for jv in m.jobs]
     for t in range(sc.slots):
-        if len(m.realtime) == 1:
-            load: Any = m.realtime[0][t]
-        elif m.realtime:
-            hi = min(sc.gpus, sum(_upper(m.realtime[i][t]) for i in range(len(m.realtime))))
+        if len(m.curves) == 1:
+            load: Any = m.curves[0][t]
+        elif m.curves:
+            hi = min(sc.gpus, sum(_upper(m.curves[i][t]) for i in range(len(m.curves))))
             load = m.new_var(0, hi, f"rt{t}", lambda a, t=t: int(a.curves[:, t].sum()))
-            m.model.add(load == sum(curve[t] for curve in m.realtime))
+            m.model.add(load == sum(curve[t] for curve in m.curves))
         else:
             load = 0
         m.slot_load.append(load)
-        if m.realtime:
+        if m.curves:
             intervals.append(m.model.new_fixed_size_interval_var(t, 1, f"slot{t}"))
             demands.append(load)
-    if m.realtime or m.formulation.cumulative_always:
+    if m.curves or m.formulation.cumulative_always:
         m.model.add_cumulative(intervals, demands, sc.gpus)
 
 
@@ -664,7 +664,7 @@ def _normal_patterns(m: ScheduleModel) -> None:
     sc = m.scenario
     jobs = [jv for jv in m.jobs if _upper(jv.present) == 1]
     if (
-        sc.realtime
+        sc.apps
         or sc.node_size != sc.gpus
         or any(jv.job.running_on is not None or jv.job.release != 0 or len(set(jv.table.values())) > 1 for jv in jobs)
     ):
@@ -818,10 +818,10 @@ def _objective(m: ScheduleModel) -> None:
             m.model.add(value <= hi * jv.present)
             terms.append(value)
     sc = m.scenario
-    for i, app in enumerate(sc.realtime):
+    for i, app in enumerate(sc.apps):
         penalty = _scaled(app.penalty, m.scale, up=False)
         row = []
-        for t, r in enumerate(m.realtime[i]):
+        for t, r in enumerate(m.curves[i]):
             demand = app.demand[t]
             most = max(0, demand - _lower(r))
             y = m.new_var(0, most, f"y{i}_{t}", lambda a, i=i, t=t, d=demand: max(0, d - int(a.curves[i, t])))
@@ -948,7 +948,7 @@ def fallback_plan(scenario: Scenario, scheduler: str) -> Plan:
     """A valid plan when the solver found none in time: inherited jobs only, each app at its ramp floor."""
     placements = [Placement(job.id, 0, tuple(job.running_on)) for job in scenario.jobs if job.running_on is not None]
     curves = {
-        app.name: [int(x) for x in rules.ramp_floor(app.initial, app.ramp, scenario.slots)] for app in scenario.realtime
+        app.name: [int(x) for x in rules.ramp_floor(app.initial, app.ramp, scenario.slots)] for app in scenario.apps
     }
     return Plan(scenario.name, scheduler, placements, curves)
 

@@ -21,8 +21,8 @@ def peak_reservation(scenario: Scenario) -> np.ndarray:
     """
     T = scenario.slots
     free = scenario.gpus - rules.inherited_load(scenario)
-    curves = np.zeros((len(scenario.realtime), T), dtype=np.int64)
-    for i, app in enumerate(scenario.realtime):
+    curves = np.zeros((len(scenario.apps), T), dtype=np.int64)
+    for i, app in enumerate(scenario.apps):
         peak = max(app.demand)
         r = app.initial
         for t in range(T):
@@ -37,7 +37,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     """Reserve real-time capacity at the peak, then place jobs in arrival order at their earliest start."""
     grid = Occupancy(scenario)
     for i, curve in enumerate(peak_reservation(scenario)):
-        grid.set_realtime(i, curve)
+        grid.set_curve(i, curve)
     grid.place_inherited()
     order = sorted(
         (i for i, job in enumerate(scenario.jobs) if job.running_on is None),

@@ -103,7 +103,7 @@ def solve(
             result.objective is None or hint_objective >= result.objective - _EPS
         )
         status = cpsat.Status.OPTIMAL if proved else cpsat.Status.FEASIBLE
-        chosen = Plan(hint.scenario, "full", list(hint.placements), dict(hint.realtime))
+        chosen = Plan(hint.scenario, "full", list(hint.placements), dict(hint.curves))
         chosen.metrics = compute_metrics(scenario, chosen)
         bound = None if result.bound is None else max(result.bound, hint_objective)
         result.status, result.plan, result.objective, result.bound = status, chosen, hint_objective, bound

@@ -228,7 +228,7 @@ class _Context:
         self.block_starts = {k: rules.allowed_block_starts(k, sc.gpus, sc.node_size) for k in {j.gpus for j in jobs}}
 
         # Real-time: demand, penalties, the ramp floors; apps served in order of penalty.
-        apps = sc.realtime
+        apps = sc.apps
         self.demand = sc.demand
         self.penalty = np.array([app.penalty for app in apps], dtype=np.float64)
         self.floors = ramp_floors(sc)
@@ -242,7 +242,7 @@ class _Context:
         grid.place_inherited()
         self.base_curves = self.curves(grid.job_load)
         for i, curve in enumerate(self.base_curves):
-            grid.set_realtime(i, curve)
+            grid.set_curve(i, curve)
         self.base_grid = grid
         self.base_value = float(sum(self.values[i, 0] for i in grid.placed))
         self.base_penalty = self.penalty_of(self.base_curves)
@@ -254,7 +254,7 @@ class _Context:
         penalty, each under what the load and the apps before it leave.
         """
         sc = self.scenario
-        return realtime_curves(self.demand, sc.realtime, self.app_order, self.floors, sc.gpus, load)
+        return realtime_curves(self.demand, sc.apps, self.app_order, self.floors, sc.gpus, load)
 
     def curves_and_penalty(self, load: np.ndarray) -> tuple[np.ndarray, float]:
         """:meth:`curves` and their penalty, remembered by load (sweeps often ask the same)."""
@@ -269,8 +269,8 @@ class _Context:
         """A valid plan's objective, by the formula of :func:`gpu_env.metrics.compute_metrics` (SPEC section 3)."""
         sc = self.scenario
         value = sum(float(self.values[sc.job_index(p.job), p.start]) for p in plan.placements)
-        curves = np.array([plan.curve(app.name, sc.slots) for app in sc.realtime], dtype=np.int64)
-        return value - self.penalty_of(curves.reshape(len(sc.realtime), sc.slots))
+        curves = np.array([plan.curve(app.name, sc.slots) for app in sc.apps], dtype=np.int64)
+        return value - self.penalty_of(curves.reshape(len(sc.apps), sc.slots))
 
     def penalty_of(self, curves: np.ndarray) -> float:
         """Sum over apps of penalty times shortfall (:func:`gpu_env.objective.shortfall_penalty`)."""
@@ -372,7 +372,7 @@ class _Sweep:
         self.job_value += float(self.ctx.values[j, t])
         if curves is not None:
             for i, curve in enumerate(curves):
-                self.grid.set_realtime(i, curve)
+                self.grid.set_curve(i, curve)
             self.set_curves(curves, penalty)
 
     def set_curves(self, curves: np.ndarray, penalty: float) -> None:
@@ -506,12 +506,12 @@ class _Sweep:
         keep = bound > base + _EPS
         if not keep.any():
             return None
-        saved = self.grid.realtime
-        self.grid.realtime = ctx.floors  # the least real-time allocation the ramps allow
+        saved = self.grid.curves
+        self.grid.curves = ctx.floors  # the least real-time allocation the ramps allow
         try:
             free = self.grid.feasible(job)
         finally:
-            self.grid.realtime = saved
+            self.grid.curves = saved
         keep &= free[window.start : window.stop].any(axis=1)
         rows, bound = starts[keep], bound[keep]
         best = None
@@ -622,7 +622,7 @@ def solve(scenario: Scenario, config: GreedyConfig = DEFAULT) -> GreedyResult:
     """
     ctx = _Context(scenario)
     search = _Search(ctx, config)
-    modes = config.trades if scenario.realtime else ("off",)  # without apps there is nothing to trade
+    modes = config.trades if scenario.apps else ("off",)  # without apps there is nothing to trade
     for mode in dict.fromkeys(modes):
         for name in config.orderings:
             search.sweep(ORDERINGS[name](ctx), mode, name)

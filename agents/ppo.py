@@ -218,7 +218,7 @@ def padded_limits(scenario: Scenario, rows: int, base: Limits) -> Limits:
         max_gpus=max(base.max_gpus, scenario.gpus),
         max_jobs=max(base.max_jobs, rows, 1),
         max_slots=max(base.max_slots, scenario.slots),
-        max_apps=max(base.max_apps, len(scenario.realtime), 1),
+        max_apps=max(base.max_apps, len(scenario.apps), 1),
     )
 
 
@@ -312,7 +312,7 @@ def plan(
         baseline = fifo.plan(scenario, options)
         baseline.metrics = compute_metrics(scenario, baseline)
         if baseline.metrics.objective > result.metrics.objective + 1e-9:
-            result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.realtime))
+            result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.curves))
             result.metrics = baseline.metrics
             fired = True
     result.info = {"policy": policy_record(policy), "samples": len(objectives), "guard": fired}

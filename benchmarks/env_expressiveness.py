@@ -141,7 +141,7 @@ def least_penalty(scenario: Scenario, load: tuple[int, ...]) -> float | None:
     when no curves fit.
     """
     return _least_penalty(
-        tuple((app.demand, app.ramp, app.initial, app.penalty) for app in scenario.realtime), scenario.gpus, load
+        tuple((app.demand, app.ramp, app.initial, app.penalty) for app in scenario.apps), scenario.gpus, load
     )
 
 
@@ -285,7 +285,7 @@ def tiny_tier(count: int, seed: int) -> list[str]:
     started = time.perf_counter()
     optima = np.array([optimum(sc) for sc in instances])
     checked = cross_check(instances, optima)
-    apps = np.array([len(sc.realtime) for sc in instances])
+    apps = np.array([len(sc.apps) for sc in instances])
     lines = [
         "## Tiny instances, against the enumerated optimum",
         "",
@@ -329,7 +329,7 @@ def small_tier(count: int, seed: int) -> list[str]:
             raise SystemExit(f"{sc.name}: CP-SAT did not prove optimality ({result.status.value})")
         optima.append(result.objective)
     optima = np.array(optima)
-    apps = np.array([len(sc.realtime) for sc in instances])
+    apps = np.array([len(sc.apps) for sc in instances])
     lines = [
         "## 8-GPU instances, against the exact solver",
         "",

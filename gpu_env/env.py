@@ -15,7 +15,7 @@ from gpu_env.observation import Encoder, Limits, shapes
 from gpu_env.sampler import ScenarioSampler, resolve_source
 from gpu_env.scenario import Scenario
 
-RealtimeBase = Callable[[Scenario], np.ndarray]
+BaseCurvesFn = Callable[[Scenario], np.ndarray]
 
 
 class InvalidAction(StrEnum):
@@ -103,7 +103,7 @@ class GpuClusterEnv(gym.Env):
     * ``actions``: ``"fit"`` or ``"block"``.
     * ``trade_realtime``: placements may lower real-time curves (paying the
       penalty); when False jobs use only capacity the real-time curves leave.
-    * ``realtime``: ``"cover"`` (serve the demand) or a function of the scenario
+    * ``base_curves``: ``"cover"`` (serve the demand) or a function of the scenario
       that returns base curves (apps x T) keeping rule 6, e.g.
       ``agents.fifo.peak_reservation``.
     * ``max_gpus``, ``max_jobs``, ``max_slots``, ``max_apps``: padded sizes;
@@ -142,7 +142,7 @@ class GpuClusterEnv(gym.Env):
         *,
         actions: str = "fit",
         trade_realtime: bool = True,
-        realtime: str | RealtimeBase = "cover",
+        base_curves: str | BaseCurvesFn = "cover",
         max_gpus: int | None = None,
         max_jobs: int | None = None,
         max_slots: int | None = None,
@@ -156,15 +156,15 @@ class GpuClusterEnv(gym.Env):
             raise ValueError(f"render_mode: expected one of {self.metadata['render_modes']}, got {render_mode!r}")
         if invalid_action not in tuple(InvalidAction):
             raise ValueError(f"invalid_action: expected 'ignore' or 'raise', got {invalid_action!r}")
-        if not (realtime == "cover" or callable(realtime)):
-            raise ValueError(f"realtime: expected 'cover' or a function of the scenario, got {realtime!r}")
+        if not (base_curves == "cover" or callable(base_curves)):
+            raise ValueError(f"base_curves: expected 'cover' or a function of the scenario, got {base_curves!r}")
         if actions not in {mode.value for mode in ActionMode}:
             raise ValueError(f"actions: expected 'fit' or 'block', got {actions!r}")
         if reward_scale is not None and not reward_scale > 0:
             raise ValueError(f"reward_scale: expected a positive number, got {reward_scale}")
         self.render_mode = render_mode
         self.trade_realtime = bool(trade_realtime)
-        self.realtime = realtime
+        self.base_curves = base_curves
         self.fixed_reward_scale = reward_scale
         self.invalid_action = InvalidAction(invalid_action)
 
@@ -202,7 +202,7 @@ class GpuClusterEnv(gym.Env):
             "max_gpus": sc.gpus,
             "max_jobs": sum(job.running_on is None for job in sc.jobs),
             "max_slots": sc.slots,
-            "max_apps": len(sc.realtime),
+            "max_apps": len(sc.apps),
         }
 
     # ------------------------------------------------------------------ the Gymnasium API
@@ -218,8 +218,8 @@ class GpuClusterEnv(gym.Env):
             scenario = self.source.draw(self.np_random)
         else:
             scenario = self.source
-        base = None if self.realtime == "cover" else self.realtime(scenario)
-        episode = Episode(scenario, self.layout, trade_realtime=self.trade_realtime, realtime=base)
+        base = None if self.base_curves == "cover" else self.base_curves(scenario)
+        episode = Episode(scenario, self.layout, trade_realtime=self.trade_realtime, base_curves=base)
         self.reward_scale = self.fixed_reward_scale or float(scenario.gpus * scenario.slots * episode.w_max)
         self.encoder = Encoder(episode, self.limits, self.reward_scale)
         self.episode = episode

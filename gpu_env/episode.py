@@ -140,7 +140,7 @@ class Episode:
         layout: ActionLayout,
         *,
         trade_realtime: bool = True,
-        realtime: np.ndarray | None = None,
+        base_curves: np.ndarray | None = None,
     ) -> None:
         """Start an episode: inherited work placed, clock at the first slot where a job can start.
 
@@ -149,21 +149,21 @@ class Episode:
             layout: The action layout (its padded sizes must hold the scenario).
             trade_realtime: Whether a placement may lower real-time curves below
                 their base to make room (paying the shortfall penalty).
-            realtime: (apps, T) base real-time curves that keep rule 6 (for example
+            base_curves: (apps, T) base real-time curves that keep rule 6 (for example
                 FIFO's peak reservation); default: each app's demand.
 
         Raises:
             ValueError: The scenario has more jobs to place than ``layout.max_jobs``
-                or, in BLOCK mode, more GPUs than ``layout.width``; or ``realtime``
+                or, in BLOCK mode, more GPUs than ``layout.width``; or ``base_curves``
                 has the wrong shape or breaks rule 6.
         """
-        base = None if realtime is None else np.asarray(realtime, dtype=np.int64)
+        base = None if base_curves is None else np.asarray(base_curves, dtype=np.int64)
         key = (id(scenario), layout, bool(trade_realtime), None if base is None else (base.shape, base.tobytes()))
         template = _STARTS.get(key)
         if template is not None and template.scenario is scenario and template.trade_realtime == trade_realtime:
             self.__dict__.update(template.copy().__dict__)  # the same start as last time, without the work
             return
-        self._start(scenario, layout, trade_realtime, realtime)
+        self._start(scenario, layout, trade_realtime, base_curves)
         # Keep the start of a scenario met twice (an env that resets on a fixed scenario), a few at a time.
         if key in _STARTS:
             _STARTS[key] = self.copy()
@@ -173,7 +173,7 @@ class Episode:
             _STARTS[key] = None
 
     def _start(
-        self, scenario: Scenario, layout: ActionLayout, trade_realtime: bool, realtime: np.ndarray | None
+        self, scenario: Scenario, layout: ActionLayout, trade_realtime: bool, base_curves: np.ndarray | None
     ) -> None:
         sc = scenario
         self.scenario = sc
@@ -196,15 +196,15 @@ class Episode:
 
         # Real-time: base curves, ramp floors and the serving order (highest penalty first).
         self.demand = sc.demand
-        self.penalty = np.array([app.penalty for app in sc.realtime], dtype=np.float64)
+        self.penalty = np.array([app.penalty for app in sc.apps], dtype=np.float64)
         self.floors = ramp_floors(sc)
-        self.order = serving_order(sc.realtime)
-        self.base = self.demand.copy() if realtime is None else _checked_reference(sc, realtime)
+        self.order = serving_order(sc.apps)
+        self.base = self.demand.copy() if base_curves is None else _checked_reference(sc, base_curves)
         self._static_tables()
 
         self.occupancy = Occupancy(sc)
         self.occupancy.place_inherited()
-        self.curves = realtime_curves(self.base, sc.realtime, self.order, self.floors, sc.gpus, self.occupancy.job_load)
+        self.curves = realtime_curves(self.base, sc.apps, self.order, self.floors, sc.gpus, self.occupancy.job_load)
         self._sync_curves()
         self.job_value = sum(placement_value(sc.jobs[i], 0, sc) for i in self.occupancy.placed)
         self.shortfall_cost = self._shortfall_cost()
@@ -259,9 +259,9 @@ class Episode:
             dtype=np.float64,
         ).reshape(len(jobs), 7)
         self.app_table = np.array(
-            [[1.0, app.penalty / self.w_max, app.ramp / sc.gpus, app.initial / sc.gpus] for app in sc.realtime],
+            [[1.0, app.penalty / self.w_max, app.ramp / sc.gpus, app.initial / sc.gpus] for app in sc.apps],
             dtype=np.float64,
-        ).reshape(len(sc.realtime), 4)
+        ).reshape(len(sc.apps), 4)
         self.cheapest_penalty = float(self.penalty.min()) if self.penalty.size else 0.0
         self.floor_total = self.floors.sum(axis=0)
         gpu = np.arange(sc.gpus, dtype=np.int64)
@@ -327,7 +327,7 @@ class Episode:
 
     def _sync_curves(self) -> None:
         for a in range(self.curves.shape[0]):
-            self.occupancy.set_realtime(a, self.curves[a])
+            self.occupancy.set_curve(a, self.curves[a])
         self._curve_total = self.curves.sum(axis=0)
 
     # ------------------------------------------------------------------ feasibility bookkeeping
@@ -533,7 +533,7 @@ class Episode:
             end = min(t + d, sc.slots)
             if (occ.job_load[t:end] + self._curve_total[t:end] > sc.gpus).any():
                 # Real-time gives way: the least-shortfall curves under the new load.
-                self.curves = realtime_curves(self.base, sc.realtime, self.order, self.floors, sc.gpus, occ.job_load)
+                self.curves = realtime_curves(self.base, sc.apps, self.order, self.floors, sc.gpus, occ.job_load)
                 self._sync_curves()
                 self.shortfall_cost = self._shortfall_cost()
                 self.curves_changed += 1
@@ -578,15 +578,15 @@ class Episode:
         return plan
 
 
-def _checked_reference(scenario: Scenario, realtime: np.ndarray) -> np.ndarray:
+def _checked_reference(scenario: Scenario, base_curves: np.ndarray) -> np.ndarray:
     """Reference curves as an int array after checking their shape and rule 6."""
-    curves = np.asarray(realtime, dtype=np.int64)
-    shape = (len(scenario.realtime), scenario.slots)
+    curves = np.asarray(base_curves, dtype=np.int64)
+    shape = (len(scenario.apps), scenario.slots)
     if curves.shape != shape:
-        raise ValueError(f"realtime: expected curves of shape {shape}, got {curves.shape}")
-    for a, app in enumerate(scenario.realtime):
+        raise ValueError(f"base_curves: expected curves of shape {shape}, got {curves.shape}")
+    for a, app in enumerate(scenario.apps):
         if (curves[a] < 0).any() or rules.ramp_problems(curves[a], app.initial, app.ramp):
-            raise ValueError(f"realtime: the curve of {app.name!r} breaks its ramp {app.ramp} or is negative")
+            raise ValueError(f"base_curves: the curve of {app.name!r} breaks its ramp {app.ramp} or is negative")
     return curves
 
 

@@ -219,7 +219,7 @@ def generate(
         node_size=fam.node_size,
         slot_minutes=60.0,
         decay=fam.decay,
-        realtime=apps,
+        apps=apps,
         jobs=jobs,
         family=fam.name,
         seed=seed,

@@ -60,14 +60,14 @@ def compute_metrics(scenario: Scenario, plan: Plan) -> Metrics:
         held += job.gpus * max(0, min(p.start + job.duration, scenario.slots) - max(p.start, 0))
         completed += int(p.start + job.duration <= scenario.slots)
     T = scenario.slots
-    curves = np.zeros((len(scenario.realtime), T), dtype=np.int64)
-    for a, app in enumerate(scenario.realtime):
+    curves = np.zeros((len(scenario.apps), T), dtype=np.int64)
+    for a, app in enumerate(scenario.apps):
         r = plan.curve(app.name, T)
         if r.size != T:  # a malformed plan (the validator reports it): repeat or pad to the horizon
             r = np.resize(r, T) if r.size else np.zeros(T, dtype=np.int64)
         curves[a] = r
     demand = scenario.demand
-    penalty = shortfall_penalty(curves, demand, np.array([app.penalty for app in scenario.realtime], dtype=np.float64))
+    penalty = shortfall_penalty(curves, demand, np.array([app.penalty for app in scenario.apps], dtype=np.float64))
     served = int(np.minimum(demand, np.maximum(curves, 0)).sum())
     return Metrics(
         objective=job_value - penalty,

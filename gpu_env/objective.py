@@ -116,8 +116,8 @@ def serving_order(apps: Sequence[App]) -> np.ndarray:
 
 def ramp_floors(scenario: Scenario) -> np.ndarray:
     """(apps, T) the least allocation each app's ramp allows in each slot (:func:`gpu_env.rules.ramp_floor`)."""
-    floors = [rules.ramp_floor(app.initial, app.ramp, scenario.slots) for app in scenario.realtime]
-    return np.array(floors, dtype=np.int64).reshape(len(scenario.realtime), scenario.slots)
+    floors = [rules.ramp_floor(app.initial, app.ramp, scenario.slots) for app in scenario.apps]
+    return np.array(floors, dtype=np.int64).reshape(len(scenario.apps), scenario.slots)
 
 
 def realtime_curves(

@@ -111,7 +111,7 @@ class Limits:
             ("max_gpus", sc.gpus, self.max_gpus),
             ("max_jobs", episode.rows.size, self.max_jobs),
             ("max_slots", sc.slots, self.max_slots),
-            ("max_apps", len(sc.realtime), self.max_apps),
+            ("max_apps", len(sc.apps), self.max_apps),
         ):
             if value > limit:
                 raise ValueError(f"scenario {sc.name!r} needs {name} >= {value}, the environment has {limit}")
@@ -153,7 +153,7 @@ class Encoder:
         self.limits = limits
         self.reward_scale = reward_scale
         R = ep.rows.size
-        n_apps = len(sc.realtime)
+        n_apps = len(sc.apps)
 
         self.jobs = np.zeros((limits.max_jobs, len(JOB_FEATURES)), dtype=np.float32)
         self.jobs[:R, 0] = 1.0

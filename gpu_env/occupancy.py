@@ -34,7 +34,7 @@ class Occupancy:
     Attributes:
         owner: (G, T + max duration) job index holding each GPU-slot, or FREE.
         job_load: (T,) GPUs held by jobs in each slot inside the horizon.
-        realtime: (apps, T) GPUs reserved for each real-time app.
+        curves: (apps, T) GPUs reserved for each real-time app.
     """
 
     def __init__(self, scenario: Scenario) -> None:
@@ -43,7 +43,7 @@ class Occupancy:
         self.width = scenario.slots + longest
         self.owner = np.full((scenario.gpus, self.width), FREE, dtype=np.int32)
         self.job_load = np.zeros(scenario.slots, dtype=np.int64)
-        self.realtime = np.zeros((len(scenario.realtime), scenario.slots), dtype=np.int64)
+        self.curves = np.zeros((len(scenario.apps), scenario.slots), dtype=np.int64)
         self.placed: dict[int, Slotting] = {}
         self._busy_csum: np.ndarray | None = None  # cache of _busy_cumsum(); place/remove reset it
         self._bits: list[int] | None = [0] * self.width  # busy GPUs per slot as bitmasks; see _busy_bits()
@@ -55,7 +55,7 @@ class Occupancy:
         other.width = self.width
         other.owner = self.owner.copy()
         other.job_load = self.job_load.copy()
-        other.realtime = self.realtime.copy()
+        other.curves = self.curves.copy()
         other.placed = dict(self.placed)
         other._busy_csum = self._busy_csum  # never written in place, so it may be shared
         other._bits = None if self._bits is None else list(self._bits)
@@ -67,11 +67,11 @@ class Occupancy:
 
     def slack(self) -> np.ndarray:
         """GPUs neither held by jobs nor reserved for real-time, per slot, shape (T,)."""
-        return self.scenario.gpus - self.job_load - self.realtime.sum(axis=0)
+        return self.scenario.gpus - self.job_load - self.curves.sum(axis=0)
 
-    def set_realtime(self, app: int, curve: np.ndarray) -> None:
+    def set_curve(self, app: int, curve: np.ndarray) -> None:
         """Reserve a real-time curve for one app (the caller keeps rule 6)."""
-        self.realtime[app] = np.asarray(curve, dtype=np.int64)
+        self.curves[app] = np.asarray(curve, dtype=np.int64)
 
     # ------------------------------------------------------------------ where a job may go
 

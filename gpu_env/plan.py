@@ -47,7 +47,7 @@ class Plan:
     scenario: str
     scheduler: str
     placements: list[Placement] = field(default_factory=list)
-    realtime: dict[str, list[int]] = field(default_factory=dict)
+    curves: dict[str, list[int]] = field(default_factory=dict)
     metrics: Metrics | None = None
     solve_ms: float | None = None
     info: dict[str, Any] = field(default_factory=dict)  # scheduler-specific details, any JSON (SPEC section 2)
@@ -61,8 +61,8 @@ class Plan:
             s = occupancy.placed[index]
             job = sc.jobs[index]
             placements.append(Placement(job.id, s.start, tuple(range(s.first_gpu, s.first_gpu + job.gpus))))
-        realtime = {app.name: [int(x) for x in occupancy.realtime[i]] for i, app in enumerate(sc.realtime)}
-        return cls(sc.name, scheduler, placements, realtime)
+        curves = {app.name: [int(x) for x in occupancy.curves[i]] for i, app in enumerate(sc.apps)}
+        return cls(sc.name, scheduler, placements, curves)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan JSON of SPEC section 2."""
@@ -70,7 +70,7 @@ class Plan:
             "scenario": self.scenario,
             "scheduler": self.scheduler,
             "placements": [{"job": p.job, "start": p.start, "gpus": list(p.gpus)} for p in self.placements],
-            "realtime": {name: list(curve) for name, curve in self.realtime.items()},
+            "realtime": {name: list(curve) for name, curve in self.curves.items()},
         }
         if self.metrics is not None:
             data["metrics"] = self.metrics.to_dict()
@@ -105,12 +105,12 @@ class Plan:
             start = r.integer(entry["start"], f"{path}.start")
             gpus = r.int_list(entry["gpus"], f"{path}.gpus", minimum=-(2**31))
             placements.append(Placement(job, start, tuple(gpus)))
-        realtime: dict[str, list[int]] = {}
+        curves: dict[str, list[int]] = {}
         raw_rt = top.get("realtime", {}) or {}
         if not isinstance(raw_rt, dict):
             raise r.fail("realtime", "expected a mapping from application name to a list of integers")
         for name, curve in raw_rt.items():
-            realtime[str(name)] = r.int_list(curve, f"realtime.{name}", minimum=-(2**31))
+            curves[str(name)] = r.int_list(curve, f"realtime.{name}", minimum=-(2**31))
         solve_ms = top.get("solve_ms")
         if solve_ms is not None:
             solve_ms = r.number(solve_ms, "solve_ms")
@@ -123,7 +123,7 @@ class Plan:
             scenario=str(top.get("scenario", "")),
             scheduler=str(top.get("scheduler", "")),
             placements=placements,
-            realtime=realtime,
+            curves=curves,
             solve_ms=solve_ms,
             info=info,
         )
@@ -141,4 +141,4 @@ class Plan:
 
     def curve(self, app: str, slots: int) -> np.ndarray:
         """An app's real-time curve, zeros when the plan has none for it."""
-        return np.asarray(self.realtime.get(app, [0] * slots), dtype=np.int64)
+        return np.asarray(self.curves.get(app, [0] * slots), dtype=np.int64)

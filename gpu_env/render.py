@@ -69,8 +69,8 @@ def _placements(scenario: Scenario, plan: Plan) -> list[tuple[int, int, tuple[in
 def _curves(scenario: Scenario, plan: Plan) -> np.ndarray:
     """The plan's real-time curves, shape (apps, T), negatives and missing ones as 0."""
     T = scenario.slots
-    curves = np.zeros((len(scenario.realtime), T), dtype=np.int64)
-    for i, app in enumerate(scenario.realtime):
+    curves = np.zeros((len(scenario.apps), T), dtype=np.int64)
+    for i, app in enumerate(scenario.apps):
         r = plan.curve(app.name, T)
         n = min(T, r.size)
         curves[i, :n] = np.maximum(r[:n], 0)
@@ -439,7 +439,7 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
     # Past the horizon (seen when a job runs past T, here or in a panel beside this one).
     ax.axvspan(T, T + 10 * (xmax + 1), color="#eeeeee", zorder=0)
     ax.axvline(T, color="#444444", linewidth=1.2, linestyle=":", zorder=6)
-    short = np.maximum(0, scenario.demand - _curves(scenario, plan)).sum(axis=0) if scenario.realtime else None
+    short = np.maximum(0, scenario.demand - _curves(scenario, plan)).sum(axis=0) if scenario.apps else None
     if short is not None and short.any():
         ts = np.flatnonzero(short)
         ax.scatter(ts + 0.5, np.full(ts.size, G + 0.45), marker="v", color="#c53030", s=22, zorder=6, clip_on=False)
@@ -459,7 +459,7 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
     ax.set_title(title, pad=10)
 
     handles = []
-    for i, a in enumerate(scenario.realtime):
+    for i, a in enumerate(scenario.apps):
         colour = _APP_COLOURS[i % len(_APP_COLOURS)]
         handles.append(Patch(facecolor=colour + "29", edgecolor=colour, hatch="////", label=f"{a.name}: serving"))
         handles.append(Patch(facecolor="white", edgecolor=colour, hatch="..", label=f"{a.name}: reserved, idle"))
@@ -614,7 +614,7 @@ def plot_realtime(scenario: Scenario, plans: Mapping[str, Plan] | Sequence[Plan]
     """
     plt = pyplot()
     plans = _as_plans(plans)
-    apps = scenario.realtime
+    apps = scenario.apps
     if not apps:
         fig = plt.figure(figsize=(6, 1.5))
         fig.text(0.5, 0.5, f"{scenario.name}: no real-time applications", ha="center", va="center")

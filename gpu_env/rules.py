@@ -193,10 +193,10 @@ def inherited_conflict(scenario: Scenario) -> tuple[str, str] | None:
             if g in owner:
                 return f"jobs[{i}].running_on", f"GPU {g} is already held by running job {owner[g]!r}"
             owner[g] = job.id
-    if len(owner) + sum(app.initial for app in scenario.realtime) <= scenario.gpus:
+    if len(owner) + sum(app.initial for app in scenario.apps) <= scenario.gpus:
         return None  # every slot's load is at most this: the per-slot sum below cannot exceed G
     load = inherited_load(scenario)
-    for app in scenario.realtime:
+    for app in scenario.apps:
         load = load + ramp_floor(app.initial, app.ramp, scenario.slots)
     over = np.flatnonzero(load > scenario.gpus)
     if over.size:

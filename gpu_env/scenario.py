@@ -33,7 +33,7 @@ MAX_GPUS = 16_384  # cluster.gpus; also every GPU count: demand values, ramp, in
 MAX_SLOTS = 10_080  # horizon.slots (a week of one-minute slots); also duration, release and deadline
 MAX_GRID = 2**24  # GPU-slots of the planners' grid: cluster.gpus x (horizon.slots + the longest duration)
 MAX_JOBS = 100_000  # jobs
-MAX_APPS = 1_024  # realtime applications
+MAX_APPS = 1_024  # real-time applications
 MAX_WEIGHT = 1e6  # priority, penalty, and a value's worth per GPU-slot (value / (gpus x duration))
 
 
@@ -118,7 +118,7 @@ class Scenario:
     node_size: int = 0  # 0 means one node of G GPUs
     slot_minutes: float = 60.0
     decay: float = 1.0
-    realtime: tuple[App, ...] = ()
+    apps: tuple[App, ...] = ()
     jobs: tuple[Job, ...] = ()
     family: str | None = None  # the generator family, when drawn by one
     seed: int | None = None  # the generator seed, when drawn by one
@@ -141,7 +141,7 @@ class Scenario:
     @property
     def demand(self) -> np.ndarray:
         """Demand curves, shape (apps, T)."""
-        return np.array([app.demand for app in self.realtime], dtype=np.int64).reshape(-1, self.slots)
+        return np.array([app.demand for app in self.apps], dtype=np.int64).reshape(-1, self.slots)
 
     def to_dict(self) -> dict[str, Any]:
         """The scenario in the file format of SPEC section 1 (defaults left out)."""
@@ -158,7 +158,7 @@ class Scenario:
             data["seed"] = self.seed
         data["cluster"] = cluster
         data["horizon"] = horizon
-        if self.realtime:
+        if self.apps:
             data["realtime"] = [
                 {
                     "name": app.name,
@@ -167,7 +167,7 @@ class Scenario:
                     "initial": app.initial,
                     "penalty": _plain(app.penalty),
                 }
-                for app in self.realtime
+                for app in self.apps
             ]
         jobs = []
         for job in self.jobs:
@@ -342,7 +342,7 @@ def scenario_from_dict(data: Any, source: str = "<dict>") -> Scenario:
             node_size=node_size,
             slot_minutes=_as_float(horizon.get("slot_minutes", 60.0)),
             decay=_as_float(horizon.get("decay", 1.0)),
-            realtime=apps,
+            apps=apps,
             jobs=jobs,
             family=top.get("family"),
             seed=top.get("seed"),
@@ -517,11 +517,11 @@ def _check(sc: Scenario, r: FieldReader) -> dict[str, int]:
     if sc.seed is not None:
         r.integer(sc.seed, "seed", 0)
 
-    if not isinstance(sc.realtime, tuple):
-        raise r.fail("realtime", f"expected a tuple of applications, got {_kind(sc.realtime)}")
-    r.count(sc.realtime, "realtime", MAX_APPS, "applications")
+    if not isinstance(sc.apps, tuple):
+        raise r.fail("realtime", f"expected a tuple of applications, got {_kind(sc.apps)}")
+    r.count(sc.apps, "realtime", MAX_APPS, "applications")
     names: set[str] = set()
-    for i, app in enumerate(sc.realtime):
+    for i, app in enumerate(sc.apps):
         path = f"realtime[{i}]"
         if not isinstance(app, App):
             raise r.fail(path, f"expected an application, got {_kind(app)}")

@@ -107,16 +107,16 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
         flag(Rule.ONE_JOB_PER_GPU, f"jobs {a!r} and {b!r} both hold GPU {g} in slot {t}")
 
     # Rule 6: ramps (and the plan's curves matching the scenario's apps).
-    names = {app.name for app in scenario.realtime}
-    for name in plan.realtime:
+    names = {app.name for app in scenario.apps}
+    for name in plan.curves:
         if name not in names:
             flag(Rule.PLAN_FORMAT, f"curve for unknown application {name!r}")
-    curves = np.zeros((len(scenario.realtime), T), dtype=np.int64)
-    for i, app in enumerate(scenario.realtime):
-        if app.name not in plan.realtime:
+    curves = np.zeros((len(scenario.apps), T), dtype=np.int64)
+    for i, app in enumerate(scenario.apps):
+        if app.name not in plan.curves:
             flag(Rule.PLAN_FORMAT, f"no real-time curve for application {app.name!r}")
             continue
-        curve = plan.realtime[app.name]
+        curve = plan.curves[app.name]
         if len(curve) != T:
             flag(Rule.PLAN_FORMAT, f"curve of {app.name!r} has {len(curve)} values, expected {T}")
             continue

@@ -61,7 +61,7 @@ def brute_force(sc: Scenario) -> float:
         choices.append(spots)
     # Every ramp-valid curve of every app, as (curves, real-time load per slot, penalty).
     per_app = []
-    for app in sc.realtime:
+    for app in sc.apps:
         curves = [
             c
             for c in itertools.product(range(G + 1), repeat=T)
@@ -82,7 +82,7 @@ def brute_force(sc: Scenario) -> float:
             for job, spot in zip(sc.jobs, pick, strict=True)
             if spot is not None
         ]
-        plan = Plan(sc.name, "brute", placements, {app.name: [G] * T for app in sc.realtime})
+        plan = Plan(sc.name, "brute", placements, {app.name: [G] * T for app in sc.apps})
         if any(v.rule is not Rule.CAPACITY and v.rule is not Rule.REALTIME_RAMP for v in validate(sc, plan)):
             continue
         job_load = np.zeros(T, dtype=np.int64)
@@ -178,9 +178,9 @@ def test_shortfall_penalty_is_traded_against_job_value():
         return scenario(2, 2, [{"id": "j", "gpus": 2, "duration": 2, "priority": 3}], realtime=rt)
 
     cheap = cpsat.solve(make(5), time_limit=5)
-    assert cheap.objective == pytest.approx(2.0) and cheap.plan.realtime["chat"] == [0, 0]
+    assert cheap.objective == pytest.approx(2.0) and cheap.plan.curves["chat"] == [0, 0]
     dear = cpsat.solve(make(7), time_limit=5)
-    assert dear.objective == pytest.approx(0.0) and dear.plan.realtime["chat"] == [1, 1]
+    assert dear.objective == pytest.approx(0.0) and dear.plan.curves["chat"] == [1, 1]
     assert_valid(make(7), dear.plan)
 
 
@@ -389,7 +389,7 @@ def test_weights_at_the_format_limit_fit_the_integer_objective():
     sc = dataclasses.replace(
         sc,
         jobs=tuple(dataclasses.replace(j, priority=MAX_WEIGHT, value=None) for j in sc.jobs),
-        realtime=tuple(dataclasses.replace(a, penalty=MAX_WEIGHT) for a in sc.realtime),
+        apps=tuple(dataclasses.replace(a, penalty=MAX_WEIGHT) for a in sc.apps),
     )
     plan = run_scheduler("cpsat", sc, PlanOptions(time_limit=5, workers=1))
     assert validate(sc, plan) == []

@@ -68,8 +68,8 @@ def spec_objective(sc: Scenario, plan: Plan) -> float:
         w = job.value / (job.gpus * job.duration) if job.value is not None else job.priority
         for t in range(p.start, min(p.start + job.duration, sc.slots)):
             total += w * job.gpus * sc.decay**t
-    for app in sc.realtime:
-        curve = plan.realtime.get(app.name, [0] * sc.slots)
+    for app in sc.apps:
+        curve = plan.curves.get(app.name, [0] * sc.slots)
         for demand, served in zip(app.demand, curve, strict=True):
             total -= app.penalty * max(0, demand - served)
     return total
@@ -318,7 +318,7 @@ def test_env_on_a_scenario_file_replays_fifo_exactly(source, tmp_path):
         save_scenario(generate(source, BENCHMARK_SEEDS[source]), path)
     else:
         path = Path(source)
-    env = gym.make("GpuCluster-v0", scenario=str(path), actions="block", realtime=peak_reservation)
+    env = gym.make("GpuCluster-v0", scenario=str(path), actions="block", base_curves=peak_reservation)
     _, info = env.reset(seed=0)
     ep = env.unwrapped.episode
     row_of = {ep.scenario.jobs[i].id: r for r, i in enumerate(ep.rows)}
@@ -357,7 +357,7 @@ def witness_violations(ep: Episode, row: int, first: int) -> list:
     job = sc.jobs[ep.rows[row]]
     plan.placements.append(Placement(job.id, ep.clock, tuple(range(first, first + job.gpus))))
     if ep.trade_realtime:
-        plan.realtime = {app.name: [int(x) for x in ep.floors[a]] for a, app in enumerate(sc.realtime)}
+        plan.curves = {app.name: [int(x) for x in ep.floors[a]] for a, app in enumerate(sc.apps)}
     return validate(sc, plan)
 
 
@@ -459,7 +459,7 @@ def test_capacity_mask_with_and_without_trading():
     assert ep.clock == 1 and ep.action_mask().tolist() == [True, False, True]
     reward = ep.step(0)
     plan = ep.plan()
-    assert plan.realtime["chat"] == [1, 0, 1]
+    assert plan.curves["chat"] == [1, 0, 1]
     assert math.isclose(reward, 10.0 - 2.0)  # 2 GPUs x priority 5, less 2 unserved GPU-slots at penalty 1
     assert validate(sc, plan) == []
     ep = Episode(sc, ActionLayout.make("block", 1, 2), trade_realtime=False)
@@ -472,7 +472,7 @@ def test_capacity_mask_with_and_without_trading():
 @quiet(25)
 @given(sc=tiny_scenarios(max_gpus=3, max_jobs=3, max_apps=1))
 def test_block_actions_reach_the_optimum_with_at_most_one_app(sc):
-    assert len(sc.realtime) <= 1
+    assert len(sc.apps) <= 1
     import benchmarks.env_expressiveness as ex
 
     opt = ex.optimum(sc)
@@ -529,7 +529,7 @@ def test_realtime_curves_have_the_least_shortfall_for_one_app(demand, ramp, init
     # Job load in each slot leaving room for the ramp floor: some allocation is always feasible.
     load = np.array([data.draw(st.integers(0, 4 - int(f)), label=f"load[{t}]") for t, f in enumerate(floor)])
     sc = tiny(4, T, [], [{"name": "a", "demand": demand, "ramp": ramp, "initial": initial, "penalty": 1.0}])
-    curves = realtime_curves(sc.demand, sc.realtime, np.array([0]), floor[None, :], 4, load)
+    curves = realtime_curves(sc.demand, sc.apps, np.array([0]), floor[None, :], 4, load)
     assert rules.ramp_problems(curves[0], initial, ramp) == []
     assert (curves[0] + load <= 4).all() and (curves[0] >= 0).all()
     best = min(

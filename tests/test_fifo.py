@@ -46,7 +46,7 @@ def test_fifo_slot_by_slot():
         Placement("J1", 2, (0,)),
         Placement("J3", 4, (0,)),
     ]
-    assert plan.realtime == {"rt": [2, 3, 3, 3, 3, 3]}
+    assert plan.curves == {"rt": [2, 3, 3, 3, 3, 3]}
     assert validate(s, plan) == []
 
 
@@ -98,7 +98,7 @@ def test_fifo_plans_validate_on_every_family(family: str, seed: int):
     assert np.all(fifo.peak_reservation(s) >= 0)
     # Every job, in arrival order, is at the earliest (start, first GPU) that the jobs before it leave
     # free on FIFO's reservation, or unplaced when none is: a brute force of SPEC section 4.
-    assert [plan.realtime[app.name] for app in s.realtime] == fifo.peak_reservation(s).tolist()
+    assert [plan.curves[app.name] for app in s.apps] == fifo.peak_reservation(s).tolist()
     placed = {p.job: p for p in plan.placements}
     busy = [(0, job.duration, set(job.running_on)) for job in s.jobs if job.running_on is not None]
     arrivals = sorted(
@@ -106,7 +106,7 @@ def test_fifo_plans_validate_on_every_family(family: str, seed: int):
     )
     for i in arrivals:
         job = s.jobs[i]
-        spot = _earliest_by_brute_force(s, job, busy, plan.realtime)
+        spot = _earliest_by_brute_force(s, job, busy, plan.curves)
         p = placed.get(job.id)
         assert (None if p is None else (p.start, p.gpus[0])) == spot, job.id
         if p is not None:

@@ -151,7 +151,7 @@ def test_cpsat_below_its_hint_returns_the_hint(scenario, monkeypatch, status, wo
     monkeypatch.setattr(cpsat, "solve", _cpsat_returning(status, worse_plan, bound))
     plan = full.plan(scenario, PlanOptions(time_limit=1.0), hint_source="greedy")
     assert plan.scheduler == "full"
-    assert plan.placements == hint.placements and plan.realtime == hint.realtime
+    assert plan.placements == hint.placements and plan.curves == hint.curves
     assert validate(scenario, plan) == []
     assert plan.metrics.objective == pytest.approx(hint.metrics.objective)
     assert plan.info["status"] == expected

@@ -46,8 +46,8 @@ def test_families_draw_well_formed_contended_days(family: str, seed: int):
     for job in s.jobs:
         assert job.gpus & (job.gpus - 1) == 0, "job sizes are powers of two"
         assert job.gpus <= s.gpus
-    assert s.realtime, "one or more real-time apps"
-    for app in s.realtime:
+    assert s.apps, "one or more real-time apps"
+    for app in s.apps:
         d = np.array(app.demand)
         assert d.max() > d.min(), "a day-shaped curve has a peak and a trough"
         assert d.max() <= s.gpus

@@ -75,7 +75,7 @@ def test_plan_through_the_registry_round_trips():
     assert plan.metrics == compute_metrics(scenario, expected.plan)
     assert plan.solve_ms is not None and plan.solve_ms > 0
     again = Plan.from_dict(plan.to_dict())
-    assert again.placements == plan.placements and again.realtime == plan.realtime
+    assert again.placements == plan.placements and again.curves == plan.curves
     assert again.scheduler == "greedy" and compute_metrics(scenario, again) == plan.metrics
 
 
@@ -129,7 +129,7 @@ def test_realtime_follows_demand_not_the_peak():
     )
     assert fifo.plan(s).placements == []
     plan = greedy.plan(s)
-    assert plan.realtime == {"rt": [1, 1, 3, 3, 1, 1]}
+    assert plan.curves == {"rt": [1, 1, 3, 3, 1, 1]}
     assert plan.placements == [Placement("A", 0, (0, 1, 2))]
     metrics = compute_metrics(s, plan)
     assert metrics.shortfall == 0 and metrics.objective == 6
@@ -144,8 +144,8 @@ def test_realtime_ramps_early_enough_for_the_peak():
         jobs=[{"id": "A", "type": "training", "gpus": 4, "duration": 6}],
     )
     plan = greedy.plan(s)
-    assert plan.realtime == {"rt": [1, 1, 2, 3, 4, 3]}
-    assert plan.realtime["rt"] == rules.cover_curve([1, 1, 1, 1, 4, 1], 1, 1).tolist()
+    assert plan.curves == {"rt": [1, 1, 2, 3, 4, 3]}
+    assert plan.curves["rt"] == rules.cover_curve([1, 1, 1, 1, 4, 1], 1, 1).tolist()
     assert compute_metrics(s, plan).shortfall == 0
     assert validate(s, plan) == []
 
@@ -164,7 +164,7 @@ def test_job_takes_realtime_capacity_when_that_pays():
     s = _whole_cluster_job(5.0)  # 40 > 20
     plan = greedy.plan(s)
     assert plan.placements == [Placement("J", 0, (0, 1, 2, 3))]
-    assert plan.realtime == {"rt": [0, 0, 1, 1]}
+    assert plan.curves == {"rt": [0, 0, 1, 1]}
     metrics = compute_metrics(s, plan)
     assert (metrics.shortfall, metrics.objective) == (2, 20)
     assert validate(s, plan) == []
@@ -175,7 +175,7 @@ def test_job_leaves_realtime_alone_when_that_does_not_pay(priority: float):
     s = _whole_cluster_job(priority)
     plan = greedy.plan(s)
     assert plan.placements == []
-    assert plan.realtime == {"rt": [1, 1, 1, 1]}
+    assert plan.curves == {"rt": [1, 1, 1, 1]}
     assert _objective(s, plan) == 0
 
 
@@ -207,7 +207,7 @@ def test_trade_keeps_the_ramp_and_finds_the_cheapest_start():
     )
     plan = greedy.plan(s)
     assert plan.placements == [Placement("J", 5, (0, 1, 2, 3))]
-    assert plan.realtime == {"rt": [3, 3, 3, 2, 1, 0]}
+    assert plan.curves == {"rt": [3, 3, 3, 2, 1, 0]}
     assert _objective(s, plan) == 6
     assert validate(s, plan) == []
 
@@ -295,7 +295,7 @@ def test_fast_earliest_agrees_with_the_feasibility_mask(family: str, seed: int, 
     scenario = generate(family, seed)
     grid = Occupancy(scenario)
     for i, curve in enumerate(fifo.peak_reservation(scenario)):
-        grid.set_realtime(i, np.maximum(0, curve - data.draw(st.integers(0, 3))))
+        grid.set_curve(i, np.maximum(0, curve - data.draw(st.integers(0, 3))))
     grid.place_inherited()
     rng = np.random.default_rng(seed)
     for j in rng.permutation(len(scenario.jobs)):
@@ -397,8 +397,8 @@ def test_odd_shapes_validate_and_beat_fifo(scenario):
 def test_fast_earliest_agrees_on_odd_shapes(scenario, data):
     grid = Occupancy(scenario)
     grid.place_inherited()
-    for i, app in enumerate(scenario.realtime):
-        grid.set_realtime(i, rules.cover_curve(app.demand, app.initial, app.ramp))
+    for i, app in enumerate(scenario.apps):
+        grid.set_curve(i, rules.cover_curve(app.demand, app.initial, app.ramp))
     for j in data.draw(st.permutations(range(len(scenario.jobs)))):
         job = scenario.jobs[j]
         if j in grid.placed:

@@ -32,7 +32,7 @@ TOY: dict[str, Any] = {
 
 def test_toy_conversion_follows_spec_section_6():
     sc = to_scenario(knapsack_from_dict(TOY, "toy.json"))
-    assert (sc.name, sc.gpus, sc.slots, sc.node_size, sc.decay, sc.realtime) == ("toy", 5, 4, 5, 1.0, ())
+    assert (sc.name, sc.gpus, sc.slots, sc.node_size, sc.decay, sc.apps) == ("toy", 5, 4, 5, 1.0, ())
     assert [job.id for job in sc.jobs] == ["item1-1", "item1-2", "item2-1"]  # copies: 0 gives no job
     for job in sc.jobs:
         assert job.release == 0 and job.deadline == 4 and job.running_on is None

@@ -263,7 +263,7 @@ def test_former_unclamped_curves_broke_the_ramp_under_an_impossible_load():
     )
     load = np.array([4, 0, 0, 0])
     floors = ramp_floors(sc)
-    args = (sc.demand, sc.realtime, serving_order(sc.realtime), floors, sc.gpus, load)
+    args = (sc.demand, sc.apps, serving_order(sc.apps), floors, sc.gpus, load)
     assert unclamped_curves(*args)[0].tolist() == [0, 1, 2, 3]  # |0 - 4| > 1: rule 6 broken
     assert realtime_curves(*args)[0].tolist() == [3, 4, 4, 4]  # the floor in slot 0, then back to demand
 
@@ -284,7 +284,7 @@ def test_episode_prices_its_plan_as_compute_metrics(family, seed, policy_seed, a
         total += episode.step(int(rng.choice(np.flatnonzero(episode.action_mask()))))
         plan = episode.plan()
         metrics = plan.metrics
-        curves = np.array([plan.curve(app.name, sc.slots) for app in sc.realtime]).reshape(-1, sc.slots)
+        curves = np.array([plan.curve(app.name, sc.slots) for app in sc.apps]).reshape(-1, sc.slots)
         assert math.isclose(episode.job_value, metrics.job_value, rel_tol=1e-12, abs_tol=1e-9)
         assert episode.shortfall_cost == shortfall_penalty(curves, sc.demand, episode.penalty)
         assert metrics.shortfall == int(shortfall(episode.curves, sc.demand).sum())

@@ -35,7 +35,7 @@ def test_every_scheduler_plan_reads_back(tmp_path, path, name):
     loaded = Plan.load(out)
     assert validate(sc, loaded) == []
     assert loaded.scheduler == name and loaded.scenario == sc.name
-    assert loaded.placements == plan.placements and loaded.realtime == plan.realtime
+    assert loaded.placements == plan.placements and loaded.curves == plan.curves
     assert compute_metrics(sc, loaded) == plan.metrics
     assert loaded.info == json.loads(json.dumps(plan.info))  # kept as written, whatever it holds
     assert Plan.from_dict(loaded.to_dict()).to_dict() == loaded.to_dict()

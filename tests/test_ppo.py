@@ -131,8 +131,8 @@ def test_fifo_guard_keeps_the_baseline(exported):
 
 def _penalty(sc, plan):
     total = 0.0
-    for app, demand in zip(sc.realtime, sc.demand, strict=True):
-        total += app.penalty * np.maximum(0, demand - np.asarray(plan.realtime[app.name])).sum()
+    for app, demand in zip(sc.apps, sc.demand, strict=True):
+        total += app.penalty * np.maximum(0, demand - np.asarray(plan.curves[app.name])).sum()
     return total
 
 

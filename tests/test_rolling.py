@@ -201,7 +201,7 @@ def test_surprise_peak_is_served_better_by_rolling(scheduler: str):
     assert roll.metrics.objective > fixed.metrics.objective
     assert not validate(roll.actual, roll.executed) and not validate(fixed.actual, fixed.executed)
     # The allocation rises only after the peak is seen, and no faster than the ramp.
-    curve = roll.executed.realtime["chat"]
+    curve = roll.executed.curves["chat"]
     assert curve[3] == 2 and curve[4] > 2
 
 
@@ -215,7 +215,7 @@ def _check_loop(sc, sim: rolling.Simulation, states: list[ClusterState], reveal:
         job.id: (0, job.running_on) for job in sc.jobs if job.running_on is not None
     }
     state_at = {int(s.name.rsplit("@", 1)[1]): s for s in states}
-    previous = {app.name: app.initial for app in sc.realtime}
+    previous = {app.name: app.initial for app in sc.apps}
     for record in sim.slots:
         t = record.slot
         state = state_at.get(t)
@@ -239,10 +239,10 @@ def _check_loop(sc, sim: rolling.Simulation, states: list[ClusterState], reveal:
             assert p.job not in committed, "started once"
             committed[p.job] = (t, p.gpus)
         load = sum(len(committed[j][1]) for j in record.running)
-        assert load + sum(record.realtime.values()) <= sc.gpus
-        for app in sc.realtime:
-            assert abs(record.realtime[app.name] - previous[app.name]) <= app.ramp
-            previous[app.name] = record.realtime[app.name]
+        assert load + sum(record.app_gpus.values()) <= sc.gpus
+        for app in sc.apps:
+            assert abs(record.app_gpus[app.name] - previous[app.name]) <= app.ramp
+            previous[app.name] = record.app_gpus[app.name]
     # The executed plan is exactly what was committed, and it is valid against the actual demand.
     assert {p.job: (p.start, tuple(p.gpus)) for p in sim.executed.placements} == committed
     assert not validate(sim.actual, sim.executed)
@@ -360,12 +360,12 @@ def _state(**overrides) -> ClusterState:
 def test_decide_returns_this_slots_starts_and_allocation():
     d = decide(_state(), "fifo")
     assert [(p.job, p.gpus) for p in d.start_now] == [("sft", (2, 3))]
-    assert d.realtime_now == {"chat": 3}  # FIFO reserves the forecast peak
+    assert d.app_gpus_now == {"chat": 3}  # FIFO reserves the forecast peak
     assert d.waiting == ("eval",)
     assert not validate(d.scenario, d.plan)
     assert json.loads(json.dumps(d.to_dict()))["start_now"] == [{"job": "sft", "gpus": [2, 3]}]
     g = decide(_state(), "greedy")
-    assert g.realtime_now == {"chat": 2} and not validate(g.scenario, g.plan)
+    assert g.app_gpus_now == {"chat": 2} and not validate(g.scenario, g.plan)
 
 
 def test_expired_jobs_are_left_out_and_value_is_scaled():
@@ -417,7 +417,7 @@ def test_decide_slot_after_slot_carries_the_state_and_keeps_its_commitments(sche
     day = _manager_day()
     started: dict[str, tuple[int, tuple[int, ...]]] = {"run": (0, (3,))}
     expired: set[str] = set()
-    allocation = day.realtime[0].initial
+    allocation = day.apps[0].initial
     curve, log = [], []
     for now in range(day.slots):
         running = tuple(
@@ -434,7 +434,7 @@ def test_decide_slot_after_slot_carries_the_state_and_keeps_its_commitments(sche
             for job in day.jobs
             if job.id not in started and job.id not in expired
         )
-        apps = tuple(replace(app, demand=app.demand[now:], initial=allocation) for app in day.realtime)
+        apps = tuple(replace(app, demand=app.demand[now:], initial=allocation) for app in day.apps)
         state = ClusterState(
             gpus=day.gpus, horizon=day.slots - now, running=running, queue=queue, apps=apps, node_size=day.node_size
         )
@@ -445,11 +445,11 @@ def test_decide_slot_after_slot_carries_the_state_and_keeps_its_commitments(sche
             assert d.scenario.jobs[d.scenario.job_index(r.job.id)].duration == r.remaining
         held = {g for r in running for g in r.gpus}
         assert not held & {g for p in d.start_now for g in p.gpus}
-        assert abs(d.realtime_now["chat"] - allocation) <= day.realtime[0].ramp
+        assert abs(d.app_gpus_now["chat"] - allocation) <= day.apps[0].ramp
         for p in d.start_now:
             started[p.job] = (now, p.gpus)
         expired |= set(d.expired)
-        allocation = d.realtime_now["chat"]
+        allocation = d.app_gpus_now["chat"]
         curve.append(allocation)
         log.append(([p.job for p in d.start_now], d.expired, d.waiting))
     assert log == [
@@ -497,7 +497,7 @@ def test_gpualloc_simulate_replans_every_k_slots(tmp_path: Path, capsys, every: 
     assert [s["slot"] for s in data["slots"] if s["replanned"]] == list(range(0, 8, every))
     executed = Plan.load(out / "executed.json")
     assert [p.start for p in sorted(executed.placements, key=lambda p: p.job)] == starts
-    assert executed.realtime["chat"] == [2] * 8
+    assert executed.curves["chat"] == [2] * 8
     assert data["rolling"]["objective"] == pytest.approx(sum(2 * 0.99**s * 1.99 for s in starts), abs=1e-6)
     assert not validate(load_scenario(out / "actual.yaml"), executed)
 

@@ -78,7 +78,7 @@ def test_occupancy_feasible_matches_brute_force():
         ],
     )
     grid = Occupancy(s)
-    grid.set_realtime(0, [0, 1, 2, 1, 0])
+    grid.set_curve(0, [0, 1, 2, 1, 0])
     grid.place_inherited()
     grid.place(2, 1, 3)  # y on GPU 3 in slots 1-3
     x = s.jobs[1]

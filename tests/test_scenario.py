@@ -68,7 +68,7 @@ def load(data: dict[str, Any]):
 def test_spec_example_loads_with_defaults():
     s = load(SPEC_EXAMPLE)
     assert (s.gpus, s.node_size, s.slots, s.decay) == (16, 8, 24, 0.99)
-    chat = s.realtime[0]
+    chat = s.apps[0]
     assert (chat.ramp, chat.initial, chat.penalty) == (2, 2, 8.0)
     sft, nightly = s.jobs
     assert sft.type is JobType.TRAINING
@@ -80,7 +80,7 @@ def test_defaults_node_size_initial_decay():
     data = copy.deepcopy(SPEC_EXAMPLE)
     del data["cluster"]["node_size"], data["horizon"]["decay"], data["realtime"][0]["initial"]
     s = load(data)
-    assert s.node_size == 16 and s.decay == 1.0 and s.realtime[0].initial == 2  # initial = D_0
+    assert s.node_size == 16 and s.decay == 1.0 and s.apps[0].initial == 2  # initial = D_0
 
 
 def test_yaml_and_json_files_round_trip(tmp_path: Path):
@@ -248,7 +248,7 @@ def test_a_generator_draw_that_breaks_a_rule_is_refused_at_construction(change: 
         (lambda: Scenario("x", gpus=4, slots=2, decay=math.nan), "horizon.decay", "finite"),
         (lambda: Scenario("x", gpus=4, slots=2, node_size=8), "cluster.node_size", "at most"),
         (
-            lambda: Scenario("x", gpus=4, slots=2, realtime=(App("a", (1,), 1, 1, 1.0),)),
+            lambda: Scenario("x", gpus=4, slots=2, apps=(App("a", (1,), 1, 1, 1.0),)),
             "realtime[0].demand",
             "2 values",
         ),
@@ -519,4 +519,4 @@ def test_the_limits_themselves_are_allowed():
         Scenario("long", gpus=1, slots=MAX_SLOTS, jobs=(Job("a", JobType.TRAINING, 1, MAX_SLOTS),)).slots == MAX_SLOTS
     )
     app = App("chat", (MAX_GPUS,), MAX_GPUS, MAX_GPUS, 1.0)
-    assert Scenario("apps", gpus=MAX_GPUS, slots=1, realtime=(app,)).realtime == (app,)
+    assert Scenario("apps", gpus=MAX_GPUS, slots=1, apps=(app,)).apps == (app,)

@@ -93,7 +93,7 @@ def test_excerpt_becomes_a_valid_scenario_with_the_documented_sizes():
     # 25, 7, 18; their 90th percentile (linear, between 18 and 25 at 0.8) is 23.6, so the ramp is 24.
     counts = {r["hour_start"]: int(r["requests"]) for r in _rows(LORA)}
     assert [counts[f"2024-11-16 0{h}:00:00"] for h in range(4)] == [0, 8, 6, 0]
-    (app,) = scenario.realtime
+    (app,) = scenario.apps
     assert app.name == "imagegen"
     assert list(app.demand) == [1, 26, 19, 1]
     assert app.initial == 1
@@ -107,7 +107,7 @@ def test_helios_demand_is_running_plus_pending_averaged_per_slot():
     minute = np.array([int(r["running_gpu_num"]) + int(r["pending_gpu_num"]) for r in rows], dtype=float)
     assert np.allclose(series.values, minute.reshape(6, 10).mean(axis=1))
     scenario, _ = traces.from_trace(request)
-    (app,) = scenario.realtime
+    (app,) = scenario.apps
     assert app.name == "vc6YE" and len(app.demand) == 6 and max(app.demand) == round(0.4 * 64)
     assert not validate(scenario, run_scheduler("fifo", scenario))
 
@@ -170,7 +170,7 @@ def test_trace_families_draw_from_shipped_statistics(family: str):
     assert any(job.running_on for job in a.jobs)
     for job in a.jobs:
         assert job.gpus & (job.gpus - 1) == 0 and job.gpus <= a.gpus
-    for app in a.realtime:
+    for app in a.apps:
         assert max(app.demand) <= a.gpus
     assert not validate(a, run_scheduler("fifo", a))
     small = generate(family, 5, gpus=8, num_jobs=10)

@@ -91,8 +91,8 @@ def teacher_label(episode: Any) -> int:
     so_far = episode.plan("dagger")
     started = {p.job: (p.start, tuple(p.gpus)) for p in so_far.placements}
     started.update({job.id: (0, tuple(job.running_on)) for job in sc.jobs if job.running_on is not None})
-    curves = np.array([so_far.curve(app.name, sc.slots) for app in sc.realtime], dtype=np.int64)
-    curves = curves.reshape(len(sc.realtime), sc.slots)
+    curves = np.array([so_far.curve(app.name, sc.slots) for app in sc.apps], dtype=np.int64)
+    curves = curves.reshape(len(sc.apps), sc.slots)
     decision = decide(state_at(sc, clock, started, curves, sc.demand[:, clock:], Reveal.ALL), "greedy")
     index = {job.id: i for i, job in enumerate(sc.jobs)}
     row_of = {int(r): n for n, r in enumerate(episode.rows)}

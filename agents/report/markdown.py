@@ -139,7 +139,7 @@ def _report_scenario(evaluation: Evaluation, result: ScenarioResult, rows: Seque
     sc = result.scenario
     nodes = f" (nodes of {sc.node_size})" if sc.node_size < sc.gpus else ""
     inherited = sum(job.running_on is not None for job in sc.jobs)
-    apps = ", ".join(a.name for a in sc.realtime) or "none"
+    apps = ", ".join(a.name for a in sc.apps) or "none"
     origin = f"; family `{sc.family}`, seed {sc.seed}" if sc.family is not None else ""
     lines = [
         f"### {sc.name}",

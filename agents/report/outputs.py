@@ -56,7 +56,7 @@ def draw_figures(evaluation: Evaluation, out: Path, show_progress: bool = True) 
         path = folder / f"{result.slug}-allocation.png"
         render.save_figure(render.plot_comparison(result.scenario, plans), path)
         result.figures["allocation"] = path.relative_to(out).as_posix()
-        if result.scenario.realtime:
+        if result.scenario.apps:
             path = folder / f"{result.slug}-realtime.png"
             render.save_figure(render.plot_realtime(result.scenario, plans), path)
             result.figures["realtime"] = path.relative_to(out).as_posix()

@@ -78,7 +78,8 @@ def write_simulation(
 
 
 def _record_dict(r: SlotRecord) -> dict[str, Any]:
-    data = asdict(r)
+    # metrics.json keeps its key "realtime" for SlotRecord.app_gpus (same place in the record)
+    data = {("realtime" if key == "app_gpus" else key): value for key, value in asdict(r).items()}
     data["started"] = [{"job": p.job, "gpus": list(p.gpus)} for p in r.started]
     data["running"] = list(r.running)
     data["solve_ms"] = round(r.solve_ms, 3)

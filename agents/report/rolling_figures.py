@@ -49,7 +49,7 @@ def plot_simulation(roll: Simulation, fixed: Simulation | None = None) -> Figure
     """
     plt = pyplot()
     sc = roll.actual
-    apps = sc.realtime
+    apps = sc.apps
     T = sc.slots
     edges = np.arange(T + 1)
     n = len(apps) + 1
@@ -63,12 +63,12 @@ def plot_simulation(roll: Simulation, fixed: Simulation | None = None) -> Figure
         ax.stairs(forecast[i], edges, color="#333333", linestyle="--", linewidth=1.2, label="forecast", zorder=2)
         if seen.shape[1] == T:
             ax.stairs(seen[i], edges, color="#6b46c1", linestyle=":", linewidth=1.4, label="corrected forecast")
-        curve = np.asarray(roll.executed.realtime[app.name])
+        curve = np.asarray(roll.executed.curves[app.name])
         short = int(np.maximum(0, actual[i] - curve).sum())
         ax.stairs(curve, edges, color=_ROLLING, linewidth=2.0, label=f"rolling allocation (shortfall {short})")
         top = max(int(actual[i].max()), int(forecast[i].max()), int(curve.max()), int(seen[i].max(initial=0)))
         if fixed is not None:
-            other = np.asarray(fixed.executed.realtime[app.name])
+            other = np.asarray(fixed.executed.curves[app.name])
             short = int(np.maximum(0, actual[i] - other).sum())
             ax.stairs(other, edges, color=_OPEN, linewidth=1.6, linestyle="-.", label=f"open loop (shortfall {short})")
             top = max(top, int(other.max()))

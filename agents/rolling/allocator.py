@@ -23,7 +23,7 @@ every rule and every scheduler applies unchanged.
 ...     apps=(App("chat", demand=(2, 3, 3, 2), ramp=1, initial=2, penalty=8.0),),
 ... )
 >>> decision = decide(state, "fifo")
->>> [(p.job, p.gpus) for p in decision.start_now], decision.realtime_now, decision.waiting
+>>> [(p.job, p.gpus) for p in decision.start_now], decision.app_gpus_now, decision.waiting
 ([('sft', (2, 3))], {'chat': 3}, ('eval',))
 """
 
@@ -154,7 +154,7 @@ class Decision:
         scenario: The state as a scenario (slot 0 = now).
         plan: The plan over the whole horizon ahead (valid for ``scenario``).
         start_now: Queued jobs to start in this slot, with their GPUs.
-        realtime_now: GPUs for each application in this slot.
+        app_gpus_now: GPUs for each application in this slot.
         expired: Queued jobs left out: they can no longer meet their deadline.
         waiting: Queued jobs not started now (planned later or not at all).
     """
@@ -162,7 +162,7 @@ class Decision:
     scenario: Scenario
     plan: Plan
     start_now: tuple[Placement, ...]
-    realtime_now: dict[str, int]
+    app_gpus_now: dict[str, int]
     expired: tuple[str, ...] = ()
     waiting: tuple[str, ...] = field(default=())
 
@@ -170,7 +170,7 @@ class Decision:
         """Plain data for a cluster manager that speaks JSON."""
         return {
             "start_now": [{"job": p.job, "gpus": list(p.gpus)} for p in self.start_now],
-            "realtime_now": dict(self.realtime_now),
+            "realtime_now": dict(self.app_gpus_now),
             "expired": list(self.expired),
             "waiting": list(self.waiting),
             "plan": self.plan.to_dict(),
@@ -206,9 +206,9 @@ def decision_from_plan(scenario: Scenario, plan: Plan, expired: tuple[str, ...] 
     running = {job.id for job in scenario.jobs if job.running_on is not None}
     start_now = tuple(p for p in plan.placements if p.start == 0 and p.job not in running)
     started = {p.job for p in start_now}
-    realtime_now = {app.name: int(plan.curve(app.name, scenario.slots)[0]) for app in scenario.realtime}
+    app_gpus_now = {app.name: int(plan.curve(app.name, scenario.slots)[0]) for app in scenario.apps}
     waiting = tuple(job.id for job in scenario.jobs if job.running_on is None and job.id not in started)
-    return Decision(scenario, plan, start_now, realtime_now, expired, waiting)
+    return Decision(scenario, plan, start_now, app_gpus_now, expired, waiting)
 
 
 def state_from_mapping(data: Mapping[str, Any], source: str = "<state>") -> Scenario:

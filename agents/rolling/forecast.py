@@ -70,12 +70,12 @@ class NoiseModel:
 def with_demand(scenario: Scenario, demand: np.ndarray, name: str | None = None) -> Scenario:
     """The scenario with other demand curves (``initial`` kept: the state before slot 0 is what it is)."""
     demand = np.asarray(demand, dtype=np.int64)
-    if demand.shape != (len(scenario.realtime), scenario.slots):
-        raise ValueError(f"demand must have shape {(len(scenario.realtime), scenario.slots)}, got {demand.shape}")
+    if demand.shape != (len(scenario.apps), scenario.slots):
+        raise ValueError(f"demand must have shape {(len(scenario.apps), scenario.slots)}, got {demand.shape}")
     if (demand < 0).any():
         raise ValueError("demand must be non-negative")
-    apps = tuple(replace(app, demand=tuple(int(x) for x in demand[i])) for i, app in enumerate(scenario.realtime))
-    return replace(scenario, name=name or scenario.name, realtime=apps)
+    apps = tuple(replace(app, demand=tuple(int(x) for x in demand[i])) for i, app in enumerate(scenario.apps))
+    return replace(scenario, name=name or scenario.name, apps=apps)
 
 
 # ----------------------------------------------------------------------------- forecast correction

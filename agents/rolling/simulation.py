@@ -73,7 +73,7 @@ class SlotRecord:
         replanned: Whether the allocator was called at this slot.
         started: Jobs started in this slot (with their GPUs).
         running: Ids of the jobs holding GPUs in this slot.
-        realtime: GPUs given to each app in this slot.
+        app_gpus: GPUs given to each app in this slot.
         forecast: Each app's demand for this slot as the planner saw it.
         actual: Each app's actual demand in this slot.
         solve_ms: Time of this slot's plan (0 when not re-planned).
@@ -83,7 +83,7 @@ class SlotRecord:
     replanned: bool
     started: tuple[Placement, ...]
     running: tuple[str, ...]
-    realtime: dict[str, int]
+    app_gpus: dict[str, int]
     forecast: dict[str, int]
     actual: dict[str, int]
     solve_ms: float
@@ -156,7 +156,7 @@ def open_loop(
     if plan is None:
         planned_on = scenario if planning_demand is None else with_demand(scenario, planning_demand)
         plan = run_scheduler(scheduler, planned_on, options)
-    executed = Plan(actual.name, f"{scheduler}/open", list(plan.placements), dict(plan.realtime))
+    executed = Plan(actual.name, f"{scheduler}/open", list(plan.placements), dict(plan.curves))
     executed.solve_ms = plan.solve_ms
     metrics = compute_metrics(actual, executed)
     executed.metrics = metrics
@@ -198,7 +198,7 @@ def rolling(
     reveal = Reveal(reveal)
     corrector = corrector or Corrector()
     T, G = scenario.slots, scenario.gpus
-    apps = scenario.realtime
+    apps = scenario.apps
     forecast = scenario.demand
     real = actual.demand
     # job id -> (start, gpus), committed; inherited jobs hold their GPUs from slot 0
@@ -252,7 +252,7 @@ def rolling(
                 replanned=replanned,
                 started=tuple(now_started),
                 running=running,
-                realtime={app.name: int(curves[i, t]) for i, app in enumerate(apps)},
+                app_gpus={app.name: int(curves[i, t]) for i, app in enumerate(apps)},
                 forecast={app.name: int(seen[i, t]) for i, app in enumerate(apps)},
                 actual={app.name: int(real[i, t]) for i, app in enumerate(apps)},
                 solve_ms=solve_ms,
@@ -263,8 +263,8 @@ def rolling(
         Placement(job.id, started[job.id][0], started[job.id][1]) for job in scenario.jobs if job.id in started
     ]
     placements.sort(key=lambda p: (p.start, scenario.job_index(p.job)))
-    realtime = {app.name: [int(x) for x in curves[i]] for i, app in enumerate(apps)}
-    executed = Plan(actual.name, f"{scheduler}/rolling", placements, realtime)
+    curves_by_app = {app.name: [int(x) for x in curves[i]] for i, app in enumerate(apps)}
+    executed = Plan(actual.name, f"{scheduler}/rolling", placements, curves_by_app)
     executed.solve_ms = float(sum(times))
     metrics = compute_metrics(actual, executed)
     executed.metrics = metrics
@@ -310,7 +310,7 @@ def state_at(
             app.initial if now == 0 else int(curves[i, now - 1]),
             app.penalty,
         )
-        for i, app in enumerate(scenario.realtime)
+        for i, app in enumerate(scenario.apps)
     )
     return ClusterState(
         gpus=scenario.gpus,
