@@ -33,7 +33,7 @@ side on the same instances:
 * **Generalisation** (full run only): 16-GPU instances of the families trained at another size.
 
 Times are wall clock on a shared machine: noisy. ``--quick`` is a smaller run of
-the same sections (2 fresh instances per family, 15 rounds, the scale-64x30
+the same sections (4 fresh instances per family, 15 rounds, the scale-64x30
 family at the large sizes) written to ``benchmarks/results/ppo_quick.md``.
 """
 
@@ -440,7 +440,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run of every section (about 2 minutes)")
     parser.add_argument("--policy", type=Path, default=ppo.DEFAULT_POLICY)
-    parser.add_argument("--instances", type=int_at_least(0), help="fresh instances per family (50; quick 2)")
+    parser.add_argument("--instances", type=int_at_least(0), help="fresh instances per family (50; quick 4)")
     parser.add_argument("--general-instances", type=int_at_least(1), default=10, help="per family (full run)")
     parser.add_argument("--best-time-limit", type=float, default=1.0, help="full-mode seconds for the best known")
     parser.add_argument(
@@ -463,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
     quick = args.quick
-    instances = args.instances if args.instances is not None else (2 if quick else 50)
+    instances = args.instances if args.instances is not None else (4 if quick else 50)
     seven_time = args.seven_time_limit if args.seven_time_limit is not None else (10.0 if quick else 30.0)
     rounds = args.rounds or (15 if quick else 50)
     scale_families = args.scale_families or (["scale-64x30"] if quick else list(FAMILIES))
