@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agents.fanout import LOCAL_RAY, RAY_INSTALL_HINT, Backend, FanoutError, check_cpu_budget
-from agents.options import PlanOptions
+from agents.options import Guard, PlanOptions
 
 
 def positive_float(text: str) -> float:
@@ -37,8 +37,16 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def guard_name(text: str) -> Guard:
+    """Argparse type: a :class:`Guard` by its value."""
+    try:
+        return Guard(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(Guard)}, got {text!r}") from None
+
+
 def add_plan_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """The arguments behind :class:`PlanOptions`: --time-limit, --workers, --seed, --policy."""
+    """The arguments behind :class:`PlanOptions`: --time-limit, --workers, --seed, --policy, --samples, --guard."""
     parser.add_argument(
         "--time-limit",
         type=positive_float,
@@ -53,11 +61,33 @@ def add_plan_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
         "--seed", type=int_at_least(0), default=0, metavar="N", help="seed for every random draw (default: 0)"
     )
     parser.add_argument("--policy", type=Path, metavar="PATH", help="exported policy for the learned scheduler")
+    parser.add_argument(
+        "--samples",
+        type=int_at_least(1),
+        default=PlanOptions.samples,
+        metavar="N",
+        help=f"rollouts of the learned scheduler: the most likely one and N-1 sampled (default: {PlanOptions.samples})",
+    )
+    parser.add_argument(
+        "--guard",
+        type=guard_name,
+        default=PlanOptions.guard,
+        metavar="|".join(Guard),
+        help="baseline the learned scheduler returns when it is worth more than every rollout "
+        f"(default: {PlanOptions.guard})",
+    )
 
 
 def plan_options(args: argparse.Namespace) -> PlanOptions:
     """The PlanOptions that :func:`add_plan_options` arguments describe."""
-    return PlanOptions(time_limit=args.time_limit, seed=args.seed, workers=args.workers, policy=args.policy)
+    return PlanOptions(
+        time_limit=args.time_limit,
+        seed=args.seed,
+        workers=args.workers,
+        policy=args.policy,
+        samples=args.samples,
+        guard=args.guard,
+    )
 
 
 def add_fanout_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from agents.options import PlanOptions
+from agents.options import Guard, PlanOptions
 from agents.registry import run_scheduler
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
@@ -108,6 +108,8 @@ class Task:
         time_limit: Seconds for anytime planners (``PlanOptions.time_limit``).
         workers: CP-SAT workers, and the CPUs the task may use (``PlanOptions.workers``).
         policy: An exported policy file for the learned planner (``PlanOptions.policy``).
+        samples: Rollouts of the learned planner (``PlanOptions.samples``).
+        guard: The learned planner's guard, ``none``, ``fifo`` or ``greedy`` (``PlanOptions.guard``).
         params: Extra plain values for a task function other than :func:`run_task`
             (a forecast error, a re-planning period).
     """
@@ -118,6 +120,8 @@ class Task:
     time_limit: float = PlanOptions.time_limit
     workers: int = 1
     policy: str | None = None
+    samples: int = PlanOptions.samples
+    guard: str = str(PlanOptions.guard)
     params: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -132,7 +136,17 @@ class Task:
         options = options or PlanOptions()
         source: dict[str, Any] | str = scenario.to_dict() if isinstance(scenario, Scenario) else os.fspath(scenario)
         policy = None if options.policy is None else os.fspath(options.policy)
-        return cls(source, planner, options.seed, options.time_limit, options.workers, policy, dict(params))
+        return cls(
+            source,
+            planner,
+            options.seed,
+            options.time_limit,
+            options.workers,
+            policy,
+            options.samples,
+            str(options.guard),
+            dict(params),
+        )
 
     @property
     def scenario_name(self) -> str:
@@ -144,7 +158,14 @@ class Task:
     def options(self) -> PlanOptions:
         """The plan options this task describes."""
         policy = None if self.policy is None else Path(self.policy)
-        return PlanOptions(time_limit=self.time_limit, seed=self.seed, workers=self.workers, policy=policy)
+        return PlanOptions(
+            time_limit=self.time_limit,
+            seed=self.seed,
+            workers=self.workers,
+            policy=policy,
+            samples=self.samples,
+            guard=Guard(self.guard),
+        )
 
     def load(self) -> Scenario:
         """The scenario, read and checked.

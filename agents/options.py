@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
+
+
+class Guard(StrEnum):
+    """The baseline the learned scheduler computes too, returning its plan when it is worth more.
+
+    Attributes:
+        NONE: No baseline: the policy's own best rollout, always.
+        FIFO: FIFO's plan (well under a millisecond): the learned mode never falls below the baseline.
+        GREEDY: Greedy's plan (milliseconds): the learned mode never falls below the heuristic.
+    """
+
+    NONE = "none"
+    FIFO = "fifo"
+    GREEDY = "greedy"
+
+
+DEFAULT_SAMPLES = 8
+"""Rollouts per learned plan as shipped: the most likely one and 7 sampled (measured: benchmarks/results/ppo.md)."""
+DEFAULT_GUARD = Guard.FIFO
+"""The learned scheduler's guard as shipped."""
 
 
 @dataclass(frozen=True)
@@ -15,9 +37,34 @@ class PlanOptions:
         seed: Seed for every random draw a scheduler makes.
         workers: Parallel workers for schedulers that use them.
         policy: An exported policy file for the learned scheduler.
+        samples: Rollouts of the learned scheduler (at least 1): the first takes
+            the most likely action at every step, the others sample from the policy.
+        guard: The baseline the learned scheduler returns instead when it is
+            worth more (a :class:`Guard` or its value: ``"none"``, ``"fifo"``, ``"greedy"``).
+
+    Raises:
+        ValueError: ``samples`` is not an integer >= 1, or ``guard`` is not a guard's
+            name; the message names the field.
     """
 
     time_limit: float = 10.0
     seed: int = 0
     workers: int = 1
     policy: Path | None = None
+    samples: int = DEFAULT_SAMPLES
+    guard: Guard = DEFAULT_GUARD
+
+    def __post_init__(self) -> None:
+        try:
+            samples = None if isinstance(self.samples, bool) else operator.index(self.samples)
+        except TypeError:
+            samples = None
+        if samples is None or samples < 1:
+            raise ValueError(f"samples: expected an integer >= 1, got {self.samples!r}")
+        object.__setattr__(self, "samples", samples)
+        try:
+            guard = Guard(self.guard)
+        except ValueError:
+            names = ", ".join(g.value for g in Guard)
+            raise ValueError(f"guard: expected one of {names}, got {self.guard!r}") from None
+        object.__setattr__(self, "guard", guard)

@@ -8,12 +8,15 @@ onnxruntime (one thread), drives a :class:`gpu_env.episode.Episode` through its
 :class:`gpu_env.observation.Encoder`, applies the action masks itself and
 decodes the chosen actions; stable-baselines3 and torch are never imported.
 
-Several rollouts run in one batch (``DEFAULT_SAMPLES``): the first takes the
-most likely action at every step, the others sample from the policy (seeded by
-``options.seed``); the most valuable plan wins. ``samples=1`` is the fastest.
-A FIFO guard returns FIFO's plan in the rare case that it is worth more.
-Every plan is valid by construction (the masks allow only actions that keep
-SPEC section 2) and is validated again in the tests.
+``options.samples`` rollouts run per plan (:func:`candidates`; default
+:data:`~agents.options.DEFAULT_SAMPLES`): the first takes the most likely action
+at every step, the others sample from the policy (seeded by ``options.seed``);
+the most valuable plan wins. ``samples=1`` is the fastest. ``options.guard``
+names a baseline computed too and returned when it is worth more: FIFO as
+shipped (the learned mode is never below it), greedy, or none (the policy
+alone). ``plan.info`` records the samples, every candidate's objective and
+the winner. Every plan is valid by construction (the masks allow only actions
+that keep SPEC section 2) and is validated again in the tests.
 
 >>> from gpu_env.generators import generate
 >>> plan(generate("training-heavy", seed=0)).scheduler
@@ -33,7 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from agents.options import PlanOptions
+from agents.options import DEFAULT_SAMPLES as DEFAULT_SAMPLES  # re-exported: callers read it here
+from agents.options import Guard, PlanOptions
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode, Episode
 from gpu_env.metrics import compute_metrics
 from gpu_env.observation import (
@@ -55,7 +59,6 @@ INPUTS: tuple[str, ...] = ("jobs", "gpus", "slots", "apps", "app_info", "globals
 # The shipped policy, package data of ``agents`` (pyproject.toml). pip installs a wheel's files on
 # disk, so the resource is a path there; onnxruntime and the card check read it as a file.
 DEFAULT_POLICY = Path(str(resources.files("agents").joinpath("policies", "default.onnx")))
-DEFAULT_SAMPLES = 8  # rollouts per plan: the most likely one and 7 sampled (measured: benchmarks/results/ppo.md)
 
 
 class PolicyError(ValueError):
@@ -228,17 +231,19 @@ def reward_scale(episode: Episode) -> float:
     return float(sc.gpus * sc.slots * episode.w_max)
 
 
-def rollout(
+def rollout_episodes(
     scenario: Scenario,
     logits_fn: LogitsFn,
     base_limits: Limits,
     samples: int = 1,
     seed: int = 0,
-) -> tuple[Episode, list[float]]:
-    """Plan a scenario with a policy: ``samples`` rollouts in one batch, the best episode returned.
+) -> list[Episode]:
+    """Roll a policy out ``samples`` times on a scenario; one logits call per decision for all rollouts.
 
     Rollout 0 takes the most likely allowed action at every step; the others
-    sample from the masked softmax with a generator seeded by ``seed``.
+    sample from the masked softmax with a generator seeded by ``seed``. Today
+    this is one :class:`~gpu_env.episode.Episode` per rollout, stepped in a
+    Python loop; a batched engine replaces this function, not its callers.
 
     Args:
         scenario: The problem.
@@ -248,7 +253,7 @@ def rollout(
         seed: Seed of the sampled rollouts.
 
     Returns:
-        The finished episode with the highest objective, and every rollout's objective.
+        The finished episodes, rollout 0 first.
     """
     rows = sum(job.running_on is None for job in scenario.jobs)
     limits = padded_limits(scenario, rows, base_limits)
@@ -280,40 +285,96 @@ def rollout(
                 action = advance
             episodes[i].apply(action)
         active = [i for i in active if not episodes[i].done]
+    return episodes
+
+
+def rollout(
+    scenario: Scenario,
+    logits_fn: LogitsFn,
+    base_limits: Limits,
+    samples: int = 1,
+    seed: int = 0,
+) -> tuple[Episode, list[float]]:
+    """The best of :func:`rollout_episodes` (the first on a tie), and every rollout's objective.
+
+    Training evaluates its torch policy through this (``logits_fn``), planning through :func:`candidates`.
+    """
+    episodes = rollout_episodes(scenario, logits_fn, base_limits, samples=samples, seed=seed)
     objectives = [ep.objective for ep in episodes]
     return episodes[int(np.argmax(objectives))], objectives
 
 
-def plan(
-    scenario: Scenario, options: PlanOptions | None = None, samples: int = DEFAULT_SAMPLES, guard: bool = True
-) -> Plan:
-    """The learned fast mode as a scheduler: the exported policy's best rollout.
+def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int = 0) -> list[Plan]:
+    """The policy's candidate plans for a scenario: one per rollout, with their metrics.
+
+    This is the seam between the planner and the engine: :func:`plan` only
+    chooses among what this returns.
+
+    Args:
+        scenario: The problem.
+        policy: A loaded policy (:func:`load_policy`).
+        samples: Number of rollouts (at least 1); plan ``i`` is rollout ``i``, rollout 0 the most likely.
+        seed: Seed of the sampled rollouts.
+
+    Returns:
+        ``samples`` valid plans named ``"ppo"``, each with ``metrics`` filled.
+    """
+    episodes = rollout_episodes(scenario, policy.logits, policy.limits, samples=samples, seed=seed)
+    return [ep.plan("ppo") for ep in episodes]
+
+
+def _baseline(scenario: Scenario, guard: Guard, options: PlanOptions) -> Plan:
+    if guard is Guard.FIFO:
+        from agents import fifo
+
+        baseline = fifo.plan(scenario, options)
+    else:
+        from agents import greedy
+
+        baseline = greedy.plan(scenario, options)
+    baseline.metrics = compute_metrics(scenario, baseline)
+    return baseline
+
+
+def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
+    """The learned fast mode as a scheduler: the best of the policy's rollouts, or the guard's plan.
 
     Args:
         scenario: The problem.
         options: ``options.policy`` names the exported ``.onnx`` file (default the
-            shipped one); ``options.seed`` seeds the sampled rollouts.
-        samples: Rollouts in the batch (1: only the most likely action at each step).
-        guard: Also compute FIFO's plan (well under a millisecond) and return it
-            when it is worth more than every rollout, so that the learned mode is
-            never below the baseline; ``plan.info["guard"]`` says whether it fired.
+            shipped one); ``options.samples`` rollouts run, seeded by ``options.seed``;
+            ``options.guard`` names the baseline (FIFO, greedy or none) computed too
+            and returned, under the name ``"ppo"``, when it is worth more than every rollout.
+
+    Returns:
+        The plan, with ``info``: ``policy`` (file and hash), ``samples`` (rollouts
+        that ran), ``guard`` (the option's value), ``objectives`` (each rollout's
+        objective, by sample index), ``guard_objective`` (the baseline's, absent
+        with guard ``none``) and ``winner`` (the winning sample's index, or
+        ``"fifo"``/``"greedy"`` when the guard's plan won).
 
     Raises:
         PolicyError: The policy file is missing, corrupt, or does not match the environment.
     """
     options = options or PlanOptions()
     policy = load_policy(options.policy)
-    episode, objectives = rollout(scenario, policy.logits, policy.limits, samples=samples, seed=options.seed)
-    result = episode.plan("ppo")
-    fired = False
-    if guard:
-        from agents import fifo
-
-        baseline = fifo.plan(scenario, options)
-        baseline.metrics = compute_metrics(scenario, baseline)
+    plans = candidates(scenario, policy, options.samples, seed=options.seed)
+    objectives = [p.metrics.objective for p in plans]
+    winner: int | str = int(np.argmax(objectives))  # the first on a tie: the most likely rollout before samples
+    result = plans[winner]
+    info: dict[str, Any] = {
+        "policy": policy_record(policy),
+        "samples": len(plans),
+        "guard": options.guard.value,
+        "objectives": [round(o, 6) for o in objectives],
+    }
+    if options.guard is not Guard.NONE:
+        baseline = _baseline(scenario, options.guard, options)
+        info["guard_objective"] = round(baseline.metrics.objective, 6)
         if baseline.metrics.objective > result.metrics.objective + 1e-9:
             result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.curves))
             result.metrics = baseline.metrics
-            fired = True
-    result.info = {"policy": policy_record(policy), "samples": len(objectives), "guard": fired}
+            winner = options.guard.value
+    info["winner"] = winner
+    result.info = info
     return result

@@ -14,7 +14,7 @@ import pytest
 
 from agents import ppo
 from agents.cli import main as cli_main
-from agents.options import PlanOptions
+from agents.options import Guard, PlanOptions
 from agents.registry import SCHEDULERS, run_scheduler
 from gpu_env.episode import ActionLayout, ActionMode, Episode
 from gpu_env.generators import FAMILIES, generate
@@ -107,26 +107,36 @@ def test_onnx_and_torch_choose_the_same_actions(exported):
 def test_plans_validate_on_every_family(exported, family):
     _, _, path = exported
     sc = generate(family, seed=7)
-    plan = ppo.plan(sc, PlanOptions(policy=path), samples=3, guard=False)  # the policy's own plans
-    assert plan.scheduler == "ppo" and plan.info["guard"] is False
+    plan = ppo.plan(sc, PlanOptions(policy=path, samples=3, guard="none"))  # the policy's own plans
+    assert plan.scheduler == "ppo" and plan.info["winner"] in range(3)
     assert validate(sc, plan) == []
     assert plan.metrics.objective == pytest.approx(plan.metrics.job_value - _penalty(sc, plan))
     assert validate(sc, run_scheduler("ppo", sc, PlanOptions(policy=path))) == []
 
 
-def test_fifo_guard_keeps_the_baseline(exported):
-    """An untrained policy plans worse than FIFO somewhere; the guard then returns FIFO's plan."""
+def test_guards_keep_their_baseline_and_no_guard_keeps_the_policy(exported):
+    """An untrained policy plans worse than FIFO somewhere; the FIFO guard then returns FIFO's plan,
+    the greedy guard greedy's, and no guard the policy's own plan all the same."""
     _, _, path = exported
-    fired = 0
+    fired = {"fifo": 0, "greedy": 0}
     for family in FAMILIES:
         sc = generate(family, seed=11)
-        raw = ppo.plan(sc, PlanOptions(policy=path), samples=1, guard=False)
-        guarded = ppo.plan(sc, PlanOptions(policy=path), samples=1)
-        baseline = run_scheduler("fifo", sc).metrics.objective
-        assert guarded.metrics.objective == pytest.approx(max(raw.metrics.objective, baseline))
-        assert validate(sc, guarded) == []
-        fired += guarded.info["guard"]
-    assert fired > 0
+        raw = ppo.plan(sc, PlanOptions(policy=path, samples=1, guard=Guard.NONE))
+        assert raw.info["winner"] == 0 and raw.info["samples"] == 1 and "guard_objective" not in raw.info
+        assert validate(sc, raw) == []
+        for guard in ("fifo", "greedy"):
+            guarded = ppo.plan(sc, PlanOptions(policy=path, samples=1, guard=guard))
+            baseline = run_scheduler(guard, sc)
+            assert guarded.metrics.objective == pytest.approx(max(raw.metrics.objective, baseline.metrics.objective))
+            assert validate(sc, guarded) == [] and guarded.scheduler == "ppo"
+            assert guarded.info["guard_objective"] == pytest.approx(baseline.metrics.objective)
+            if guarded.info["winner"] == guard:
+                assert guarded.placements == baseline.placements
+                assert raw.metrics.objective < baseline.metrics.objective  # no guard kept the worse plan: its own
+                fired[guard] += 1
+            else:
+                assert guarded.info["winner"] == 0 and guarded.placements == raw.placements
+    assert fired["fifo"] > 0 and fired["greedy"] > fired["fifo"]
 
 
 def _penalty(sc, plan):

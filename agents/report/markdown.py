@@ -74,7 +74,12 @@ def _report_header(evaluation: Evaluation) -> str:
         "# Evaluation report\n\n"
         f"{n} scenario{'s' * (n != 1)}, schedulers {', '.join(f'`{s}`' for s in evaluation.schedulers)}; "
         f"time limit {o.time_limit:g} s, seed {o.seed}, {o.workers} worker{'s' * (o.workers != 1)}, "
-        f"on a machine with {os.cpu_count()} CPU cores.\n\n"
+        + (
+            f"ppo with {o.samples} sample{'s' * (o.samples != 1)} and guard {o.guard.value}, "
+            if "ppo" in evaluation.schedulers
+            else ""
+        )
+        + f"on a machine with {os.cpu_count()} CPU cores.\n\n"
         f"Reproduce with `{evaluation.command}`. Objective is the priority-weighted value "
         "(job value minus real-time shortfall penalties, SPEC section 3); every plan was checked by the validator."
     )

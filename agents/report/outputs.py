@@ -33,6 +33,8 @@ def write_outputs(evaluation: Evaluation, out: Path, figures: bool = True, show_
             "seed": evaluation.options.seed,
             "workers": evaluation.options.workers,
             "policy": str(evaluation.options.policy) if evaluation.options.policy else None,
+            "samples": evaluation.options.samples,
+            "guard": evaluation.options.guard.value,
         },
         "results": rows,
     }
