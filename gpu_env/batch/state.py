@@ -17,6 +17,7 @@ import numpy as np
 
 from gpu_env.batch import bits
 from gpu_env.episode import ActionLayout, ActionMode, Episode
+from gpu_env.observation import Limits
 from gpu_env.occupancy import _block_search
 from gpu_env.scenario import Scenario
 
@@ -38,6 +39,15 @@ class Sizes:
     slots: int
     apps: int
     duration: int
+
+    @classmethod
+    def from_limits(cls, limits: Limits, duration: int) -> Sizes:
+        """The sizes of an observation's limits (so observations match :class:`~gpu_env.observation.Encoder`'s)."""
+        return cls(limits.max_jobs, limits.max_gpus, limits.max_slots, limits.max_apps, duration)
+
+    def limits(self) -> Limits:
+        """The observation limits of these sizes."""
+        return Limits(max_gpus=self.gpus, max_jobs=self.jobs, max_slots=self.slots, max_apps=self.apps)
 
     @property
     def words(self) -> int:
