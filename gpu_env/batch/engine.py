@@ -231,7 +231,7 @@ class BatchEngine:
         span_t = span[:, :T] & inside
         s.load[b] += span_t * k[:, None]
         on_block = (self._gpu >= first[:, None]) & (self._gpu < (first + k)[:, None])  # (n, G)
-        s.grid[b, :, :, 0] = np.maximum(s.grid[b, :, :, 0], (on_block[:, :, None] & span[:, None, :T]))
+        self._mark_grid(b, first, k, t, np.minimum(t + d, T) - t)
         s.free_now[b] = np.where(on_block, 0, s.free_now[b])
         s.placed[b, r] = True
         s.start[b, r] = t
@@ -264,6 +264,16 @@ class BatchEngine:
         lost = hit & ~bits.any_set(kept)
         lb, lr = np.nonzero(lost)
         return b[lb], lr, e[lb, lr] + 1
+
+    def _mark_grid(self, b: np.ndarray, first: np.ndarray, k: np.ndarray, t: np.ndarray, length: np.ndarray) -> None:
+        """Set the observation grid's channel 0 on GPUs ``first..first+k-1`` x slots ``t..t+length-1``, cell by cell."""
+        G, T = self.sizes.gpus, self.sizes.slots
+        cells = k * length
+        owner = np.repeat(np.arange(b.size), cells)
+        offset = np.arange(owner.size) - np.repeat(np.cumsum(cells) - cells, cells)
+        gpu = first[owner] + offset // length[owner]
+        slot = t[owner] + offset % length[owner]
+        self.state.grid.reshape(-1)[((b[owner] * G + gpu) * T + slot) * 2] = 1.0
 
     def _search(self, b: np.ndarray, r: np.ndarray, begin: np.ndarray) -> None:
         """Move each (episode, row) to its first feasible start >= ``begin`` (``Occupancy.next_feasible_mask``)."""
@@ -360,11 +370,16 @@ def _or_table(busy: np.ndarray, duration: int) -> np.ndarray:
 
 def _span_min(room: np.ndarray, start: np.ndarray, duration: np.ndarray, longest: int) -> np.ndarray:
     """(n, R) least ``room[i, start + j]`` over ``0 <= j < duration`` (room is huge past the horizon)."""
-    T = room.shape[1]
-    low = np.full(start.shape, _BIG, dtype=np.int64)
+    n, T = room.shape
+    # A doubling table of minima over [t, t + 2**l), then two overlapping windows per span.
+    levels = max(1, int(np.floor(np.log2(max(longest, 1)))) + 1)
+    table = np.full((levels, n, T + longest), _BIG, dtype=np.int64)
+    table[0, :, :T] = room
+    for level in range(1, levels):
+        half = 1 << (level - 1)
+        table[level] = table[level - 1]
+        np.minimum(table[level, :, :-half], table[level - 1, :, half:], out=table[level, :, :-half])
     safe = np.maximum(start, 0)
-    for j in range(longest):
-        slot = safe + j
-        value = np.take_along_axis(room, np.minimum(slot, T - 1), axis=1)
-        low = np.where((j < duration) & (slot < T), np.minimum(low, value), low)
-    return low
+    level = np.floor(np.log2(duration)).astype(np.int64)
+    rows = np.arange(n)[:, None]
+    return np.minimum(table[level, rows, safe], table[level, rows, safe + duration - (np.int64(1) << level)])

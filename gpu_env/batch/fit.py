@@ -19,6 +19,8 @@ def lowest(x: np.ndarray) -> np.ndarray:
     """Index of the lowest member of each set, -1 when empty; ``x`` is ``(..., nw)``."""
     low = x & (~x + np.uint64(1))
     ctz = np.bitwise_count(low - np.uint64(1)).astype(np.int64)  # per word; 64 for an empty word
+    if x.shape[-1] == 1:
+        return np.where(x[..., 0] != 0, ctz[..., 0], -1)
     nonzero = x != 0
     word = np.argmax(nonzero, axis=-1)
     found = np.take_along_axis(ctz, word[..., None], axis=-1)[..., 0] + bits.WORD * word
@@ -31,6 +33,8 @@ def highest(x: np.ndarray) -> np.ndarray:
     for s in (1, 2, 4, 8, 16, 32):
         smear = smear | (smear >> np.uint64(s))
     top = np.bitwise_count(smear).astype(np.int64) - 1  # per word; -1 for an empty word
+    if x.shape[-1] == 1:
+        return top[..., 0]
     nonzero = x != 0
     nw = x.shape[-1]
     word = nw - 1 - np.argmax(nonzero[..., ::-1], axis=-1)

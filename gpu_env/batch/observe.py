@@ -66,7 +66,7 @@ def _jobs(engine: BatchEngine) -> np.ndarray:
     pending = e >= 0
     now = engine.now()
     scale = s.reward_scale[:, None]
-    jobs = np.zeros((B, R, len(JOB_FEATURES)), dtype=np.float64)
+    jobs = np.zeros((B, R, len(JOB_FEATURES)), dtype=np.float32)  # float64 values, cast on assignment
     jobs[..., 0] = s.valid
     jobs[..., 1] = pending
     jobs[..., 2] = s.placed
@@ -74,10 +74,9 @@ def _jobs(engine: BatchEngine) -> np.ndarray:
     jobs[..., 4:11] = s.row_table
     jobs[..., 8:10] = s.row_table[..., 4:6] - (clock / T)[..., None]
     jobs[..., 11] = np.where(pending, (e - clock) / T, 1.0)
-    column = np.broadcast_to(np.minimum(clock, T), e.shape)
-    jobs[..., 12] = np.take_along_axis(s.values, column[..., None], axis=2)[..., 0] / scale * now
-    at_e = np.where(pending, e, engine.sizes.slots)
-    jobs[..., 13] = np.take_along_axis(s.values, at_e[..., None], axis=2)[..., 0] / scale
+    episode, row = np.arange(B)[:, None], np.arange(R)[None, :]
+    jobs[..., 12] = s.values[episode, row, np.minimum(clock, T)] / scale * now
+    jobs[..., 13] = s.values[episode, row, np.where(pending, e, engine.sizes.slots)] / scale
     jobs[~s.valid] = 0.0
     b, r = np.nonzero(now)
     if b.size:
@@ -85,23 +84,23 @@ def _jobs(engine: BatchEngine) -> np.ndarray:
         slack = s.gpus[:, None] - s.load - s.curves.sum(axis=1)  # (B, T)
         k, d, t0 = s.k[b, r], s.d[b, r], s.clock[b]
         take = np.zeros(b.size, dtype=np.int64)
-        for j in range(engine.sizes.duration):
+        T = engine.sizes.slots
+        flat = slack.reshape(-1)
+        end = np.minimum(t0 + d, s.slots[b])
+        for j in range(int((end - t0).max(initial=0))):
             t = t0 + j
-            inside = (j < d) & (t < s.slots[b])
-            over = k - slack[b, np.minimum(t, engine.sizes.slots - 1)]
-            take += np.where(inside & (over > 0), over, 0)
+            over = k - flat[b * T + np.minimum(t, T - 1)]
+            take += np.where((t < end) & (over > 0), over, 0)
         at = s.at[b, r]
         table = fit.choices(at, s.wide[b, r], engine._node_sets[0][b], engine._node_sets[1][b], int(s.node[b].max()))
         gpu_scale = 1.0 / s.gpus[b]
         waste_scale = 1.0 / s.node[b]
         cut = s.cheapest[b] / s.reward_scale[b]
-        jobs[b, r, 14] = take * s.per_area[b, r]
-        jobs[b, r, 15] = take * cut
-        jobs[b, r, 16] = bits.count(at) * s.per_block[b, r]
+        columns = [take * s.per_area[b, r], take * cut, bits.count(at) * s.per_block[b, r]]
         for i in range(3):
-            jobs[b, r, 17 + 2 * i] = table[:, 2 * i] * gpu_scale
-            jobs[b, r, 18 + 2 * i] = table[:, 2 * i + 1] * waste_scale
-    return jobs.astype(np.float32)
+            columns += [table[:, 2 * i] * gpu_scale, table[:, 2 * i + 1] * waste_scale]
+        jobs[b, r, 14:] = np.stack(columns, axis=1)
+    return jobs
 
 
 def _gpus(engine: BatchEngine) -> np.ndarray:
@@ -109,12 +108,12 @@ def _gpus(engine: BatchEngine) -> np.ndarray:
     H = engine.sizes.slots
     g = np.arange(engine.sizes.gpus)
     inside = g < s.gpus[:, None]
-    out = np.zeros((engine.batch, engine.sizes.gpus, len(GPU_FEATURES)), dtype=np.float64)
+    out = np.zeros((engine.batch, engine.sizes.gpus, len(GPU_FEATURES)), dtype=np.float32)
     out[..., 0] = inside
     node = s.node[:, None]
     out[..., 1] = np.where(inside, (g % node) / node, 0.0)
     out[..., 2] = np.where(inside, np.minimum(s.free_now, H) * (1.0 / H), 0.0)
-    return out.astype(np.float32)
+    return out
 
 
 def _slots(engine: BatchEngine) -> np.ndarray:
@@ -124,7 +123,7 @@ def _slots(engine: BatchEngine) -> np.ndarray:
     t = np.arange(T)
     inside = t < s.slots[:, None]
     total = s.curves.sum(axis=1)
-    out = np.zeros((engine.batch, T, len(SLOT_FEATURES)), dtype=np.float64)
+    out = np.zeros((engine.batch, T, len(SLOT_FEATURES)), dtype=np.float32)
     out[..., 0] = inside
     out[..., 1] = t < s.clock[:, None]
     out[..., 2] = s.load / G
@@ -136,17 +135,17 @@ def _slots(engine: BatchEngine) -> np.ndarray:
     out[..., 7] = (G - used - s.load) / G
     out[..., 8] = s.decay_weights
     out[~inside] = 0.0
-    return out.astype(np.float32)
+    return out
 
 
 def _apps(engine: BatchEngine) -> np.ndarray:
     s = engine.state
     G = s.gpus[:, None, None]
-    out = np.zeros((*s.curves.shape, len(APP_CURVES)), dtype=np.float64)
+    out = np.zeros((*s.curves.shape, len(APP_CURVES)), dtype=np.float32)
     out[..., 0] = s.demand / G
     out[..., 1] = s.curves / G
     out[..., 2] = s.floors / G
-    return out.astype(np.float32)
+    return out
 
 
 def _globals(engine: BatchEngine) -> np.ndarray:
