@@ -173,3 +173,85 @@ def test_scenario_too_large_for_the_sizes_is_refused() -> None:
     engine = BatchEngine.for_scenarios([small])
     with pytest.raises(ValueError, match="needs"):
         engine.reset(large)
+
+
+# ----------------------------------------------------------------------------- the Gymnasium vector env
+
+
+def test_make_vec_matches_the_single_env_with_next_step_autoreset() -> None:
+    import gymnasium as gym
+
+    import gpu_env  # noqa: F401  (registers GpuCluster-v0 and its vector entry point)
+    from gpu_env.batch.vector_env import GpuClusterVectorEnv
+    from gpu_env.env import GpuClusterEnv
+
+    sc = generate("priority-inversion", 9)
+    N = 3
+    venv = gym.make_vec("GpuCluster-v0", num_envs=N, vectorization_mode="vector_entry_point", scenario=sc)
+    assert isinstance(venv, GpuClusterVectorEnv)
+    assert venv.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
+    singles = [GpuClusterEnv(sc) for _ in range(N)]
+    obs, infos = venv.reset(seed=0)
+    refs = [env.reset(seed=0) for env in singles]
+    assert obs["jobs"].shape == (N, *venv.single_observation_space["jobs"].shape)
+    assert venv.observation_space.contains(obs)
+    rng = np.random.default_rng(0)
+    restarting = np.zeros(N, dtype=bool)
+    finished = 0
+    for _ in range(120):
+        masks = venv.action_masks()
+        assert masks.shape == (N, venv.single_action_space.n) and masks.dtype == bool
+        assert np.array_equal(masks, infos["action_mask"]) and infos["_action_mask"].all()
+        actions = np.zeros(N, dtype=np.int64)
+        for i, env in enumerate(singles):
+            if restarting[i]:
+                continue
+            ref_obs, _ = refs[i]
+            assert np.array_equal(masks[i], env.action_masks())
+            for key in ref_obs:
+                np.testing.assert_allclose(obs[key][i], ref_obs[key], rtol=0, atol=TOL)
+            actions[i] = rng.choice(np.flatnonzero(masks[i]))
+        obs, rewards, terminated, truncated, infos = venv.step(actions)
+        for i, env in enumerate(singles):
+            if restarting[i]:  # NEXT_STEP: this step restarted the episode, ignoring the action
+                assert rewards[i] == 0.0 and not terminated[i] and not truncated[i]
+                refs[i] = env.reset(seed=0)
+                restarting[i] = False
+                continue
+            ref_obs, reward, term, trunc, info = env.step(int(actions[i]))
+            refs[i] = (ref_obs, info)
+            assert abs(rewards[i] - reward) <= TOL and terminated[i] == term and truncated[i] == trunc
+            if term or trunc:
+                assert infos["_plan"][i] and infos["plan"][i] == info["plan"]
+                assert infos["metrics"][i] == info["metrics"]
+                restarting[i] = True
+                finished += 1
+            else:
+                assert "_plan" not in infos or not infos["_plan"][i]
+    assert finished >= N
+
+
+def test_vector_env_draws_scenarios_from_families() -> None:
+    import gymnasium as gym
+
+    venv = gym.make_vec("GpuCluster-v0", num_envs=8, vectorization_mode="vector_entry_point", scenario=list(FAMILIES))
+    venv.reset(seed=1)
+    ended = 0
+    for _ in range(80):
+        masks = venv.action_masks()
+        actions = np.where(masks, np.random.default_rng(0).random(masks.shape), -1).argmax(axis=1)
+        _, rewards, terminated, truncated, infos = venv.step(actions)
+        assert np.isfinite(rewards).all() and not truncated.any()
+        if terminated.any():
+            ended += int(terminated.sum())
+            for i in np.flatnonzero(terminated):
+                assert infos["plan"][i]["placements"] is not None
+    assert ended > 8
+    with pytest.raises(ValueError, match="device"):
+        gym.make_vec(
+            "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="cuda"
+        )
+
+
+def sc_small() -> Scenario:
+    return generate("training-heavy", 0)
