@@ -255,3 +255,29 @@ def test_vector_env_draws_scenarios_from_families() -> None:
 
 def sc_small() -> Scenario:
     return generate("training-heavy", 0)
+
+
+def test_maskable_ppo_trains_on_the_sb3_adapter() -> None:
+    import torch
+    from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.utils import get_action_masks
+
+    from gpu_env.batch.sb3 import BatchVecEnv
+    from gpu_env.batch.vector_env import GpuClusterVectorEnv
+
+    torch.set_num_threads(1)
+    venv = BatchVecEnv(GpuClusterVectorEnv(4, generate("training-heavy", 0)))
+    venv.reset()
+    masks = get_action_masks(venv)
+    assert masks.shape == (4, venv.action_space.n) and masks.all(axis=0).any()
+    ended = 0
+    for _ in range(40):
+        actions = np.where(venv.action_masks(), np.random.default_rng(1).random(masks.shape), -1).argmax(axis=1)
+        _, _, dones, infos = venv.step(actions)
+        for i in np.flatnonzero(dones):
+            assert "terminal_observation" in infos[i] and infos[i]["plan"]["scheduler"] == "env"
+            ended += 1
+    assert ended >= 4 and venv.action_masks().any(axis=1).all()  # restarted episodes have moves at once
+    model = MaskablePPO("MultiInputPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    model.learn(256)
+    assert model.num_timesteps >= 256
