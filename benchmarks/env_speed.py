@@ -7,13 +7,17 @@ until the episode ends. Three levels are timed:
 
 * ``env``: :class:`gpu_env.env.GpuClusterEnv` itself (observation, info and mask on every step);
 * ``core``: :class:`gpu_env.episode.Episode` alone (mask and transition; what an allocator drives);
-* ``fresh``: the env with a generator source, so every reset draws a new 64 x 30 scenario.
+* ``fresh``: the env with a generator source, so every reset draws a new 64 x 30 scenario;
+* ``batch B``: :class:`gpu_env.batch.BatchEngine` with B episodes of the 64 x 30 scenario
+  advanced together (masks, step and every observation key each step; an episode that ends
+  restarts in the next step), against ``env`` measured in the same rounds (interleaved);
+  ``batch B core`` leaves out the observation (masks and step only).
 
 Rates are steps per CPU-second of this process (``time.process_time``), which
 other processes on a shared machine disturb less than wall time; wall-clock
 rates are printed too. Resets count in the time, divided over the episode's steps.
 
-Usage: ``.venv/bin/python benchmarks/env_speed.py [--seconds 2]``; writes
+Usage: ``taskset -c 0 .venv/bin/python benchmarks/env_speed.py [--seconds 2]`` (one core); writes
 ``benchmarks/results/env_speed.md``.
 """
 
@@ -30,13 +34,17 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from gpu_env.batch import BatchEngine
+from gpu_env.batch.observe import observe
 from gpu_env.env import GpuClusterEnv
 from gpu_env.episode import ActionLayout, Episode
 from gpu_env.files import write_text_atomic
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.md"
-TARGET = 20_000  # steps per second at 64 x 30 (the issue's target)
+TARGET = 20_000  # steps per second at 64 x 30 (the first target of issue 2)
+BATCH_TARGET = 20.0  # batched engine at B = 256 over the single env (issue 11 section 1)
+BATCH_SIZES = (1, 64, 256, 1024)
 
 
 def run_env(env: GpuClusterEnv, seconds: float, seed: int) -> tuple[int, int, float, float]:
@@ -73,6 +81,44 @@ def run_core(scenario, actions: str, seconds: float, seed: int) -> tuple[int, in
     return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
+def run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
+    """The batched engine for about ``seconds`` of CPU time; steps count the episodes that were running."""
+    rng = np.random.default_rng(seed)
+    steps = episodes = 0
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    while time.process_time() - cpu0 < seconds:
+        masks = engine.action_masks()
+        if full:
+            observe(engine)
+        actions = np.where(masks, rng.random(masks.shape), -1.0).argmax(axis=1)  # uniform among the allowed
+        steps += int((~engine.state.done).sum())
+        _, done = engine.step(actions)
+        ended = np.flatnonzero(done)
+        if ended.size:
+            episodes += ended.size
+            engine.reset(scenario, index=ended)
+    return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
+
+
+def batch_rows(scenario, sizes: tuple[int, ...], seconds: float, rounds: int, seed: int) -> list[tuple]:
+    """(level, B, steps / CPU-s, steps / wall-s) for the single env and the engine, interleaved over rounds."""
+    configs: dict[str, object] = {"env": GpuClusterEnv(scenario, actions="fit")}
+    for B in sizes:
+        engine = BatchEngine.for_scenarios([scenario], batch=B)
+        configs[f"batch {B}"] = engine
+        configs[f"batch {B} core"] = engine
+    totals = {name: [0, 0, 0.0, 0.0] for name in configs}
+    for r in range(rounds):
+        for name, target in configs.items():
+            if name == "env":
+                result = run_env(target, seconds / rounds, seed + r)
+            else:
+                result = run_batch(target, scenario, seconds / rounds, seed + r, full=not name.endswith("core"))
+            for i, value in enumerate(result):
+                totals[name][i] += value
+    return [(name, steps / cpu, steps / wall, episodes) for name, (steps, episodes, cpu, wall) in totals.items()]
+
+
 def machine() -> str:
     model = platform.processor() or "unknown CPU"
     try:
@@ -107,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0, help="CPU seconds per configuration")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--batch-sizes", type=int, nargs="*", default=list(BATCH_SIZES))
+    parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of the batch comparison")
     args = parser.parse_args(argv)
 
     about = machine()
@@ -136,6 +184,12 @@ def main(argv: list[str] | None = None) -> int:
             fresh = GpuClusterEnv({"families": "scale-64x30"}, actions="fit")
             headline["fresh fit"] = record(name, "fit", "fresh", run_env(fresh, args.seconds, args.seed))
 
+    scale = generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
+    batched = batch_rows(scale, tuple(args.batch_sizes), args.seconds * args.rounds, args.rounds, args.seed)
+    single = batched[0][1]
+    for name, rate, wall_rate, _ in batched:
+        print(f"{name:16s} {rate:9.0f} steps/CPU-s {wall_rate:9.0f} steps/s wall  x{rate / single:.1f}")
+
     lines = [
         "# Environment speed",
         "",
@@ -158,7 +212,29 @@ def main(argv: list[str] | None = None) -> int:
         f"(env, fit actions: {headline['env fit']:.0f} steps/CPU-s; the plain episode: "
         f"{headline['core fit']:.0f}).",
         "",
-        f"Reproduce: `.venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}`.",
+        "## Batched engine (gpu_env/batch)",
+        "",
+        f"scale-64x30 (64 GPUs x 30 jobs), FIT actions, numpy on one core; {args.rounds} interleaved rounds of",
+        f"{args.seconds:g} CPU-s per configuration. Steps are episode-steps (B per call while all run). `env`: the",
+        "single GpuClusterEnv (observation, info and mask each step); `batch B`: masks, step and every observation key",
+        "for all B episodes each call (episodes that end restart); `batch B core`: masks and step only.",
+        "",
+        "| level | steps / CPU-s | steps / wall-s | x single env |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, rate, wall_rate, _ in batched:
+        lines.append(f"| {name} | {rate:.0f} | {wall_rate:.0f} | {rate / single:.1f} |")
+    at_256 = {name: rate for name, rate, _, _ in batched}.get("batch 256")
+    if at_256 is not None:
+        met = "met" if at_256 / single >= BATCH_TARGET else "missed"
+        lines += [
+            "",
+            f"Target: {BATCH_TARGET:g}x the single env at B = 256 with observations: **{met}** "
+            f"({at_256 / single:.1f}x).",
+        ]
+    lines += [
+        "",
+        f"Reproduce: `taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}`.",
         "",
     ]
     write_text_atomic(args.out, "\n".join(lines))

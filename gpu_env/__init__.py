@@ -27,8 +27,13 @@ __all__ = [
     "validate",
 ]
 
-# The Gymnasium environment, registered on import: gymnasium.make("GpuCluster-v0", scenario=...).
+# The Gymnasium environment, registered on import: gymnasium.make("GpuCluster-v0", scenario=...), and its
+# batched form: gymnasium.make_vec("GpuCluster-v0", num_envs=N, vectorization_mode="vector_entry_point", ...).
 import gymnasium as _gymnasium
 
 if "GpuCluster-v0" not in _gymnasium.registry:
-    _gymnasium.register(id="GpuCluster-v0", entry_point="gpu_env.env:GpuClusterEnv")
+    _gymnasium.register(
+        id="GpuCluster-v0",
+        entry_point="gpu_env.env:GpuClusterEnv",
+        vector_entry_point="gpu_env.batch.vector_env:GpuClusterVectorEnv",
+    )
