@@ -47,7 +47,7 @@ def sizes_for(scenarios: Sequence[Scenario]) -> Sizes:
         jobs=max([sum(job.running_on is None for job in sc.jobs) for sc in scenarios] + [1]),
         gpus=max(sc.gpus for sc in scenarios),
         slots=max(sc.slots for sc in scenarios),
-        apps=max([len(sc.realtime) for sc in scenarios] + [1]),
+        apps=max([len(sc.apps) for sc in scenarios] + [1]),
         duration=max([job.duration for sc in scenarios for job in sc.jobs] + [1]),
     )
 
@@ -349,7 +349,7 @@ class BatchEngine:
             job = sc.jobs[j]
             placements.append(Placement(job.id, t, tuple(range(g, g + job.gpus))))
         T = sc.slots
-        curves = {app.name: [int(x) for x in s.curves[i, a, :T]] for a, app in enumerate(sc.realtime)}
+        curves = {app.name: [int(x) for x in s.curves[i, a, :T]] for a, app in enumerate(sc.apps)}
         plan = Plan(sc.name, scheduler, placements, curves)
         plan.metrics = compute_metrics(sc, plan)
         return plan

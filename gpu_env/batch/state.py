@@ -72,7 +72,7 @@ class Sizes:
             ("jobs", rows, self.jobs),
             ("gpus", scenario.gpus, self.gpus),
             ("slots", scenario.slots, self.slots),
-            ("apps", len(scenario.realtime), self.apps),
+            ("apps", len(scenario.apps), self.apps),
             ("duration", longest, self.duration),
         ):
             if value > limit:
@@ -221,7 +221,7 @@ class Start:
         layout = ActionLayout.make(ActionMode.FIT, max(sizes.jobs, 1), sizes.gpus)
         ep = Episode(sc, layout, trade_realtime=trade_realtime)
         R, G, T, A, NW = sizes.jobs, sizes.gpus, sizes.slots, sizes.apps, sizes.words
-        r, g, t, a = ep.rows.size, sc.gpus, sc.slots, len(sc.realtime)
+        r, g, t, a = ep.rows.size, sc.gpus, sc.slots, len(sc.apps)
         out: dict[str, np.ndarray] = {}
 
         def padded(value: np.ndarray, shape: tuple[int, ...], fill: float = 0) -> np.ndarray:
@@ -253,8 +253,8 @@ class Start:
         out["floor_total"] = padded(ep.floor_total.reshape(t), (T,))
         out["penalty"] = padded(ep.penalty, (A,))
         out["order"] = np.concatenate([ep.order, np.arange(a, A)]).astype(np.int64)
-        out["initial"] = padded(np.array([app.initial for app in sc.realtime], dtype=np.int64), (A,))
-        out["ramp"] = padded(np.array([app.ramp for app in sc.realtime], dtype=np.int64), (A,))
+        out["initial"] = padded(np.array([app.initial for app in sc.apps], dtype=np.int64), (A,))
+        out["ramp"] = padded(np.array([app.ramp for app in sc.apps], dtype=np.int64), (A,))
         out["app_table"] = padded(ep.app_table, (A, 4))
         out["cheapest"] = np.float64(ep.cheapest_penalty)
         out["decay"] = np.float64(sc.decay)
