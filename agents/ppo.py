@@ -1,17 +1,21 @@
-"""The allocator's learned fast mode: roll out an exported policy (ONNX) on the plain episode, no torch.
+"""The allocator's learned fast mode: roll out an exported policy (ONNX) on the batched engine, no torch.
 
 The policy file is an ONNX model written by :mod:`agents.learned.export` with a JSON
 card beside it (``default.onnx`` + ``default.json``). The shipped policy is
 package data (``agents/policies/``), found with :mod:`importlib.resources`, so
 an installed wheel plans without the repository. Planning loads it with
-onnxruntime (one thread), drives a :class:`gpu_env.episode.Episode` through its
-:class:`gpu_env.observation.Encoder`, applies the action masks itself and
-decodes the chosen actions; stable-baselines3 and torch are never imported.
+onnxruntime (one thread) and runs the rollouts as one batch of
+:class:`gpu_env.batch.BatchEngine` episodes (:func:`rollout_batch`): one
+onnxruntime call per decision for all of them, on the observations
+:class:`gpu_env.observation.Encoder` would give; it applies the action masks
+itself and decodes the chosen actions; stable-baselines3 and torch are never
+imported. :func:`rollout_episodes` is the reference form, one
+:class:`gpu_env.episode.Episode` per rollout.
 
-``options.samples`` rollouts run per plan (:func:`candidates`; default
+``options.samples`` rollouts run per plan (default
 :data:`~agents.options.DEFAULT_SAMPLES`): the first takes the most likely action
 at every step, the others sample from the policy (seeded by ``options.seed``);
-the most valuable plan wins. ``samples=1`` is the fastest. ``options.guard``
+the most valuable plan wins, and only its plan is built. ``samples=1`` is the fastest. ``options.guard``
 names a baseline computed too and returned when it is worth more: FIFO as
 shipped (the learned mode is never below it), greedy, or none (the policy
 alone). ``plan.info`` records the samples, every candidate's objective and
@@ -38,6 +42,9 @@ import numpy as np
 
 from agents.options import DEFAULT_SAMPLES as DEFAULT_SAMPLES  # re-exported: callers read it here
 from agents.options import Guard, PlanOptions
+from gpu_env.batch.engine import BatchEngine
+from gpu_env.batch.observe import observe
+from gpu_env.batch.state import Sizes
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode, Episode
 from gpu_env.metrics import compute_metrics
 from gpu_env.observation import (
@@ -241,9 +248,11 @@ def rollout_episodes(
     """Roll a policy out ``samples`` times on a scenario; one logits call per decision for all rollouts.
 
     Rollout 0 takes the most likely allowed action at every step; the others
-    sample from the masked softmax with a generator seeded by ``seed``. Today
-    this is one :class:`~gpu_env.episode.Episode` per rollout, stepped in a
-    Python loop; a batched engine replaces this function, not its callers.
+    sample from the masked softmax with a generator seeded by ``seed``. This is
+    the reference: one :class:`~gpu_env.episode.Episode` per rollout, stepped in
+    a Python loop. Planning runs :func:`rollout_batch` (the same rollout 0, a
+    different random stream for the samples); training's evaluation runs this,
+    through :func:`rollout`.
 
     Args:
         scenario: The problem.
@@ -304,11 +313,95 @@ def rollout(
     return episodes[int(np.argmax(objectives))], objectives
 
 
+@dataclass
+class Rollouts:
+    """The finished rollouts of one scenario, still in the batched engine (plans are built on demand).
+
+    Attributes:
+        engine: The engine; episode ``i`` is rollout ``i``, all done.
+        objectives: (B,) each rollout's objective (the engine's, equal to its plan's metrics within 1e-9).
+        decisions: Decisions taken, one onnxruntime call each for the whole batch.
+    """
+
+    engine: BatchEngine
+    objectives: np.ndarray
+    decisions: int
+
+    def plan(self, i: int) -> Plan:
+        """Rollout i's plan, named ``"ppo"``, with metrics."""
+        return self.engine.plan(i, "ppo")
+
+
+def rollout_batch(
+    scenario: Scenario,
+    logits_fn: LogitsFn,
+    base_limits: Limits,
+    samples: int = 1,
+    seed: int = 0,
+) -> Rollouts:
+    """Roll a policy out ``samples`` times on a scenario as one batch of the numpy engine.
+
+    The rollouts are the episodes of one :class:`~gpu_env.batch.engine.BatchEngine`
+    (B = ``samples``), padded as :func:`rollout_episodes` pads, so the policy sees
+    :class:`~gpu_env.observation.Encoder`'s observations. Each decision is one
+    ``logits_fn`` call on the whole batch, with only the policy's inputs observed.
+    Rollout 0 takes the most likely allowed action (the same as rollout 0 of
+    :func:`rollout_episodes`); the others sample from the masked softmax, one
+    uniform draw per rollout and decision from a generator seeded by ``seed``.
+    Finished episodes stay in the batch, all masked; their actions are ignored.
+
+    Args:
+        scenario: The problem.
+        logits_fn: Batch of observations (keys of ``INPUTS``) -> (B, n_actions) logits.
+        base_limits: The padded sizes the policy was trained with.
+        samples: Number of rollouts (at least 1).
+        seed: Seed of the sampled rollouts.
+
+    Returns:
+        The finished rollouts.
+    """
+    rows = sum(job.running_on is None for job in scenario.jobs)
+    limits = padded_limits(scenario, rows, base_limits)
+    duration = max([job.duration for job in scenario.jobs] + [1])
+    batch = max(1, samples)
+    engine = BatchEngine(batch, Sizes.from_limits(limits, duration))
+    engine.reset(scenario)
+    rng = np.random.default_rng(seed)
+    done = engine.state.done
+    decisions = 0
+    while not done.all():
+        masks = engine.action_masks()
+        logits = np.asarray(logits_fn(observe(engine, INPUTS)), dtype=np.float64)
+        actions = _choose(logits, masks, rng)
+        engine.step(actions)
+        decisions += 1
+    return Rollouts(engine, engine.state.objective.copy(), decisions)
+
+
+def _choose(logits: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per episode: row 0 the masked argmax, the others a draw from the masked softmax.
+
+    Done episodes (all-False masks) get ADVANCE, which the engine ignores for them.
+    """
+    masked = np.where(masks, logits, -np.inf)
+    top = masked.max(axis=1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0.0)
+    weights = np.exp(masked - top)  # 0 where masked
+    cumulative = np.cumsum(weights, axis=1)
+    threshold = rng.random(masks.shape[0]) * cumulative[:, -1]
+    # The first action whose cumulative weight exceeds the draw: always an allowed one (its weight is > 0).
+    actions = np.argmax(cumulative > threshold[:, None], axis=1)
+    actions[0] = np.argmax(masked[0])
+    none = ~masks.any(axis=1)
+    actions[none] = masks.shape[1] - 1
+    return actions
+
+
 def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int = 0) -> list[Plan]:
     """The policy's candidate plans for a scenario: one per rollout, with their metrics.
 
-    This is the seam between the planner and the engine: :func:`plan` only
-    chooses among what this returns.
+    :func:`plan` chooses among the same rollouts (:func:`rollout_batch`) but
+    builds only the winner's plan; this builds every one, for inspection.
 
     Args:
         scenario: The problem.
@@ -319,8 +412,8 @@ def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int
     Returns:
         ``samples`` valid plans named ``"ppo"``, each with ``metrics`` filled.
     """
-    episodes = rollout_episodes(scenario, policy.logits, policy.limits, samples=samples, seed=seed)
-    return [ep.plan("ppo") for ep in episodes]
+    rollouts = rollout_batch(scenario, policy.logits, policy.limits, samples=samples, seed=seed)
+    return [rollouts.plan(i) for i in range(rollouts.engine.batch)]
 
 
 def _baseline(scenario: Scenario, guard: Guard, options: PlanOptions) -> Plan:
@@ -358,23 +451,25 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     """
     options = options or PlanOptions()
     policy = load_policy(options.policy)
-    plans = candidates(scenario, policy, options.samples, seed=options.seed)
-    objectives = [p.metrics.objective for p in plans]
-    winner: int | str = int(np.argmax(objectives))  # the first on a tie: the most likely rollout before samples
-    result = plans[winner]
+    rollouts = rollout_batch(scenario, policy.logits, policy.limits, samples=options.samples, seed=options.seed)
+    objectives = rollouts.objectives.tolist()
+    winner: int | str = int(np.argmax(rollouts.objectives))  # the first on a tie: the most likely rollout first
     info: dict[str, Any] = {
         "policy": policy_record(policy),
-        "samples": len(plans),
+        "samples": len(objectives),
         "guard": options.guard.value,
         "objectives": [round(o, 6) for o in objectives],
     }
+    result: Plan | None = None
     if options.guard is not Guard.NONE:
         baseline = _baseline(scenario, options.guard, options)
         info["guard_objective"] = round(baseline.metrics.objective, 6)
-        if baseline.metrics.objective > result.metrics.objective + 1e-9:
+        if baseline.metrics.objective > max(objectives) + 1e-9:
             result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.curves))
             result.metrics = baseline.metrics
             winner = options.guard.value
+    if result is None:
+        result = rollouts.plan(int(winner))  # only the winner's plan is built
     info["winner"] = winner
     result.info = info
     return result
