@@ -367,34 +367,43 @@ def rollout_batch(
     engine = BatchEngine(batch, Sizes.from_limits(limits, duration))
     engine.reset(scenario)
     rng = np.random.default_rng(seed)
-    done = engine.state.done
+    done = engine.state.done  # updated in place by the engine
     decisions = 0
     while not done.all():
         masks = engine.action_masks()
-        logits = np.asarray(logits_fn(observe(engine, INPUTS)), dtype=np.float64)
-        actions = _choose(logits, masks, rng)
+        obs = observe(engine, INPUTS)
+        actions = np.full(batch, engine.layout.advance, dtype=np.int64)  # done episodes ignore theirs
+        live = np.flatnonzero(~done)
+        if live.size < batch:  # finished rollouts stay in the engine but skip the network
+            obs = {key: value[live] for key, value in obs.items()}
+        logits = np.asarray(logits_fn(obs), dtype=np.float64)
+        actions[live] = _choose(logits, masks[live], live == 0, rng)
         engine.step(actions)
         decisions += 1
     return Rollouts(engine, engine.state.objective.copy(), decisions)
 
 
-def _choose(logits: np.ndarray, masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One action per episode: row 0 the masked argmax, the others a draw from the masked softmax.
+def _choose(logits: np.ndarray, masks: np.ndarray, greedy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One action per row: the masked argmax where ``greedy``, elsewhere a draw from the masked softmax.
 
-    Done episodes (all-False masks) get ADVANCE, which the engine ignores for them.
+    Args:
+        logits: (n, A) raw logits.
+        masks: (n, A) allowed actions, at least one per row.
+        greedy: (n,) rows that take the most likely action.
+        rng: Draws one uniform per row (greedy rows too, so the stream does not depend on which rows are greedy).
+
+    Returns:
+        (n,) allowed actions.
     """
     masked = np.where(masks, logits, -np.inf)
-    top = masked.max(axis=1, keepdims=True)
-    top = np.where(np.isfinite(top), top, 0.0)
-    weights = np.exp(masked - top)  # 0 where masked
+    if greedy.all():
+        return np.argmax(masked, axis=1)
+    draw = rng.random(masks.shape[0])
+    weights = np.exp(masked - masked.max(axis=1, keepdims=True))  # 0 where masked
     cumulative = np.cumsum(weights, axis=1)
-    threshold = rng.random(masks.shape[0]) * cumulative[:, -1]
-    # The first action whose cumulative weight exceeds the draw: always an allowed one (its weight is > 0).
-    actions = np.argmax(cumulative > threshold[:, None], axis=1)
-    actions[0] = np.argmax(masked[0])
-    none = ~masks.any(axis=1)
-    actions[none] = masks.shape[1] - 1
-    return actions
+    # The first action whose cumulative weight exceeds the draw: an allowed one (its weight is > 0).
+    actions = np.argmax(cumulative > (draw * cumulative[:, -1])[:, None], axis=1)
+    return np.where(greedy, np.argmax(masked, axis=1), actions)
 
 
 def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int = 0) -> list[Plan]:

@@ -41,12 +41,13 @@ from gpu_env.scenario import App, Scenario, load_scenario
 SCENARIOS = Path(__file__).resolve().parent.parent / "configs" / "scenarios"
 
 # (objective, job_value, shortfall) of each scheduler's plan, as recorded before the objective was
-# gathered into one module (repr precision).
+# gathered into one module (repr precision); the ppo rows re-measured when its rollouts moved onto the batched
+# engine (rollout 0 unchanged, the sampled rollouts on another random stream: tests/test_ppo_options.py).
 PINNED: dict[str, dict[str, tuple[float, float, int]]] = {
     "mixed-control": {
         "fifo": (445.57350920920845, 445.57350920920845, 0),
         "greedy": (492.26886147886967, 492.26886147886967, 0),
-        "ppo": (497.2415962758278, 497.2415962758278, 0),
+        "ppo": (495.57374033521364, 495.57374033521364, 0),
     },
     "training-heavy": {
         "fifo": (100.27561100351674, 100.27561100351674, 0),
@@ -56,37 +57,37 @@ PINNED: dict[str, dict[str, tuple[float, float, int]]] = {
     "realtime-diurnal": {
         "fifo": (304.22171239361535, 304.22171239361535, 0),
         "greedy": (848.971935289389, 848.971935289389, 0),
-        "ppo": (847.7344673039877, 847.7344673039877, 0),
+        "ppo": (852.567770292376, 852.567770292376, 0),
     },
     "batch-fragmentation": {
         "fifo": (595.4745724571832, 595.4745724571832, 0),
         "greedy": (682.7011022857994, 737.5011022857993, 4),
-        "ppo": (670.717525342932, 670.717525342932, 0),
+        "ppo": (646.1044715612646, 646.1044715612646, 0),
     },
     "priority-inversion": {
         "fifo": (960.2545722592758, 960.2545722592758, 0),
         "greedy": (1209.1881043733638, 1209.1881043733638, 0),
-        "ppo": (1205.7687811479652, 1205.7687811479652, 0),
+        "ppo": (1205.6915465322563, 1205.6915465322563, 0),
     },
     "uniform-priority": {
         "fifo": (154.92846206310531, 154.92846206310531, 0),
         "greedy": (197.14329352133242, 197.14329352133242, 0),
-        "ppo": (190.69634576059696, 190.69634576059696, 0),
+        "ppo": (196.05785061694485, 196.05785061694485, 0),
     },
     "scale-64x30": {
         "fifo": (1605.2485160696751, 1605.2485160696751, 0),
         "greedy": (1803.9521772668515, 1803.9521772668515, 0),
-        "ppo": (1808.111290014262, 1808.111290014262, 0),
+        "ppo": (1808.2079343746154, 1808.2079343746154, 0),
     },
     "trace-alibaba": {
         "fifo": (546.3444390950776, 546.3444390950776, 0),
         "greedy": (550.0123624675865, 550.0123624675865, 0),
-        "ppo": (549.9793157226333, 549.9793157226333, 0),
+        "ppo": (550.0123624675865, 550.0123624675865, 0),
     },
     "trace-helios": {
         "fifo": (933.0081129964873, 1164.6081129964873, 12),
         "greedy": (1328.1952773097926, 1366.7952773097925, 2),
-        "ppo": (1295.3392727779146, 1295.3392727779146, 0),
+        "ppo": (1294.1918488483495, 1294.1918488483495, 0),
     },
 }
 

@@ -28,18 +28,21 @@ from gpu_env.validation import validate
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "configs" / "scenarios"
 
-# The shipped configuration's plans before the options existed (8 rollouts, seed 0, FIFO guard), measured with
-# `ppo.plan(sc)` at commit e1c51bc: (objective, winning rollout). The FIFO guard fired on none of them. These are
-# the shipped policy's numbers: a retrained policy needs them measured again (SHIPPED_SHA256 says which policy).
+# The shipped configuration's plans (8 rollouts, seed 0, FIFO guard): (objective, winning rollout). Measured with
+# `ppo.plan(sc)` once the rollouts ran as one batch of the numpy engine (agents.ppo.rollout_batch): rollout 0 is
+# the same as before, the sampled rollouts draw from another random stream than the per-episode loop of commit
+# e1c51bc, so winners and objectives moved (before: 497.2416/5, 207.1175/0, 847.7345/2, 670.7175/3, 1205.7688/5,
+# 190.6963/4, 1808.1113/0). The FIFO guard fired on none of them. These are the shipped policy's numbers: a
+# retrained policy needs them measured again (SHIPPED_SHA256 says which policy).
 SHIPPED_SHA256 = "130085e36f55c165112c720058e34b3af824487e031b513c876df345271d6d25"
 SHIPPED = {
-    "mixed-control": (497.2415962758278, 5),
+    "mixed-control": (495.57374033521364, 4),
     "training-heavy": (207.11747995069052, 0),
-    "realtime-diurnal": (847.7344673039877, 2),
-    "batch-fragmentation": (670.717525342932, 3),
-    "priority-inversion": (1205.7687811479652, 5),
-    "uniform-priority": (190.69634576059696, 4),
-    "scale-64x30": (1808.111290014262, 0),
+    "realtime-diurnal": (852.567770292376, 3),
+    "batch-fragmentation": (646.1044715612646, 1),
+    "priority-inversion": (1205.6915465322563, 0),
+    "uniform-priority": (196.05785061694485, 1),
+    "scale-64x30": (1808.2079343746154, 2),
 }
 
 
@@ -92,11 +95,11 @@ def test_greedy_guard_is_never_below_greedy(seven, name):
 
 
 def test_the_greedy_guard_fires_somewhere(seven):
-    """Greedy beats every rollout on four of the seven scenarios (measured with the shipped policy)."""
+    """Greedy beats every rollout on three of the seven scenarios (shipped policy, batched rollouts)."""
     assert ppo.load_policy().sha256 == SHIPPED_SHA256, "the shipped policy changed: measure this again"
     winners = {name: run_scheduler("ppo", sc, PlanOptions(guard="greedy")).info["winner"] for name, sc in seven.items()}
     fired = {name for name, w in winners.items() if w == "greedy"}
-    assert fired == {"realtime-diurnal", "batch-fragmentation", "priority-inversion", "uniform-priority"}
+    assert fired == {"batch-fragmentation", "priority-inversion", "uniform-priority"}
 
 
 @pytest.mark.parametrize("name", list(SHIPPED))
