@@ -23,13 +23,16 @@ side on the same instances:
   proves it, flagged otherwise (the ratio is then an upper bound). The targets
   of issue 11 section 3 are marked met or missed.
 * **(b) Plan time.** Greedy and ppo, interleaved (greedy, ppo as shipped, the
-  policy alone with one rollout, greedy, ...) for ``--rounds`` rounds on each
-  of the seven scenarios, pinned to one CPU core after warm-up runs: median and
-  p90 of each, and of the per-round ratio to greedy.
+  reference loop as shipped, the policy alone with one rollout, the reference
+  loop with one, greedy, ...) for ``--rounds`` rounds on each of the seven
+  scenarios, pinned to one CPU core after warm-up runs: median and p90 of each,
+  and of the per-round ratio to greedy. The reference loop
+  (:func:`reference_plan`: one ``Episode`` per rollout, as ppo planned before
+  its rollouts ran on the batched engine) gives the engine's gain as a ratio.
 * **(c) Large clusters.** The same policy on 128-, 256- and 1,024-GPU
   instances (``gpu_env.generators`` at those sizes, jobs scaled with the
   family's jobs per GPU) against greedy and full mode with ``--scale-time-limit``
-  seconds, with plan times.
+  seconds, with plan times (and the reference loop's).
 * **Generalisation** (full run only): 16-GPU instances of the families trained at another size.
 
 Times are wall clock on a shared machine: noisy. ``--quick`` is a smaller run of
@@ -59,6 +62,7 @@ from agents.options import Guard, PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
+from gpu_env.metrics import compute_metrics  # noqa: E402
 from gpu_env.plan import Plan  # noqa: E402
 from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
@@ -275,9 +279,29 @@ def _pin_to_one_core() -> None:
         os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
 
 
+def reference_plan(sc: Scenario, options: PlanOptions) -> Plan:
+    """``ppo`` as it planned before its rollouts ran on the batched engine: one ``Episode`` per rollout.
+
+    The same rollout 0 as :func:`agents.ppo.plan`, every candidate's plan built,
+    the best one (or the guard's) returned; the timing baseline of the batched path.
+    """
+    policy = ppo.load_policy(options.policy)
+    episodes = ppo.rollout_episodes(sc, policy.logits, policy.limits, samples=options.samples, seed=options.seed)
+    plans = [ep.plan("ppo") for ep in episodes]
+    best = max(plans, key=lambda p: p.metrics.objective)
+    if options.guard is not Guard.NONE:
+        baseline = run_scheduler(options.guard.value, sc, options)
+        if baseline.metrics.objective > best.metrics.objective + 1e-9:
+            return baseline
+    return best
+
+
 def _time(name: str, sc: Scenario, options: PlanOptions) -> float:
     started = time.perf_counter()
-    run_scheduler(name, sc, options)
+    if name == "reference":
+        compute_metrics(sc, reference_plan(sc, options))  # as run_scheduler does after planning
+    else:
+        run_scheduler(name, sc, options)
     return (time.perf_counter() - started) * 1000.0
 
 
@@ -285,24 +309,36 @@ def _cell(t: dict[str, np.ndarray], key: str) -> str:
     return f"{np.median(t[key]):.2f} ({np.percentile(t[key], 90):.2f})"
 
 
-def _ratio(t: dict[str, np.ndarray], key: str) -> str:
-    per_round = t[key] / t["greedy"]
+def _ratio(t: dict[str, np.ndarray], key: str, over: str = "greedy") -> str:
+    per_round = t[key] / t[over]
     return f"{np.median(per_round):.2f} ({np.percentile(per_round, 90):.2f})"
 
 
-def plan_time(policy: Path, samples: int, rounds: int) -> tuple[list[str], list[str]]:
-    """Greedy and ppo interleaved on the seven scenarios; the table and the target lines."""
+def plan_time(policy: Path, samples: int, rounds: int) -> tuple[list[str], list[str], list[str]]:
+    """Greedy and ppo interleaved on the seven scenarios; the table, the target lines and the reference table.
+
+    Each round also runs :func:`reference_plan` (the per-episode loop ppo used before its rollouts moved
+    onto the batched engine) with the same options, so the engine's gain or loss is a ratio measured side by side.
+    """
     _pin_to_one_core()
     ppo.load_policy(policy)
     configs = {
         "greedy": ("greedy", PlanOptions()),
         "shipped": ("ppo", PlanOptions(policy=policy, samples=samples)),
+        "reference": ("reference", PlanOptions(policy=policy, samples=samples)),
         "alone 1": ("ppo", PlanOptions(policy=policy, samples=1, guard=Guard.NONE)),
+        "reference 1": ("reference", PlanOptions(policy=policy, samples=1, guard=Guard.NONE)),
     }
     lines = [
         "| scenario | GPUs x jobs | greedy ms median (p90) | shipped ms median (p90) | shipped / greedy median (p90) "
         "| alone 1 ms median (p90) | alone 1 / greedy median (p90) |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    reference = [
+        f"| scenario | reference {samples} ms median | reference {samples} / greedy median "
+        f"| **batched / reference, {samples} rollouts** median (p90) | reference 1 ms median "
+        "| reference 1 / greedy median | **batched / reference, 1 rollout** median (p90) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     ratios: dict[str, float] = {}
     medians: dict[str, float] = {}
@@ -322,6 +358,11 @@ def plan_time(policy: Path, samples: int, rounds: int) -> tuple[list[str], list[
             f"| {family} | {sc.gpus} x {len(sc.jobs)} | {_cell(t, 'greedy')} | {_cell(t, 'shipped')} "
             f"| {_ratio(t, 'shipped')} | {_cell(t, 'alone 1')} | {_ratio(t, 'alone 1')} |"
         )
+        reference.append(
+            f"| {family} | {np.median(t['reference']):.2f} | {np.median(t['reference'] / t['greedy']):.2f} "
+            f"| {_ratio(t, 'shipped', 'reference')} | {np.median(t['reference 1']):.2f} "
+            f"| {np.median(t['reference 1'] / t['greedy']):.2f} | {_ratio(t, 'alone 1', 'reference 1')} |"
+        )
         print(f"plan time: {family} done", file=sys.stderr)
     slow = [f"{f} {x:.1f}x" for f, x in ratios.items() if x > 1.0]
     moon = [f"{f} {m:.1f} ms" for f, m in medians.items() if m > MOONSHOT_MS.get(f, MOONSHOT_SMALL_MS)]
@@ -331,7 +372,7 @@ def plan_time(policy: Path, samples: int, rounds: int) -> tuple[list[str], list[
         "- Moonshot, 2 ms at 64 GPUs x 30 jobs and 1 ms on the small families (as shipped, median): "
         + (f"**missed**: {', '.join(moon)}." if moon else "**met**."),
     ]
-    return lines, targets
+    return lines, targets, reference
 
 
 # ----------------------------------------------------------------------------- (c) large clusters
@@ -343,8 +384,8 @@ def large_clusters(policy: Path, samples: int, families: list[str], sizes: list[
 
     lines = [
         "| family | GPUs x jobs | greedy | shipped / greedy | alone / greedy | full / greedy (status) "
-        "| greedy s | shipped s (/ greedy) | full s |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| greedy s | shipped s (/ greedy) | reference s (/ greedy) | full s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for family in families:
         for gpus in sizes:
@@ -352,6 +393,7 @@ def large_clusters(policy: Path, samples: int, families: list[str], sizes: list[
             greedy = _checked(sc, run_scheduler("greedy", sc))
             shipped = _checked(sc, run_scheduler("ppo", sc, PlanOptions(policy=policy, samples=samples)))
             alone = max(shipped.info["objectives"])  # the same rollouts as --guard none (checked in section a)
+            reference_ms = _time("reference", sc, PlanOptions(policy=policy, samples=samples))
             started = time.perf_counter()
             result = full.solve(sc, time_limit=time_limit, options=PlanOptions(time_limit=time_limit, policy=policy))
             full_s = time.perf_counter() - started
@@ -362,7 +404,8 @@ def large_clusters(policy: Path, samples: int, families: list[str], sizes: list[
             lines.append(
                 f"| {family} | {sc.gpus} x {len(sc.jobs)} | {g:.1f} | {shipped.metrics.objective / g:.3f} "
                 f"| {alone / g:.3f} | {full_cell} | {greedy.solve_ms / 1000:.3f} "
-                f"| {shipped.solve_ms / 1000:.3f} ({shipped.solve_ms / greedy.solve_ms:.1f}x) | {full_s:.1f} |"
+                f"| {shipped.solve_ms / 1000:.3f} ({shipped.solve_ms / greedy.solve_ms:.1f}x) "
+                f"| {reference_ms / 1000:.3f} ({reference_ms / greedy.solve_ms:.1f}x) | {full_s:.1f} |"
             )
             print(f"large clusters: {family} at {gpus} GPUs done", file=sys.stderr)
     return lines
@@ -517,21 +560,27 @@ def main(argv: list[str] | None = None) -> int:
             *seven_table(rows),
         ]
     if "time" not in skip:
-        table, targets = plan_time(policy, samples, rounds)
+        table, targets, reference = plan_time(policy, samples, rounds)
         out += [
             "",
             "## (b) Plan time",
             "",
             f"Wall ms per plan through `agents.registry.run_scheduler` in this one warm process (policy loaded once), "
-            f"pinned to one core, {rounds} rounds after 2 warm-up rounds; each round runs greedy, ppo as shipped "
-            "and the policy alone with one rollout, one after the other. Ratios are per round (each plan against "
-            "greedy's in the same round), then median and p90.",
+            f"pinned to one core, {rounds} rounds after 2 warm-up rounds; each round runs greedy, ppo as shipped, "
+            "the reference loop as shipped, the policy alone with one rollout and the reference loop with one, "
+            "one after the other. Ratios are per round (each plan against greedy's in the same round), then median "
+            "and p90. ppo runs its rollouts as one batch of the numpy engine (`agents.ppo.rollout_batch`).",
             "",
             *table,
             "",
             "Targets (issue 11 section 3):",
             "",
             *targets,
+            "",
+            "The batched engine against the reference loop (`reference_plan`: one `Episode` per rollout, every "
+            "candidate's plan built, as ppo planned before; the same rollout 0), in the same rounds:",
+            "",
+            *reference,
         ]
     if "scale" not in skip:
         out += [
@@ -540,7 +589,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"One instance per family and size (seed {SCALE_SEED}, jobs scaled with the family's jobs per GPU); "
             f"full mode with {scale_time:g} s (its time includes its greedy and ppo hints and the model build). "
-            "Plan times are one run each.",
+            "Plan times are one run each; 'reference': `reference_plan`, the per-episode loop, after ppo.",
             "",
             *large_clusters(policy, samples, scale_families, args.scale_sizes, scale_time),
         ]
