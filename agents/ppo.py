@@ -344,7 +344,7 @@ def rollout_batch(
     The rollouts are the episodes of one :class:`~gpu_env.batch.engine.BatchEngine`
     (B = ``samples``), padded as :func:`rollout_episodes` pads, so the policy sees
     :class:`~gpu_env.observation.Encoder`'s observations. Each decision is one
-    ``logits_fn`` call on the whole batch, with only the policy's inputs observed.
+    ``logits_fn`` call for all the rollouts still running, with only the policy's inputs observed.
     Rollout 0 takes the most likely allowed action (the same as rollout 0 of
     :func:`rollout_episodes`); the others sample from the masked softmax, one
     uniform draw per rollout and decision from a generator seeded by ``seed``.
@@ -401,9 +401,11 @@ def _choose(logits: np.ndarray, masks: np.ndarray, greedy: np.ndarray, rng: np.r
     draw = rng.random(masks.shape[0])
     weights = np.exp(masked - masked.max(axis=1, keepdims=True))  # 0 where masked
     cumulative = np.cumsum(weights, axis=1)
-    # The first action whose cumulative weight exceeds the draw: an allowed one (its weight is > 0).
-    actions = np.argmax(cumulative > (draw * cumulative[:, -1])[:, None], axis=1)
-    return np.where(greedy, np.argmax(masked, axis=1), actions)
+    # The first action whose cumulative weight exceeds the draw: an allowed one (its weight is > 0). Where
+    # rounding leaves none (draw * total == total), the last allowed action.
+    first_above = (cumulative <= (draw * cumulative[:, -1])[:, None]).sum(axis=1)
+    last_allowed = masks.shape[1] - 1 - np.argmax(masks[:, ::-1], axis=1)
+    return np.where(greedy, np.argmax(masked, axis=1), np.minimum(first_above, last_allowed))
 
 
 def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int = 0) -> list[Plan]:

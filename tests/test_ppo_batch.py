@@ -106,6 +106,18 @@ def test_choose_takes_the_argmax_or_a_draw_from_the_masked_softmax():
     assert rng.bit_generator.state == state
 
 
+def test_choose_never_takes_a_masked_action_when_the_draw_rounds_up_to_the_total():
+    class Top:
+        """A generator whose draws land on the total weight (what rounding can do to a draw just under 1)."""
+
+        def random(self, n: int) -> np.ndarray:
+            return np.ones(n)
+
+    logits = np.array([[5.0, 1.0, 2.0, 0.0]])
+    mask = np.array([[False, True, True, False]])
+    assert ppo._choose(logits, mask, np.array([False]), Top()).tolist() == [2]  # the last allowed action
+
+
 def test_only_the_winner_plan_is_built(monkeypatch):
     built: list[int] = []
     original = BatchEngine.plan
