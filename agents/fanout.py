@@ -176,6 +176,8 @@ class TaskResult:
         solve_ms: The planner's own time in milliseconds; None when the task failed.
         error: ``Type: message`` when the task raised or timed out, else None.
         elapsed: Seconds the task took where it ran, reading the scenario included.
+        values: Plain values from a task function other than :func:`run_task`, which
+            returns no plan (a rolling comparison's rows, a benchmark's numbers).
     """
 
     scenario: str
@@ -188,11 +190,12 @@ class TaskResult:
     solve_ms: float | None = None
     error: str | None = None
     elapsed: float = 0.0
+    values: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """The task finished without error and its plan breaks no rule."""
-        return self.error is None and self.plan is not None and not self.violations
+        """The task finished without error and produced a plan that breaks no rule, or its values."""
+        return self.error is None and not self.violations and (self.plan is not None or bool(self.values))
 
     def describe(self) -> str:
         """``scenario NAME, planner NAME, seed N``."""

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from agents import registry
+from agents import fanout, registry
 from agents.options import PlanOptions
-from agents.report import evaluation as evaluation_module
 from agents.report.evaluation import exit_status, find_scenarios, load_scenarios, pick_schedulers, run_evaluation
 from agents.report.outputs import write_outputs
 from gpu_env.generators import generate
@@ -106,7 +105,7 @@ def _tamper(name, shift_start=False, bound=None, fail=False):
 
 def test_invalid_plan_is_loud_and_exits_1(tmp_path, scenarios, monkeypatch, capsys):
     monkeypatch.setitem(registry.SCHEDULERS, "broken", "agents.fifo:plan")
-    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("broken", shift_start=True))
+    monkeypatch.setattr(fanout, "run_scheduler", _tamper("broken", shift_start=True))
     out = tmp_path / "out"
     assert run_in_process(scenarios, "broken", out) == 1
     err = capsys.readouterr().err
@@ -120,7 +119,7 @@ def test_invalid_plan_is_loud_and_exits_1(tmp_path, scenarios, monkeypatch, caps
 
 def test_failing_scheduler_is_reported_and_others_kept(tmp_path, scenarios, monkeypatch, capsys):
     monkeypatch.setitem(registry.SCHEDULERS, "crashy", "agents.fifo:plan")
-    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("crashy", fail=True))
+    monkeypatch.setattr(fanout, "run_scheduler", _tamper("crashy", fail=True))
     out = tmp_path / "out"
     assert run_in_process(scenarios, "fifo,crashy", out) == 1
     assert "solver exploded" in capsys.readouterr().err
@@ -132,7 +131,7 @@ def test_failing_scheduler_is_reported_and_others_kept(tmp_path, scenarios, monk
 
 def test_gap_column_when_a_plan_has_a_bound(tmp_path, scenarios, monkeypatch):
     monkeypatch.setitem(registry.SCHEDULERS, "exact", "agents.fifo:plan")
-    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("exact", bound=1.25))
+    monkeypatch.setattr(fanout, "run_scheduler", _tamper("exact", bound=1.25))
     out = tmp_path / "out"
     assert run_in_process(scenarios, "fifo,exact", out) == 0
     report = (out / "report.md").read_text()

@@ -34,6 +34,8 @@ def write_outputs(evaluation: Evaluation, out: Path, figures: bool = True, show_
             "workers": evaluation.options.workers,
             "policy": str(evaluation.options.policy) if evaluation.options.policy else None,
         },
+        "backend": evaluation.backend,
+        "planning_wall_s": round(evaluation.wall_s, 3),
         "results": rows,
     }
     write_text_atomic(out / "results.json", json.dumps(document, indent=1) + "\n")
