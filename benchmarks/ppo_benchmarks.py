@@ -24,6 +24,13 @@ Writes ``benchmarks/results/ppo.md``:
 
 Times are wall clock on a shared 2-core machine: noisy, and a lower bound on
 quality of service only when the machine is quiet.
+
+The instances of quality and generalisation are tasks of :mod:`agents.fanout`
+(one per instance): ``--parallel N`` measures N at once in a process pool,
+``--ray [ADDRESS]`` on Ray, with the same objectives as a serial run (full mode
+with a time limit may find more or less when it does not prove optimality, as it
+may serially). Latency is always measured serially: tasks running beside it would
+distort it.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ import platform
 import statistics
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +51,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents import ppo  # noqa: E402
+from agents.arguments import add_fanout_options, fanout_backend  # noqa: E402
+from agents.fanout import Backend, FanoutError, Task, TaskResult, run_tasks  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
@@ -53,6 +62,7 @@ from gpu_env.validation import validate  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ppo.md"
 FRESH_SEED = 20_000
+FAILED: list[str] = []  # failed measurement tasks, by scenario, planner and seed: the exit status is then 1
 
 
 @dataclass
@@ -94,17 +104,55 @@ def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: fl
     return Row(family, sc.name, fifo, greedy, one, sampled, best, proven, guarded)
 
 
-def quality(policy: Path, instances: int, samples: int, best_time: float, seven_time: float) -> list[Row]:
+def measure_task(task: Task) -> TaskResult:
+    """:func:`measure` on one instance where the task landed (a task function of :mod:`agents.fanout`)."""
+    sc = task.load()
+    p = task.params
+    row = measure(sc, p["family"], Path(task.policy or ppo.DEFAULT_POLICY), p["samples"], p["best_time"])
+    return TaskResult(sc.name, task.planner, task.seed, values=asdict(row))
+
+
+def measure_all(
+    instances: list[tuple[Scenario, str, float]],
+    policy: Path,
+    samples: int,
+    backend: Backend | None,
+    timeout: float | None,
+    label: str,
+) -> list[Row | None]:
+    """:func:`measure` every (scenario, family, full-mode seconds) as tasks over ``backend``, rows in input order.
+
+    A failed task's row is None, and the task is named in :data:`FAILED`.
+    """
+    from tqdm import tqdm
+
+    options = PlanOptions(policy=policy)
+    tasks = [Task.make(sc, "ppo", options, family=f, samples=samples, best_time=t) for sc, f, t in instances]
+    with tqdm(total=len(tasks), desc=label, unit="task", file=sys.stderr, dynamic_ncols=True) as bar:
+        run = run_tasks(tasks, backend, timeout=timeout, function=measure_task, on_result=lambda i, r: bar.update())
+    print(f"{label}: {len(tasks)} tasks in {run.wall_s:.0f} s, {run.backend}", file=sys.stderr)
+    FAILED.extend(run.failure_lines())
+    return [Row(**r.values) if r.ok else None for r in run.results]
+
+
+def quality(
+    policy: Path,
+    instances: int,
+    samples: int,
+    best_time: float,
+    seven_time: float,
+    backend: Backend | None = None,
+    timeout: float | None = None,
+) -> list[Row]:
     """Each family's benchmark scenario (full mode ``seven_time`` s) and ``instances`` fresh ones (``best_time`` s)."""
-    rows = []
+    todo = []
     for family in FAMILIES:
         benchmark = load_scenario(ROOT / "configs" / "scenarios" / f"{family}.yaml")
-        rows.append(measure(benchmark, family, policy, samples, max(best_time, seven_time)))
+        todo.append((benchmark, family, max(best_time, seven_time)))
         for i in range(instances):
             sc = generate(family, FRESH_SEED + i, name=f"{family}-{FRESH_SEED + i}")
-            rows.append(measure(sc, family, policy, samples, best_time))
-        print(f"quality: {family} done", file=sys.stderr)
-    return rows
+            todo.append((sc, family, best_time))
+    return [row for row in measure_all(todo, policy, samples, backend, timeout, "quality") if row is not None]
 
 
 def quality_table(rows: list[Row], samples: int) -> list[str]:
@@ -142,8 +190,18 @@ def seven_table(rows: list[Row]) -> list[str]:
 
 
 def latency(policy: Path, repeats: int, samples_list: list[int]) -> list[str]:
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    """Latency pinned to one core; the process's CPUs are given back afterwards (later tasks fan out again)."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if cpus is not None:
+        os.sched_setaffinity(0, {sorted(cpus)[0]})
+    try:
+        return _latency(policy, repeats, samples_list)
+    finally:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+
+
+def _latency(policy: Path, repeats: int, samples_list: list[int]) -> list[str]:
     ppo.load_policy(policy)
     lines = [
         "| scenario | GPUs x jobs | samples | placements | median ms | p90 ms | p99 ms | max ms | median CPU ms "
@@ -175,7 +233,14 @@ def latency(policy: Path, repeats: int, samples_list: list[int]) -> list[str]:
     return lines
 
 
-def generalisation(policy: Path, instances: int, samples: int, best_time: float) -> list[str]:
+def generalisation(
+    policy: Path,
+    instances: int,
+    samples: int,
+    best_time: float,
+    backend: Backend | None = None,
+    timeout: float | None = None,
+) -> list[str]:
     card = ppo.load_policy(policy).card
     trained = card.get("config", {}) or {}
     sized = trained.get("scenarios", {}).get("gpus")
@@ -184,24 +249,33 @@ def generalisation(policy: Path, instances: int, samples: int, best_time: float)
         "| guard fired |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
+    groups = []  # (family, size label, the instances' indices in todo)
+    todo = []
     for family, fam in FAMILIES.items():
         sizes = [(128, 60)]
         if fam.gpus != 16 and sized is None:
             sizes.insert(0, (16, None))
         for gpus, jobs in sizes:
-            rows = []
+            indices = []
             for i in range(instances):
                 sc = generate(family, FRESH_SEED + 500 + i, gpus=gpus, num_jobs=jobs)
-                rows.append(measure(sc, family, policy, samples, best_time if gpus <= 64 else 0.0))
-            a = np.array([(r.fifo, r.greedy, r.ppo, r.sampled, r.best) for r in rows])
+                todo.append((sc, family, best_time if gpus <= 64 else 0.0))
+                indices.append(len(todo) - 1)
             label = f"{gpus} GPUs" + (f", {jobs} jobs" if jobs else f", {len(sc.jobs)} jobs (last)")
-            lines.append(
-                f"| {family} | {label} | {len(rows)} | {np.mean(a[:, 2] / a[:, 1]):.3f} "
-                f"| {np.mean(a[:, 3] / a[:, 1]):.3f} | {np.mean(a[:, 3] / a[:, 0]):.3f} "
-                f"| {np.mean(a[:, 3] / a[:, 4]):.3f} | {int(np.sum(a[:, 2] < a[:, 0] - 1e-6))} "
-                f"| {sum(r.guarded for r in rows)} |"
-            )
-        print(f"generalisation: {family} done", file=sys.stderr)
+            groups.append((family, label, indices))
+    measured = measure_all(todo, policy, samples, backend, timeout, "generalisation")
+    for family, label, indices in groups:
+        rows = [measured[i] for i in indices if measured[i] is not None]
+        if not rows:
+            lines.append(f"| {family} | {label} | 0 | – | – | – | – | – | – |")
+            continue
+        a = np.array([(r.fifo, r.greedy, r.ppo, r.sampled, r.best) for r in rows])
+        lines.append(
+            f"| {family} | {label} | {len(rows)} | {np.mean(a[:, 2] / a[:, 1]):.3f} "
+            f"| {np.mean(a[:, 3] / a[:, 1]):.3f} | {np.mean(a[:, 3] / a[:, 0]):.3f} "
+            f"| {np.mean(a[:, 3] / a[:, 4]):.3f} | {int(np.sum(a[:, 2] < a[:, 0] - 1e-6))} "
+            f"| {sum(r.guarded for r in rows)} |"
+        )
     return lines
 
 
@@ -258,19 +332,25 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=ppo.DEFAULT_SAMPLES, help="rollouts of the default columns")
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: quality,latency,general")
     parser.add_argument("--out", type=Path, default=None, help=f"output file (default: {RESULTS.relative_to(ROOT)})")
+    add_fanout_options(parser)
     args = parser.parse_args()
+    try:
+        backend = fanout_backend(args)
+    except FanoutError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    run = {"backend": backend, "timeout": args.task_timeout}
     samples = args.samples
     skip = set(filter(None, args.skip.split(",")))
     policy = args.policy.resolve()
     started = time.perf_counter()
     if args.seven_only:
-        rows = quality(policy, 0, samples, args.best_time_limit, args.seven_time_limit)
+        rows = quality(policy, 0, samples, args.best_time_limit, args.seven_time_limit, **run)
         text = "\n".join(seven_table(rows)) + "\n"
         if args.out is not None:
             write_text_atomic(args.out, text)
         print(text, end="")
         print(f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
-        return 0
+        return _failed()
     out = [
         "# Learned fast mode (ppo): quality, latency, generalisation",
         "",
@@ -283,7 +363,7 @@ def main() -> int:
         *training_section(policy),
     ]
     if "quality" not in skip:
-        rows = quality(policy, args.instances, samples, args.best_time_limit, args.seven_time_limit)
+        rows = quality(policy, args.instances, samples, args.best_time_limit, args.seven_time_limit, **run)
         out += [
             "",
             "## Quality",
@@ -320,12 +400,19 @@ def main() -> int:
             f"{args.general_instances} instances per family and size (seeds {FRESH_SEED + 500}...), sizes the "
             "policy never saw in training. Best known: full mode where G <= 64, else the best of the fast modes.",
             "",
-            *generalisation(policy, args.general_instances, samples, args.best_time_limit),
+            *generalisation(policy, args.general_instances, samples, args.best_time_limit, **run),
         ]
     out += ["", f"Total benchmark time {time.perf_counter() - started:.0f} s.", ""]
     write_text_atomic(args.out or RESULTS, "\n".join(out))
     print("\n".join(out))
-    return 0
+    return _failed()
+
+
+def _failed() -> int:
+    """Name every failed task on stderr: exit status 1 when there is one, else 0."""
+    for line in FAILED:
+        print(f"failed: {line}", file=sys.stderr)
+    return 1 if FAILED else 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from agents.rolling.simulation import (
     simulate,
     state_at,
 )
-from agents.rolling.tasks import compare_task, compare_tasks
+from agents.rolling.tasks import compare_task, compare_tasks, comparison_tasks, ordered_rows
 
 __all__ = [
     "MODES",
@@ -44,8 +44,10 @@ __all__ = [
     "compare",
     "compare_task",
     "compare_tasks",
+    "comparison_tasks",
     "decide",
     "open_loop",
+    "ordered_rows",
     "rolling",
     "simulate",
     "state_at",

@@ -12,8 +12,10 @@ plans the same on the same input.
 
 >>> from gpu_env.generators import generate
 >>> sc = generate("training-heavy", seed=0, num_jobs=4)
->>> rows, run = compare_tasks([sc], ["fifo"], [0.0], [0])
->>> rows == compare([sc], ["fifo"], [0.0], [0]), run.ok
+>>> rows, run = compare_tasks([sc], ["fifo", "greedy"], [0.0, 0.2], [0, 1])
+>>> def untimed(rows):
+...     return [{k: v for k, v in r.items() if not k.startswith("solve_ms")} for r in rows]
+>>> untimed(rows) == untimed(compare([sc], ["fifo", "greedy"], [0.0, 0.2], [0, 1])), run.ok
 (True, True)
 """
 
@@ -149,14 +151,28 @@ def compare_tasks(
     """
     tasks = comparison_tasks(scenarios, schedulers, sigmas, seeds, **kwargs)
     run = run_tasks(tasks, backend, timeout=timeout, function=compare_task, on_result=on_result)
+    return ordered_rows(run.results, schedulers, sigmas, seeds), run
+
+
+def ordered_rows(
+    results: Sequence[TaskResult], schedulers: Sequence[str], sigmas: Sequence[float], seeds: Sequence[int]
+) -> list[dict[str, Any]]:
+    """The rows of the results of :func:`comparison_tasks`' tasks, in the order of a serial :func:`compare`.
+
+    Args:
+        results: One result per task, in the order of the tasks (scenario-major, then scheduler).
+        schedulers: The schedulers the tasks were made for.
+        sigmas: Their forecast errors.
+        seeds: Their seeds.
+    """
     sigma_at = {float(s): i for i, s in reversed(list(enumerate(sigmas)))}
     seed_at = {int(s): i for i, s in reversed(list(enumerate(seeds)))}
     keyed = []
-    for index, result in enumerate(run.results):
+    for index, result in enumerate(results):
         scenario_at, scheduler_at = divmod(index, len(schedulers))
         for row in result.values.get("rows", []):
             mode_at = MODES.index(row["mode"]) if row["mode"] in MODES else len(MODES)
             key = (scenario_at, sigma_at[float(row["sigma"])], seed_at[int(row["seed"])], scheduler_at, mode_at)
             keyed.append((key, row))
     keyed.sort(key=lambda pair: pair[0])
-    return [row for _, row in keyed], run
+    return [row for _, row in keyed]
