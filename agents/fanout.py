@@ -448,8 +448,8 @@ def _ray(
     started_here = not ray.is_initialized()
     pending: dict[Any, int] = {}
     if started_here:
-        if address == LOCAL_RAY:
-            ray.init(include_dashboard=False, logging_level="warning", log_to_driver=False)
+        if address == LOCAL_RAY:  # "local": a new instance, even where a cluster of `ray start` runs on this machine
+            ray.init(address="local", include_dashboard=False, logging_level="warning", log_to_driver=False)
         else:
             ray.init(address=address, logging_level="warning", log_to_driver=False)
     try:
