@@ -67,7 +67,7 @@ def serial_seven():
 def serial_proven():
     run = run_tasks(proven_tasks())
     assert run.ok, run.failure_lines()
-    assert [r.plan["status"] for r in run.results] == ["optimal", "optimal"]
+    assert [r.plan["info"]["status"] for r in run.results] == ["optimal", "optimal"]
     return run
 
 
@@ -135,7 +135,7 @@ def test_a_proven_plan_keeps_its_status_and_bound(serial_proven):
     sc = generate("training-heavy", seed=4)
     result = serial_proven.results[0]
     plan = result.to_plan(sc)
-    assert plan.to_dict()["status"] == "optimal" and plan.to_dict()["bound"] == result.plan["bound"]
+    assert plan.info["status"] == "optimal" and plan.info["bound"] == result.plan["info"]["bound"]
     assert TaskResult.failed(proven_tasks()[0], "X: y").to_plan(sc) is None
 
 
