@@ -9,11 +9,13 @@ STAMP  := $(VENV)/.installed
 .PHONY: evaluate test lint clean
 
 # The venv is rebuilt when pyproject.toml changes. torch is pinned to the CPU
-# build that lies on local disk; see the README for a CUDA build.
+# build that lies on local disk; see the README for a CUDA build. The ray extra
+# is installed so that `make test` runs the Ray tests too (they start a local
+# Ray and a two-node cluster on this machine and stop them; docs/fanout.md).
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,ray]"
 	touch $(STAMP)
 
 evaluate: $(STAMP)

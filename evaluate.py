@@ -2,6 +2,8 @@
 
     python evaluate.py                                   # configs/scenarios/, every scheduler, into results/
     python evaluate.py --scenarios my.yaml other/ --schedulers fifo,greedy --out /tmp/eval
+    python evaluate.py --parallel 2                      # two tasks at once in a process pool
+    python evaluate.py --ray [ADDRESS]                   # tasks on a local Ray, or on a running cluster
 
 It writes, under the output folder:
 
@@ -15,6 +17,12 @@ Every plan goes through :func:`gpu_env.validation.validate`; an invalid plan (or
 scheduler that fails) is reported at the top of the report and makes the exit
 status 1. Bad input (an unreadable scenario, an unknown scheduler) prints one line
 and exits 2 before any planning. ``docs/report.md`` explains every column.
+
+Each (scenario, scheduler) is a task of :mod:`agents.fanout`, run serially, over a
+process pool (``--parallel N``) or over Ray (``--ray``); a task that raises or runs
+past ``--task-timeout`` is reported by scenario, planner and seed and the others
+complete. ``results.json`` and the report say which backend planned them
+(``docs/fanout.md``).
 
 The steps live in :mod:`agents.report`: :mod:`~agents.report.evaluation` (the
 scenarios, the schedulers, planning and validation), :mod:`~agents.report.outputs`
@@ -33,7 +41,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from agents.arguments import add_plan_options, int_at_least, plan_options, positive_float
+from agents.arguments import (
+    add_fanout_options,
+    add_plan_options,
+    fanout_backend,
+    int_at_least,
+    plan_options,
+    positive_float,
+)
+from agents.fanout import FanoutError
 from agents.report.evaluation import (
     InputError,
     check_policy,
@@ -78,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, metavar="DIR", help="output folder (default: results)")
     add_plan_options(parser)
+    add_fanout_options(parser.add_argument_group("many tasks at once (docs/fanout.md)"))
     parser.add_argument("--no-figures", action="store_true", help="skip the figures (faster)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     rolling = parser.add_argument_group("rolling horizon (docs/rolling.md)")
@@ -118,7 +135,7 @@ def _sigmas(text: str) -> tuple[float, ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the evaluation; exit status 0 all plans valid, 1 an invalid plan or failed scheduler, 2 bad input."""
+    """Run the evaluation; exit status 0 all plans valid, 1 an invalid plan or failed task, 2 bad input."""
     args_list = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(args_list)
 
@@ -129,19 +146,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         check_policy(args.policy, schedulers)
         if args.out.exists() and not args.out.is_dir():
             raise InputError(f"{args.out}: not a folder (--out)")
-    except (InputError, ScenarioError) as exc:
+        backend = fanout_backend(args)
+    except (InputError, ScenarioError, FanoutError) as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2
     options = plan_options(args)
     command = shlex.join(["python", "evaluate.py", *args_list])
 
-    # Planners: every scenario with every scheduler, every plan validated.
-    evaluation = run_evaluation(scenarios, schedulers, options, command, show_progress=not args.quiet)
-    if args.rolling:  # open loop against rolling re-planning under forecast error, a section of its own
-        from agents.report.rolling import evaluation_section
+    # Planners: every scenario with every scheduler, one task each over the backend, every plan validated.
+    try:
+        evaluation = run_evaluation(
+            scenarios,
+            schedulers,
+            options,
+            command,
+            show_progress=not args.quiet,
+            backend=backend,
+            timeout=args.task_timeout,
+        )
+        if args.rolling:  # open loop against rolling re-planning under forecast error, a section of its own
+            from agents.report.rolling import evaluation_section
 
-        evaluation.sections.append(
-            evaluation_section(
+            section, run = evaluation_section(
                 [scenario for scenario, _ in scenarios],
                 schedulers,
                 args.rolling_sigmas,
@@ -153,8 +179,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 figures=not args.no_figures,
                 show_progress=not args.quiet,
                 command=command,
+                backend=backend,
+                timeout=args.task_timeout,
             )
-        )
+            evaluation.sections.append(section)
+            evaluation.task_failures += run.failure_lines()
+    except FanoutError as exc:  # found only once the backend is up (a Ray node smaller than --workers)
+        print(f"evaluate.py: error: {exc}", file=sys.stderr)
+        return 2
 
     # Report: plans, results.csv, results.json, figures and report.md.
     try:

@@ -197,6 +197,8 @@ class TaskResult:
         solve_ms: The planner's own time in milliseconds; None when the task failed.
         error: ``Type: message`` when the task raised or timed out, else None.
         elapsed: Seconds the task took where it ran, reading the scenario included.
+        values: Plain values from a task function other than :func:`run_task`, which
+            returns no plan (a rolling comparison's rows, a benchmark's numbers).
     """
 
     scenario: str
@@ -209,11 +211,12 @@ class TaskResult:
     solve_ms: float | None = None
     error: str | None = None
     elapsed: float = 0.0
+    values: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        """The task finished without error and its plan breaks no rule."""
-        return self.error is None and self.plan is not None and not self.violations
+        """The task finished without error and produced a plan that breaks no rule, or its values."""
+        return self.error is None and not self.violations and (self.plan is not None or bool(self.values))
 
     def describe(self) -> str:
         """``scenario NAME, planner NAME, seed N``."""
@@ -466,8 +469,8 @@ def _ray(
     started_here = not ray.is_initialized()
     pending: dict[Any, int] = {}
     if started_here:
-        if address == LOCAL_RAY:
-            ray.init(include_dashboard=False, logging_level="warning", log_to_driver=False)
+        if address == LOCAL_RAY:  # "local": a new instance, even where a cluster of `ray start` runs on this machine
+            ray.init(address="local", include_dashboard=False, logging_level="warning", log_to_driver=False)
         else:
             ray.init(address=address, logging_level="warning", log_to_driver=False)
     try:

@@ -18,6 +18,10 @@ drawn with their benchmark seeds when a file is missing):
 
 Run: ``.venv/bin/python benchmarks/rolling_benchmark.py`` (about 40 minutes on
 one core; ``--seeds 3 --learned-seeds 1 --exact-seeds 1`` for a quick look).
+The comparisons of 1. and 2. are one fan-out of tasks (one per scenario,
+scheduler and comparison, :mod:`agents.rolling.tasks`): ``--parallel N`` runs N
+at once in a process pool, ``--ray [ADDRESS]`` on Ray (docs/fanout.md), with the
+same rows as a serial run. The latency of 3. is measured serially, alone.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents import rolling  # noqa: E402
+from agents.arguments import add_fanout_options, fanout_backend  # noqa: E402
+from agents.fanout import Backend, FanoutError, Task, run_tasks  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import available_schedulers  # noqa: E402
 from agents.report import rolling as report  # noqa: E402
@@ -64,11 +70,34 @@ def benchmark_scenarios() -> list[Scenario]:
     return out
 
 
-def run(scenarios, schedulers, sigmas, seeds, **kwargs) -> list[dict]:
-    started = time.perf_counter()
-    rows = rolling.compare(scenarios, schedulers, sigmas, seeds, **kwargs)
-    print(f"  {len(rows)} runs in {time.perf_counter() - started:.0f} s", file=sys.stderr)
-    return rows
+class Comparisons:
+    """Comparisons of :func:`agents.rolling.compare` gathered first and then run as one fan-out of tasks."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Task] = []
+        self.parts: list[tuple[slice, list[str], tuple[float, ...], list[int]]] = []
+
+    def add(self, scenarios, schedulers, sigmas, seeds, **kwargs) -> int:
+        """Queue one comparison; returns its number for :meth:`rows`."""
+        tasks = rolling.comparison_tasks(scenarios, schedulers, sigmas, seeds, **kwargs)
+        self.parts.append((slice(len(self.tasks), len(self.tasks) + len(tasks)), list(schedulers), sigmas, seeds))
+        self.tasks += tasks
+        return len(self.parts) - 1
+
+    def run(self, backend: Backend, timeout: float | None) -> None:
+        """Run every queued task; the bar counts finished tasks."""
+        from tqdm import tqdm
+
+        with tqdm(total=len(self.tasks), desc="comparisons", unit="task", file=sys.stderr) as bar:
+            self.done = run_tasks(
+                self.tasks, backend, timeout=timeout, function=rolling.compare_task, on_result=lambda i, r: bar.update()
+            )
+        print(f"  {len(self.tasks)} tasks in {self.done.wall_s:.0f} s, {self.done.backend}", file=sys.stderr)
+
+    def rows(self, number: int) -> list[dict]:
+        """The rows of comparison ``number``, as a serial :func:`agents.rolling.compare` orders them."""
+        where, schedulers, sigmas, seeds = self.parts[number]
+        return rolling.ordered_rows(self.done.results[where], schedulers, sigmas, list(seeds))
 
 
 def gain_line(rows: list[dict], label: str) -> str:
@@ -125,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--open-time-limit", type=float, default=3.0, help="seconds for the open-loop plan of anytime planners"
     )
+    add_fanout_options(parser)
     args = parser.parse_args(argv)
+    try:
+        backend = fanout_backend(args)
+    except FanoutError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     exact_sigmas = tuple(float(x) for x in args.exact_sigmas.split(","))
     started = time.perf_counter()
     scenarios = benchmark_scenarios()
@@ -133,30 +167,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scenarios: {', '.join(names)}", file=sys.stderr)
     available = available_schedulers()
 
-    print("1. the curve: fifo and greedy", file=sys.stderr)
-    rows = run(scenarios, ["fifo", "greedy"], SIGMAS, range(args.seeds))
+    print("1. the curve and 2. the ablations (greedy at sigma 0.2): one fan-out", file=sys.stderr)
+    comparisons = Comparisons()
+    curve = [comparisons.add(scenarios, ["fifo", "greedy"], SIGMAS, range(args.seeds))]
     plan_options = {n: PlanOptions(time_limit=args.time_limit) for n in available}
     open_options = {n: PlanOptions(time_limit=args.open_time_limit) for n in available}
     runs = [f"fifo and greedy: sigma {', '.join(f'{x:g}' for x in SIGMAS)}, {args.seeds} seeds"]
     if "ppo" in available and args.learned_seeds > 0:
-        print("   ... ppo", file=sys.stderr)
-        rows += run(scenarios, ["ppo"], SIGMAS, range(args.learned_seeds))
+        curve.append(comparisons.add(scenarios, ["ppo"], SIGMAS, range(args.learned_seeds)))
         runs.append(f"ppo (8 rollouts + FIFO guard, the shipped policy): the same sigmas, {args.learned_seeds} seeds")
     exact = [n for n in ("cpsat", "full") if n in available]
     if exact and args.exact_seeds > 0:
-        print(f"   ... {', '.join(exact)}", file=sys.stderr)
-        rows += run(
-            scenarios, exact, exact_sigmas, range(args.exact_seeds), options=plan_options, open_options=open_options
+        curve.append(
+            comparisons.add(
+                scenarios, exact, exact_sigmas, range(args.exact_seeds), options=plan_options, open_options=open_options
+            )
         )
         runs.append(
             f"{' and '.join(exact)}: sigma {', '.join(f'{x:g}' for x in exact_sigmas)}, {args.exact_seeds} seeds, "
             f"{args.time_limit:g} s per re-plan, {args.open_time_limit:g} s for the open-loop plan"
         )
-    summary = report.summarise(rows)
-    gains = report.pooled(rows)
-    save_figure(plot_rolling_curve(summary, gains), OUT / "rolling.png")
 
-    print("2. ablations: greedy at sigma 0.2", file=sys.stderr)
     both = {"open_margin": 1.0, "told_sigma": True}
     ablations = [
         ("default: ratio correction, margin 1, jobs revealed at release, re-plan every slot", {}),
@@ -170,10 +201,21 @@ def main(argv: list[str] | None = None) -> int:
         ("both told sigma: open loop raised by 1 sigma, rolling's margin starts from it", both),
         ("both told sigma, and jobs known from slot 0", {**both, "reveal": "all"}),
     ]
+    queued = [
+        (label, comparisons.add(scenarios, ["greedy"], (0.0, 0.2), range(args.ablation_seeds), **kwargs))
+        for label, kwargs in ablations
+    ]
+    comparisons.run(backend, args.task_timeout)
+    for line in comparisons.done.failure_lines():
+        print(f"failed: {line}", file=sys.stderr)
+
+    rows = [row for number in curve for row in comparisons.rows(number)]
+    summary = report.summarise(rows)
+    gains = report.pooled(rows)
+    save_figure(plot_rolling_curve(summary, gains), OUT / "rolling.png")
     ablation_lines = ["| variant | rolling - open loop, pooled (wins/pairs) |", "| --- | --- |"]
-    for label, kwargs in ablations:
-        ablation_rows = run(scenarios, ["greedy"], [0.0, 0.2], range(args.ablation_seeds), **kwargs)
-        ablation_lines.append(gain_line(ablation_rows, label))
+    for label, number in queued:
+        ablation_lines.append(gain_line(comparisons.rows(number), label))
 
     print("3. latency at 64 x 30", file=sys.stderr)
     latency_lines = latency(available, args.time_limit)
@@ -226,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     write_text_atomic(OUT / "rolling.md", "\n".join(doc) + "\n")
     print(f"wrote {OUT / 'rolling.md'} in {elapsed:.0f} s", file=sys.stderr)
-    return 0
+    return 0 if comparisons.done.ok else 1
 
 
 if __name__ == "__main__":

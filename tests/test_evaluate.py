@@ -10,13 +10,13 @@ import csv
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from agents import registry
+from agents import fanout, registry
 from agents.options import PlanOptions
-from agents.report import evaluation as evaluation_module
 from agents.report.evaluation import exit_status, find_scenarios, load_scenarios, pick_schedulers, run_evaluation
 from agents.report.outputs import write_outputs
 from gpu_env.generators import generate
@@ -106,7 +106,7 @@ def _tamper(name, shift_start=False, bound=None, fail=False):
 
 def test_invalid_plan_is_loud_and_exits_1(tmp_path, scenarios, monkeypatch, capsys):
     monkeypatch.setitem(registry.SCHEDULERS, "broken", "agents.fifo:plan")
-    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("broken", shift_start=True))
+    monkeypatch.setattr(fanout, "run_scheduler", _tamper("broken", shift_start=True))
     out = tmp_path / "out"
     assert run_in_process(scenarios, "broken", out) == 1
     err = capsys.readouterr().err
@@ -120,7 +120,7 @@ def test_invalid_plan_is_loud_and_exits_1(tmp_path, scenarios, monkeypatch, caps
 
 def test_failing_scheduler_is_reported_and_others_kept(tmp_path, scenarios, monkeypatch, capsys):
     monkeypatch.setitem(registry.SCHEDULERS, "crashy", "agents.fifo:plan")
-    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("crashy", fail=True))
+    monkeypatch.setattr(fanout, "run_scheduler", _tamper("crashy", fail=True))
     out = tmp_path / "out"
     assert run_in_process(scenarios, "fifo,crashy", out) == 1
     assert "solver exploded" in capsys.readouterr().err
@@ -132,7 +132,7 @@ def test_failing_scheduler_is_reported_and_others_kept(tmp_path, scenarios, monk
 
 def test_gap_column_when_a_plan_has_a_bound(tmp_path, scenarios, monkeypatch):
     monkeypatch.setitem(registry.SCHEDULERS, "exact", "agents.fifo:plan")
-    monkeypatch.setattr(evaluation_module, "run_scheduler", _tamper("exact", bound=1.25))
+    monkeypatch.setattr(fanout, "run_scheduler", _tamper("exact", bound=1.25))
     out = tmp_path / "out"
     assert run_in_process(scenarios, "fifo,exact", out) == 0
     report = (out / "report.md").read_text()
@@ -229,3 +229,97 @@ def test_every_real_scheduler_through_evaluate_py(tmp_path, scenarios):
         if name != "hard-priority":
             assert results[name, "cpsat"]["status"] == results[name, "full"]["status"] == "optimal"
             assert objective["full"] == pytest.approx(objective["cpsat"], abs=1e-2)  # both optimal (scaled model)
+
+
+# ----------------------------------------------------------------------------- the same table over every backend
+
+SEVEN = (
+    "mixed-control",
+    "training-heavy",
+    "realtime-diurnal",
+    "batch-fragmentation",
+    "priority-inversion",
+    "uniform-priority",
+    "scale-64x30",
+)
+
+
+def evaluate_seven(out: Path, *backend: str) -> dict:
+    """evaluate.py on the seven benchmark scenarios with fifo, greedy, ppo and cpsat (one CP-SAT worker)."""
+    command = [sys.executable, "evaluate.py", "--scenarios", *(f"configs/scenarios/{s}.yaml" for s in SEVEN)]
+    command += ["--schedulers", "fifo,greedy,ppo,cpsat", "--time-limit", "20", "--out", str(out), "--quiet"]
+    done = subprocess.run([*command, "--no-figures", *backend], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return json.loads((out / "results.json").read_text())
+
+
+def assert_same_table(serial: dict, other: dict) -> None:
+    """Equal rows without solve_ms; cpsat's rows compared where both runs proved the optimum (one at least)."""
+
+    def table(document: dict) -> list[dict]:
+        return [{k: v for k, v in row.items() if k != "solve_ms"} for row in document["results"]]
+
+    mine, theirs = table(serial), table(other)
+    assert [(r["scenario"], r["scheduler"]) for r in theirs] == [(r["scenario"], r["scheduler"]) for r in mine]
+    proven = 0
+    for a, b in zip(mine, theirs, strict=True):
+        if a["scheduler"] == "cpsat":
+            if a["status"] != "optimal" or b["status"] != "optimal":
+                continue  # a time limit reached under load: the plan found may differ
+            proven += 1
+        assert b == a
+    assert proven >= 1
+    assert [r["scheduler"] for r in mine[:4]] == ["fifo", "greedy", "ppo", "cpsat"]
+
+
+@pytest.fixture(scope="module")
+def serial_seven(tmp_path_factory):
+    document = evaluate_seven(tmp_path_factory.mktemp("serial"))
+    assert document["backend"] == "serial, 1 CP-SAT worker"
+    return document
+
+
+def test_parallel_2_gives_the_serial_table(serial_seven, tmp_path):
+    document = evaluate_seven(tmp_path, "--parallel", "2")
+    assert document["backend"] == "process pool, 2 processes x 1 CP-SAT worker"
+    assert "Planned by: process pool, 2 processes x 1 CP-SAT worker" in (tmp_path / "report.md").read_text()
+    assert_same_table(serial_seven, document)
+
+
+@pytest.mark.ray
+def test_local_ray_gives_the_serial_table(serial_seven, tmp_path):
+    pytest.importorskip("ray")
+    document = evaluate_seven(tmp_path, "--ray")
+    assert document["backend"] == "local Ray, num_cpus=1 per task"
+    assert_same_table(serial_seven, document)
+
+
+def test_a_task_past_the_timeout_is_named_and_the_others_complete(tmp_path, scenarios, monkeypatch, capsys):
+    real = registry.run_scheduler
+
+    def slow(scheduler, scenario, options):
+        if scheduler == "sleepy":
+            time.sleep(30)
+        return real(scheduler, scenario, options)
+
+    monkeypatch.setitem(registry.SCHEDULERS, "sleepy", "agents.fifo:plan")
+    monkeypatch.setattr(fanout, "run_scheduler", slow)
+    loaded = load_scenarios(find_scenarios([scenarios]))
+    started = time.perf_counter()
+    evaluation = run_evaluation(loaded, ["fifo", "sleepy"], PlanOptions(seed=3), show_progress=False, timeout=0.5)
+    assert time.perf_counter() - started < 10
+    out = tmp_path / "out"
+    assert exit_status(evaluation, write_outputs(evaluation, out, figures=False, show_progress=False)) == 1
+    err = capsys.readouterr().err
+    for name in ("small-training", "small-mixed"):
+        assert f"scenario '{name}', planner 'sleepy', seed 3: TaskTimeout: ran past 0.5 s" in err
+        assert (out / "plans" / name / "fifo.json").exists()
+    assert "TaskTimeout" in (out / "report.md").read_text().split("## Summary")[0]
+
+
+def test_bad_fanout_options_exit_2(tmp_path, scenarios):
+    assert_bad_input(run_script("--scenarios", scenarios, "--parallel", "2", "--ray"), "--parallel and --ray")
+    assert_bad_input(
+        run_script("--scenarios", scenarios, "--parallel", "64", "--workers", "64", "--out", tmp_path / "o"),
+        "--parallel 64 x --workers 64",
+    )

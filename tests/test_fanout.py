@@ -361,39 +361,74 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _process_groups_using(folder: str) -> set[int]:
+    """The process groups of the processes whose command line names ``folder`` (a cluster's own temp dir)."""
+    groups = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if folder.encode() in (entry / "cmdline").read_bytes():
+                groups.add(os.getpgid(int(entry.name)))
+        except (OSError, ProcessLookupError):
+            continue  # gone meanwhile, or not ours to read
+    groups.discard(os.getpgrp())  # never this test's own group
+    return groups
+
+
+def _stop_cluster(folder: str) -> None:
+    """Stop the Ray processes that this cluster's ``ray start`` commands left (each started its own process group).
+
+    Only the groups of processes naming the cluster's temp dir: ``ray stop`` would stop every Ray on the machine.
+    """
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        groups = _process_groups_using(folder)
+        for group in groups:
+            try:
+                os.killpg(group, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait
+        while groups and time.monotonic() < deadline:
+            time.sleep(0.2)
+            groups = _process_groups_using(folder)
+        if not groups:
+            return
+
+
 @pytest.fixture
 def two_node_cluster():
-    """A head and a second node of one CPU each on this machine; ``ray stop --force`` afterwards, whatever happened.
+    """A head and a second node of one CPU each on this machine, stopped afterwards whatever happened.
 
     Token authentication and loopback addresses, as /work/shared/API-NOTES.md found necessary for Ray 2.60.
+    The cluster has a temp dir of its own, by which teardown finds its processes (and only them).
     """
+    import shutil
+    import tempfile
+
     ray = pytest.importorskip("ray")
     ray.shutdown()  # no driver of this process may be connected elsewhere
     env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
     ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
     address = f"127.0.0.1:{_free_port()}"
+    folder = tempfile.mkdtemp(prefix="ray-gpualloc-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
 
     def start(*args: str) -> None:
-        done = subprocess.run([*ray_cli, "start", *args], env=env, capture_output=True, text=True, timeout=180)
+        command = [*ray_cli, "start", *args, "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--temp-dir", folder]
+        # A session of its own: the daemons it leaves inherit its process group, which teardown stops.
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
         assert done.returncode == 0, done.stdout + done.stderr
 
     try:
         head_port = address.rsplit(":", 1)[1]
-        start(
-            "--head",
-            "--node-ip-address",
-            "127.0.0.1",
-            "--port",
-            head_port,
-            "--num-cpus",
-            "1",
-            "--include-dashboard",
-            "false",
-        )
-        start("--address", address, "--node-ip-address", "127.0.0.1", "--num-cpus", "1")
+        client_port = str(_free_port())
+        start("--head", "--port", head_port, "--ray-client-server-port", client_port, "--include-dashboard", "false")
+        start("--address", address)
         yield address, env
     finally:
-        subprocess.run([*ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        _stop_cluster(folder)
+        shutil.rmtree(folder, ignore_errors=True)
+        assert not _process_groups_using(folder), "a Ray process of the test cluster outlived it"
 
 
 @pytest.mark.ray

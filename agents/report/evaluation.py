@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import re
 import sys
-import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from agents.fanout import Backend, Task, TaskResult, run_tasks
 from agents.options import PlanOptions
-from agents.registry import UnknownSchedulerError, available_schedulers, get_scheduler, run_scheduler
+from agents.registry import UnknownSchedulerError, available_schedulers, get_scheduler
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario, load_scenario
 from gpu_env.validation import Violation, validate
@@ -80,11 +79,18 @@ class Evaluation:
         results: One entry per scenario, in input order.
         sections: Extra Markdown sections appended to the report by other modes.
         figures: Figures of the whole run (kind -> path relative to the output folder).
+        backend: What planned the tasks (:meth:`agents.fanout.Backend.describe`).
+        wall_s: Wall-clock seconds of the planning.
+        task_failures: Failed tasks of other modes (``--rolling``), one line each
+            (:meth:`agents.fanout.Run.failure_lines`).
     """
 
     command: str
     schedulers: list[str]
     options: PlanOptions
+    backend: str = "serial, 1 CP-SAT worker"
+    wall_s: float = 0.0
+    task_failures: list[str] = field(default_factory=list)
     results: list[ScenarioResult] = field(default_factory=list)
     sections: list[str] = field(default_factory=list)
     figures: dict[str, str] = field(default_factory=dict)
@@ -168,35 +174,24 @@ def pick_schedulers(spec: str | None) -> list[str]:
 # ----------------------------------------------------------------------------- planning
 
 
-def evaluate_scenario(
-    scenario: Scenario, source: Path, schedulers: Sequence[str], options: PlanOptions, progress: Any = None
-) -> ScenarioResult:
-    """Plan one scenario with every scheduler and validate each plan.
+def plan_tasks(
+    scenarios: Sequence[tuple[Scenario, Path]], schedulers: Sequence[str], options: PlanOptions
+) -> list[Task]:
+    """One task per (scenario, scheduler), scenario-major: the order of the report.
 
-    A scheduler that raises is recorded as failed (its traceback goes to stderr)
-    so that one broken scheduler does not lose the others' results.
+    Each task carries its scenario as a document, so that it runs on any node of a cluster.
     """
-    outcomes: dict[str, Outcome] = {}
-    for name in schedulers:
-        if progress is not None:
-            progress.set_postfix_str(f"{scenario.name} / {name}")
-        try:
-            plan = run_scheduler(name, scenario, options)
-        except Exception as exc:  # a broken scheduler is reported, not fatal to the run
-            _write_stderr(f"{name} failed on {scenario.name}:\n{traceback.format_exc()}", progress)
-            outcomes[name] = Outcome(name, None, error=f"{type(exc).__name__}: {exc}")
-        else:
-            outcomes[name] = Outcome(name, plan, validate(scenario, plan))
-        if progress is not None:
-            progress.update(1)
-    return ScenarioResult(scenario, source, outcomes)
+    return [Task.make(scenario, name, options) for scenario, _ in scenarios for name in schedulers]
 
 
-def _write_stderr(text: str, progress: Any) -> None:
-    if progress is not None:
-        progress.write(text.rstrip("\n"), file=sys.stderr)
-    else:
-        print(text.rstrip("\n"), file=sys.stderr)
+def outcome_from(result: TaskResult, scenario: Scenario) -> Outcome:
+    """The outcome of one task, its plan rebuilt and validated again here against the loaded scenario."""
+    if result.error is not None:
+        return Outcome(result.planner, None, error=result.error)
+    plan = result.to_plan(scenario)
+    if plan is None:
+        return Outcome(result.planner, None, error="no plan came back")
+    return Outcome(result.planner, plan, validate(scenario, plan))
 
 
 def run_evaluation(
@@ -205,21 +200,45 @@ def run_evaluation(
     options: PlanOptions,
     command: str = "python evaluate.py",
     show_progress: bool = True,
+    *,
+    backend: Backend | None = None,
+    timeout: float | None = None,
 ) -> Evaluation:
-    """Plan every scenario with every scheduler (progress on stderr)."""
+    """Plan every scenario with every scheduler as tasks of :mod:`agents.fanout`, and validate every plan.
+
+    The progress bar (stderr) counts finished tasks, whatever the backend. A task
+    that raises or times out becomes a failed outcome; the others complete.
+
+    Args:
+        scenarios: (scenario, source file) pairs, in report order.
+        schedulers: Scheduler names, in report order.
+        options: The options every scheduler gets.
+        command: The command line that reproduces the run.
+        show_progress: Show the progress bar.
+        backend: Where the tasks run (serial when None).
+        timeout: Seconds per task before it is reported as timed out (None: no limit).
+
+    Raises:
+        FanoutError: The backend cannot run these tasks (found once it is up: a Ray node too small).
+    """
     from tqdm import tqdm
 
-    evaluation = Evaluation(command, list(schedulers), options)
+    backend = backend or Backend.serial()
+    tasks = plan_tasks(scenarios, schedulers, options)
     with tqdm(
-        total=len(scenarios) * len(schedulers),
-        desc="planning",
-        unit="plan",
-        file=sys.stderr,
-        disable=not show_progress,
-        dynamic_ncols=True,
+        total=len(tasks), desc="planning", unit="plan", file=sys.stderr, disable=not show_progress, dynamic_ncols=True
     ) as progress:
-        for scenario, source in scenarios:
-            evaluation.results.append(evaluate_scenario(scenario, source, schedulers, options, progress))
+
+        def finished(index: int, result: TaskResult) -> None:
+            progress.set_postfix_str(f"{result.scenario} / {result.planner}")
+            progress.update(1)
+
+        run = run_tasks(tasks, backend, timeout=timeout, on_result=finished)
+    evaluation = Evaluation(command, list(schedulers), options, backend=run.backend, wall_s=run.wall_s)
+    results = iter(run.results)
+    for scenario, source in scenarios:
+        outcomes = {name: outcome_from(next(results), scenario) for name in schedulers}
+        evaluation.results.append(ScenarioResult(scenario, source, outcomes))
     return evaluation
 
 
@@ -241,13 +260,20 @@ def check_policy(policy: Path | None, schedulers: Sequence[str]) -> None:
 
 
 def exit_status(evaluation: Evaluation, report: Path) -> int:
-    """Say on stderr how the run went: 1 with every invalid or failed plan listed, else 0."""
+    """Say on stderr how the run went: 1 with every invalid plan or failed task listed, else 0.
+
+    Each failed task is named by scenario, planner and seed.
+    """
     failures = evaluation.failures()
-    if failures:
-        print(f"evaluate.py: {len(failures)} invalid or failed plan(s), see {report}", file=sys.stderr)
+    if failures or evaluation.task_failures:
+        count = len(failures) + len(evaluation.task_failures)
+        print(f"evaluate.py: {count} invalid or failed plan(s) or task(s), see {report}", file=sys.stderr)
         for scenario, outcome in failures:
             what = outcome.error or f"{len(outcome.violations)} violation(s), first: {outcome.violations[0]}"
-            print(f"  {scenario} / {outcome.scheduler}: {what}", file=sys.stderr)
+            task = f"scenario {scenario!r}, planner {outcome.scheduler!r}, seed {evaluation.options.seed}"
+            print(f"  {task}: {what}", file=sys.stderr)
+        for line in evaluation.task_failures:
+            print(f"  {line}", file=sys.stderr)
         return 1
     print(
         f"evaluate.py: {len(evaluation.results)} scenarios x {len(evaluation.schedulers)} schedulers, report: {report}",

@@ -79,7 +79,8 @@ def _report_header(evaluation: Evaluation) -> str:
             if "ppo" in evaluation.schedulers
             else ""
         )
-        + f"on a machine with {os.cpu_count()} CPU cores.\n\n"
+        + f"on a machine with {os.cpu_count()} CPU cores. Planned by: {evaluation.backend} "
+        f"({n * len(evaluation.schedulers)} tasks in {evaluation.wall_s:.1f} s).\n\n"
         f"Reproduce with `{evaluation.command}`. Objective is the priority-weighted value "
         "(job value minus real-time shortfall penalties, SPEC section 3); every plan was checked by the validator."
     )
@@ -87,9 +88,10 @@ def _report_header(evaluation: Evaluation) -> str:
 
 def _report_failures(evaluation: Evaluation) -> str:
     failures = evaluation.failures()
-    if not failures:
+    if not failures and not evaluation.task_failures:
         return ""
-    lines = [f"## ⚠ INVALID OR FAILED PLANS: {len(failures)}", ""]
+    lines = [f"## ⚠ INVALID OR FAILED PLANS: {len(failures) + len(evaluation.task_failures)}", ""]
+    lines += [f"- **a task of another section failed**: {line}" for line in evaluation.task_failures]
     for scenario, outcome in failures:
         if outcome.error is not None:
             lines.append(f"- **{scenario} / {outcome.scheduler}: the scheduler failed**: `{outcome.error}`")

@@ -36,6 +36,8 @@ def write_outputs(evaluation: Evaluation, out: Path, figures: bool = True, show_
             "samples": evaluation.options.samples,
             "guard": evaluation.options.guard.value,
         },
+        "backend": evaluation.backend,
+        "planning_wall_s": round(evaluation.wall_s, 3),
         "results": rows,
     }
     write_text_atomic(out / "results.json", json.dumps(document, indent=1) + "\n")

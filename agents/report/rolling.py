@@ -21,9 +21,11 @@ from typing import Any
 
 import numpy as np
 
+from agents.fanout import Backend, Run, TaskResult
 from agents.options import PlanOptions
 from agents.report.statistics import mean_ci
-from agents.rolling.simulation import MODES, Simulation, SlotRecord, compare
+from agents.rolling.simulation import MODES, Simulation, SlotRecord
+from agents.rolling.tasks import compare_tasks
 from gpu_env.files import write_text_atomic
 from gpu_env.scenario import Scenario, save_scenario
 from gpu_env.validation import validate
@@ -220,38 +222,54 @@ def evaluation_section(
     figures: bool = True,
     show_progress: bool = True,
     command: str = "",
-) -> str:
-    """Run :func:`compare` and write ``rolling.csv``, ``rolling.json`` and ``figures/rolling.png`` under ``out``.
+    backend: Backend | None = None,
+    timeout: float | None = None,
+) -> tuple[str, Run]:
+    """Run the comparison and write ``rolling.csv``, ``rolling.json`` and ``figures/rolling.png`` under ``out``.
+
+    The comparison runs as one task per scenario and scheduler
+    (:func:`agents.rolling.compare_tasks`) over ``backend``; the progress bar counts
+    finished tasks. A task that raised has no rows, and one whose executed schedules break
+    a rule is failed too: the section names both, as :meth:`Run.failure_lines` does.
 
     Returns:
-        The report's Markdown section (pooled gains, then every scenario in a folded table).
+        The report's Markdown section (pooled gains, then every scenario in a folded table) and the run.
     """
     from tqdm import tqdm
 
     out = Path(out)
-    total = len(scenarios) * len(sigmas) * len(seeds) * len(schedulers)
-    with tqdm(total=total, desc="rolling", unit="day", file=sys.stderr, disable=not show_progress) as bar:
+    total = len(scenarios) * len(schedulers)
+    with tqdm(total=total, desc="rolling", unit="task", file=sys.stderr, disable=not show_progress) as bar:
 
-        def progress(message: str) -> None:
-            bar.set_postfix_str(message.split(":")[0])
+        def finished(index: int, result: TaskResult) -> None:
+            bar.set_postfix_str(f"{result.scenario} / {result.planner}")
             bar.update(1)
 
-        rows = compare(
+        rows, run = compare_tasks(
             scenarios,
             schedulers,
             sigmas,
             seeds,
+            backend=backend,
+            timeout=timeout,
+            on_result=finished,
             replan_every=replan_every,
             options=dict.fromkeys(schedulers, options),
             open_options=dict.fromkeys(schedulers, open_options or options),
-            progress=progress,
         )
     summary = summarise(rows)
     gains = pooled(rows)
     columns = list(rows[0]) if rows else []
     lines = [",".join(columns)] + [",".join(str(r[c]) for c in columns) for r in rows]
     write_text_atomic(out / "rolling.csv", "\n".join(lines) + "\n")
-    document = {"command": command, "rows": rows, "summary": summary, "pooled": gains}
+    document = {
+        "command": command,
+        "backend": run.backend,
+        "failed_tasks": run.failure_lines(),
+        "rows": rows,
+        "summary": summary,
+        "pooled": gains,
+    }
     write_text_atomic(out / "rolling.json", json.dumps(document, indent=1, default=float) + "\n")
     parts = [
         "## Rolling horizon under forecast error",
@@ -261,7 +279,9 @@ def evaluation_section(
         f"forecast with relative error sigma (docs/rolling.md). {len(seeds)} seeds per sigma; time limit "
         f"{options.time_limit:g} s per re-plan, {(open_options or options).time_limit:g} s for the open-loop plan. "
         "Every executed schedule was checked by the validator against the actual demand"
-        + ("." if all(r["valid"] for r in rows) else ": SOME ARE INVALID, see rolling.json."),
+        + ("." if all(r["valid"] for r in rows) else ": SOME ARE INVALID, see rolling.json.")
+        + f" Run by: {run.backend}."
+        + "".join(f"\n\n**Failed task** (an error leaves no rows): {line}" for line in run.failure_lines() if line),
         "Rolling minus open loop, pooled over scenarios, in % of each scenario's open-loop objective with an exact "
         "forecast (mean ± 95 % CI over scenario x seed pairs; in brackets the pairs where rolling earned more):",
         pooled_table(gains),
@@ -276,4 +296,4 @@ def evaluation_section(
         "<details><summary>Every scenario, scheduler and sigma (realised objective, mean ± 95 % CI over seeds)"
         "</summary>\n\n" + markdown_table(summary) + "\n</details>"
     )
-    return "\n\n".join(parts)
+    return "\n\n".join(parts), run

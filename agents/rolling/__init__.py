@@ -5,7 +5,9 @@
 - :mod:`agents.rolling.forecast`: actual demand drawn around the forecast
   (:class:`NoiseModel`) and the forecast corrected by observation (:class:`Corrector`);
 - :mod:`agents.rolling.simulation`: one simulated day, open loop (:func:`open_loop`)
-  and rolling (:func:`rolling`), and comparisons over many (:func:`compare`).
+  and rolling (:func:`rolling`), and comparisons over many (:func:`compare`);
+- :mod:`agents.rolling.tasks`: the same comparisons as tasks of :mod:`agents.fanout`
+  (:func:`compare_tasks`), over a process pool or Ray.
 
 Statistics, tables, files and figures of the comparison are in
 :mod:`agents.report.rolling`. ``docs/rolling.md`` describes the whole.
@@ -25,6 +27,7 @@ from agents.rolling.simulation import (
     simulate,
     state_at,
 )
+from agents.rolling.tasks import compare_task, compare_tasks, comparison_tasks, ordered_rows
 
 __all__ = [
     "MODES",
@@ -39,8 +42,12 @@ __all__ = [
     "Simulation",
     "SlotRecord",
     "compare",
+    "compare_task",
+    "compare_tasks",
+    "comparison_tasks",
     "decide",
     "open_loop",
+    "ordered_rows",
     "rolling",
     "simulate",
     "state_at",
