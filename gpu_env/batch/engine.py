@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpu_env.batch import bits, fit, realtime
+from gpu_env.batch import bits, fit, kernels, realtime
 from gpu_env.batch.state import BatchState, Sizes, Start
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode
 from gpu_env.metrics import compute_metrics
@@ -219,9 +219,24 @@ class BatchEngine:
         s, NW = self.state, self.sizes.words
         n = b.size
         at = s.at[b, r]
+        t, k, d = s.clock[b], s.k[b, r], s.d[b, r]
+        if kernels.ENABLED:
+            first = kernels.fit_choices(at, s.wide[b, r], s.node[b], self.sizes.gpus)[np.arange(n), 2 * option]
+            kernels.mark_into(b, first, k, t, d, s.slots, s.busy, s.load, s.grid, s.free_now)
+            self._finish_place(b, r, t, first)
+            if self.trade_realtime:
+                c = b[kernels.over_span(b, t, d, s.slots, s.load, s.curves, s.gpus)]
+                if c.size:
+                    kernels.realtime_into(
+                        c, s.curves, s.shortfall_cost, s.base, s.initial, s.ramp, s.order, s.floors, s.gpus,
+                        s.load, s.slots, s.demand, s.penalty,
+                    )  # fmt: skip
+            s.objective[b] = s.job_value[b] - s.shortfall_cost[b]
+            lost = kernels.narrow_into(b, first, k, t, d, s.earliest, s.k, s.d, s.at, self.room(b))
+            lb, lr = np.nonzero(lost)
+            return b[lb], lr, s.earliest[b[lb], lr] + 1
         table = fit.choices(at, s.wide[b, r], self._node_sets[0][b], self._node_sets[1][b], int(s.node[b].max()))
         first = table[np.arange(n), 2 * option]
-        t, k, d = s.clock[b], s.k[b, r], s.d[b, r]
         # The grid: the block is busy over [t, t + d).
         span = (self._cols >= t[:, None]) & (self._cols < (t + d)[:, None])  # (n, W)
         block = bits.range_mask(first, first + k, NW)  # (n, NW)
@@ -233,12 +248,7 @@ class BatchEngine:
         on_block = (self._gpu >= first[:, None]) & (self._gpu < (first + k)[:, None])  # (n, G)
         self._mark_grid(b, first, k, t, np.minimum(t + d, T) - t)
         s.free_now[b] = np.where(on_block, 0, s.free_now[b])
-        s.placed[b, r] = True
-        s.start[b, r] = t
-        s.first[b, r] = first
-        s.earliest[b, r] = -1
-        s.at[b, r] = 0
-        s.job_value[b] += s.values[b, r, t]
+        self._finish_place(b, r, t, first)
         if self.trade_realtime:
             total = s.curves[b].sum(axis=1)
             over = ((s.load[b] + total > s.gpus[b, None]) & span_t).any(axis=1)
@@ -264,6 +274,16 @@ class BatchEngine:
         lost = hit & ~bits.any_set(kept)
         lb, lr = np.nonzero(lost)
         return b[lb], lr, e[lb, lr] + 1
+
+    def _finish_place(self, b: np.ndarray, r: np.ndarray, t: np.ndarray, first: np.ndarray) -> None:
+        """Record the placements of rows r of episodes b at t on ``first`` and earn their values."""
+        s = self.state
+        s.placed[b, r] = True
+        s.start[b, r] = t
+        s.first[b, r] = first
+        s.earliest[b, r] = -1
+        s.at[b, r] = 0
+        s.job_value[b] += s.values[b, r, t]
 
     def _mark_grid(self, b: np.ndarray, first: np.ndarray, k: np.ndarray, t: np.ndarray, length: np.ndarray) -> None:
         """Set the observation grid's channel 0 on GPUs ``first..first+k-1`` x slots ``t..t+length-1``, cell by cell."""
@@ -321,6 +341,9 @@ class BatchEngine:
     def _free_runs(self, b: np.ndarray) -> None:
         """``free_now`` of episodes b at their clock: consecutive free slots of each GPU, capped at T + 1."""
         s, T = self.state, self.sizes.slots
+        if kernels.ENABLED:
+            kernels.free_runs_into(b, s.clock, s.busy, T, s.free_now)
+            return
         cols = s.clock[b, None] + np.arange(T + 1)  # (n, T + 1)
         inside = cols < self.sizes.width
         window = np.take_along_axis(s.busy[b], np.minimum(cols, self.sizes.width - 1)[..., None], axis=1)

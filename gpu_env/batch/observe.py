@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpu_env.batch import bits, fit
+from gpu_env.batch import bits, fit, kernels
 from gpu_env.batch.engine import BatchEngine
 from gpu_env.observation import APP_CURVES, GLOBAL_FEATURES, GPU_FEATURES, JOB_FEATURES, SLOT_FEATURES
 
@@ -79,7 +79,12 @@ def _jobs(engine: BatchEngine) -> np.ndarray:
     jobs[..., 13] = s.values[episode, row, np.where(pending, e, engine.sizes.slots)] / scale
     jobs[~s.valid] = 0.0
     b, r = np.nonzero(now)
-    if b.size:
+    if b.size and kernels.ENABLED:
+        kernels.job_options_into(
+            b, r, jobs, s.gpus, s.node, s.slots, s.clock, s.load, s.curves, s.k, s.d, s.at, s.wide,
+            s.per_area, s.per_block, s.cheapest, s.reward_scale, engine.sizes.gpus,
+        )  # fmt: skip
+    elif b.size:
         # Real-time GPU-slots a start at the clock takes: k beyond the slack in each slot of its span.
         slack = s.gpus[:, None] - s.load - s.curves.sum(axis=1)  # (B, T)
         k, d, t0 = s.k[b, r], s.d[b, r], s.clock[b]

@@ -1,0 +1,359 @@
+"""Compiled loops for the numpy engine's hottest parts (numba, optional).
+
+Each kernel is a plain loop over the episodes (or placed rows) it is given,
+with the same integer arithmetic and the same float64 expressions, in the same
+order, as the array code it replaces (:mod:`gpu_env.batch.fit`,
+:mod:`gpu_env.batch.realtime`, the engine's placement and free runs, the job
+rows of :mod:`gpu_env.batch.observe`), so results are identical; the
+differential test runs with and without them.
+
+The kernels are used when numba imports and the environment variable
+``GPUALLOC_NUMBA`` is not ``0``; otherwise (numba absent: the allocator's
+default install) the engine runs its array code. The kernels are compiled on
+first use and cached on disk (``cache=True``), so only the first process pays
+the compilation (measured in ``docs/environment.md``).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+try:  # pragma: no cover - depends on the install
+    if os.environ.get("GPUALLOC_NUMBA", "1") == "0":
+        raise ImportError("disabled by GPUALLOC_NUMBA=0")
+    from numba import njit
+
+    ENABLED = True
+except ImportError:  # pragma: no cover - depends on the install
+    ENABLED = False
+
+    def njit(*args: object, **kwargs: object):  # type: ignore[no-redef]
+        """Stand-in decorator: the plain Python function (never called by the engine)."""
+
+        def wrap(f):
+            return f
+
+        return wrap
+
+
+_BIG = np.int64(1) << 40
+
+
+@njit(cache=True, nogil=True)
+def _bit(words: np.ndarray, g: int) -> bool:  # pragma: no cover - compiled
+    return (words[g >> 6] >> np.uint64(g & 63)) & np.uint64(1) != 0
+
+
+@njit(cache=True, nogil=True)
+def _choices_row(words: np.ndarray, wide: bool, size: int, gpus: int, out: np.ndarray) -> None:  # pragma: no cover
+    """One row of :func:`fit_choices` into ``out`` (6,)."""
+    first = -1
+    last = -1
+    first_len = -1
+    best = -1
+    best_len = 1 << 30
+    group = -1
+    last_start = -1
+    for g in range(gpus):
+        if words[g >> 6] == 0 or not _bit(words, g):
+            continue
+        if group < 0 or g % size == 0:
+            group = g
+            last_start = g
+        if first < 0:
+            first = g
+        last = g
+        nxt = g + 1
+        if nxt >= gpus or nxt % size == 0 or not _bit(words, nxt):
+            length = g - group + 1
+            if first_len < 0:
+                first_len = length
+            if length < best_len:
+                best_len = length
+                best = group
+            group = -1
+    if wide:
+        out[0], out[1], out[2], out[3], out[4], out[5] = first, 0, first, 0, last, 0
+    else:
+        out[0], out[1], out[2], out[3] = first, first_len - 1, best, best_len - 1
+        out[4], out[5] = last, last - last_start
+
+
+@njit(cache=True, nogil=True)
+def fit_choices(at: np.ndarray, wide: np.ndarray, node: np.ndarray, gpus: int) -> np.ndarray:  # pragma: no cover
+    """:func:`gpu_env.batch.fit.choices` row by row: (n, 6) first, waste, best, waste, last, waste.
+
+    Args:
+        at: (n, NW) uint64 non-empty sets of feasible first GPUs.
+        wide: (n,) bool.
+        node: (n,) int64 node sizes.
+        gpus: G (padded): bits at or above it are never set.
+    """
+    n = at.shape[0]
+    out = np.zeros((n, 6), dtype=np.int64)
+    for i in range(n):
+        _choices_row(at[i], wide[i], node[i], gpus, out[i])
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _envelope(x: np.ndarray, ramp: int, upper: bool, n: int) -> None:  # pragma: no cover - compiled
+    """In place over x[:n]: min_s x[s] + R|t - s| (upper) or max_s x[s] - R|t - s|, by two passes."""
+    if upper:
+        for t in range(1, n):
+            x[t] = min(x[t], x[t - 1] + ramp)
+        for t in range(n - 2, -1, -1):
+            x[t] = min(x[t], x[t + 1] + ramp)
+    else:
+        for t in range(1, n):
+            x[t] = max(x[t], x[t - 1] - ramp)
+        for t in range(n - 2, -1, -1):
+            x[t] = max(x[t], x[t + 1] - ramp)
+
+
+@njit(cache=True, nogil=True)
+def realtime_into(
+    episodes: np.ndarray,
+    curves: np.ndarray,
+    cost: np.ndarray,
+    base: np.ndarray,
+    initial: np.ndarray,
+    ramp: np.ndarray,
+    order: np.ndarray,
+    floors: np.ndarray,
+    gpus: np.ndarray,
+    load: np.ndarray,
+    slots: np.ndarray,
+    demand: np.ndarray,
+    penalty: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """:func:`gpu_env.batch.realtime.realtime_curves` and ``shortfall_cost`` written into the state, per episode."""
+    A, T = base.shape[1], base.shape[2]
+    free = np.empty(T, dtype=np.int64)
+    rest = np.empty(T, dtype=np.int64)
+    up = np.empty(T, dtype=np.int64)
+    low = np.empty(T, dtype=np.int64)
+    for b in episodes:
+        n = slots[b]
+        for t in range(T):
+            free[t] = gpus[b] - load[b, t]
+            s = 0
+            for a in range(A):
+                s += floors[b, a, t]
+            rest[t] = s
+        for i in range(A):
+            a = order[b, i]
+            r = ramp[b, a]
+            init = initial[b, a]
+            for t in range(T):
+                rest[t] -= floors[b, a, t]
+            for t in range(n):
+                cap = max(free[t] - rest[t], floors[b, a, t])
+                up[t] = min(init + r * (t + 1), cap)
+            _envelope(up, r, True, n)
+            for t in range(n):
+                target = min(base[b, a, t], up[t])
+                low[t] = max(target, max(0, init - r * (t + 1)))
+            _envelope(low, r, False, n)
+            for t in range(T):
+                c = max(min(low[t], up[t]), 0) if t < n else 0
+                curves[b, a, t] = c
+                free[t] -= c
+        total = 0.0
+        for a in range(A):
+            short = 0
+            for t in range(T):
+                short += max(0, demand[b, a, t] - curves[b, a, t])
+            total = total + penalty[b, a] * short
+        cost[b] = total
+
+
+@njit(cache=True, nogil=True)
+def mark_into(
+    b: np.ndarray,
+    first: np.ndarray,
+    k: np.ndarray,
+    t: np.ndarray,
+    d: np.ndarray,
+    slots: np.ndarray,
+    busy: np.ndarray,
+    load: np.ndarray,
+    grid: np.ndarray,
+    free_now: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """Placements' blocks into the busy sets, load, observation grid and free runs (the engine's ``_place``)."""
+    W, T = busy.shape[1], load.shape[1]
+    for i in range(b.size):
+        e, g0, kk, t0 = b[i], first[i], k[i], t[i]
+        end = min(t0 + d[i], W)
+        for g in range(g0, g0 + kk):
+            bit = np.uint64(1) << np.uint64(g & 63)
+            for c in range(t0, end):
+                busy[e, c, g >> 6] |= bit
+            for c in range(t0, min(end, T)):
+                grid[e, g, c, 0] = 1.0
+            free_now[e, g] = 0
+        for c in range(t0, min(end, T, slots[e])):
+            load[e, c] += kk
+
+
+@njit(cache=True, nogil=True)
+def narrow_into(
+    b: np.ndarray,
+    first: np.ndarray,
+    k: np.ndarray,
+    t: np.ndarray,
+    d: np.ndarray,
+    earliest: np.ndarray,
+    rk: np.ndarray,
+    rd: np.ndarray,
+    at: np.ndarray,
+    room: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """Rows whose span meets a new block lose the blocks that meet it, or all when the room falls under k.
+
+    Args:
+        b: (n,) episodes of the placements.
+        first: (n,) first GPU of each block.
+        k: (n,) GPUs of each block.
+        t: (n,) start of each placement.
+        d: (n,) duration.
+        earliest: (B, R) state.
+        rk: (B, R) state ``k``.
+        rd: (B, R) state ``d``.
+        at: (B, R, NW) state, narrowed in place.
+        room: (n, T) ``BatchEngine.room(b)`` (huge past each horizon).
+
+    Returns:
+        (n, R) bool: rows left with no feasible first GPU (to search on).
+    """
+    R, NW = earliest.shape[1], at.shape[2]
+    T = room.shape[1]
+    lost = np.zeros((b.size, R), dtype=np.bool_)
+    for i in range(b.size):
+        e = b[i]
+        for r in range(R):
+            s = earliest[e, r]
+            if s < 0 or s >= t[i] + d[i] or s + rd[e, r] <= t[i]:
+                continue
+            lo = max(first[i] - rk[e, r] + 1, 0)
+            hi = min(first[i] + k[i], 64 * NW)
+            for g in range(lo, hi):
+                at[e, r, g >> 6] &= ~(np.uint64(1) << np.uint64(g & 63))
+            empty = True
+            for w in range(NW):
+                if at[e, r, w] != 0:
+                    empty = False
+            if not empty:
+                low = _BIG
+                for c in range(s, min(s + rd[e, r], T)):
+                    low = min(low, room[i, c])
+                if low < rk[e, r]:
+                    for w in range(NW):
+                        at[e, r, w] = 0
+                    empty = True
+            lost[i, r] = empty
+    return lost
+
+
+@njit(cache=True, nogil=True)
+def free_runs_into(
+    b: np.ndarray, clock: np.ndarray, busy: np.ndarray, slots: int, free_now: np.ndarray
+) -> None:  # pragma: no cover
+    """``free_now`` of episodes b: consecutive free slots of each GPU from the clock, capped at T + 1."""
+    W, G = busy.shape[1], free_now.shape[1]
+    for e in b:
+        c0 = clock[e]
+        for g in range(G):
+            w, bit = g >> 6, np.uint64(1) << np.uint64(g & 63)
+            run = slots + 1
+            for j in range(slots + 1):
+                c = c0 + j
+                if c < W and busy[e, c, w] & bit:
+                    run = j
+                    break
+            free_now[e, g] = run
+
+
+@njit(cache=True, nogil=True)
+def job_options_into(
+    b: np.ndarray,
+    r: np.ndarray,
+    jobs: np.ndarray,
+    gpus: np.ndarray,
+    node: np.ndarray,
+    slots: np.ndarray,
+    clock: np.ndarray,
+    load: np.ndarray,
+    curves: np.ndarray,
+    k: np.ndarray,
+    d: np.ndarray,
+    at: np.ndarray,
+    wide: np.ndarray,
+    per_area: np.ndarray,
+    per_block: np.ndarray,
+    cheapest: np.ndarray,
+    reward_scale: np.ndarray,
+    width: int,
+) -> None:  # pragma: no cover - compiled
+    """Columns 14.. of the job rows that can start now (``observe._jobs``): real-time take, options, waste."""
+    A, T = curves.shape[1], curves.shape[2]
+    NW = at.shape[2]
+    opts = np.zeros(6, dtype=np.int64)
+    for i in range(b.size):
+        e, row = b[i], r[i]
+        kk, t0 = k[e, row], clock[e]
+        end = min(t0 + d[e, row], slots[e])
+        take = 0
+        for t in range(t0, end):
+            c = min(t, T - 1)
+            total = 0
+            for a in range(A):
+                total += curves[e, a, c]
+            over = kk - (gpus[e] - load[e, c] - total)
+            if over > 0:
+                take += over
+        words = at[e, row]
+        _choices_row(words, wide[e, row], node[e], width, opts)
+        members = 0
+        for w in range(NW):
+            x = words[w]
+            while x:
+                x &= x - np.uint64(1)
+                members += 1
+        gpu_scale = 1.0 / gpus[e]
+        waste_scale = 1.0 / node[e]
+        cut = cheapest[e] / reward_scale[e]
+        jobs[e, row, 14] = take * per_area[e, row]
+        jobs[e, row, 15] = take * cut
+        jobs[e, row, 16] = members * per_block[e, row]
+        for j in range(3):
+            jobs[e, row, 17 + 2 * j] = opts[2 * j] * gpu_scale
+            jobs[e, row, 18 + 2 * j] = opts[2 * j + 1] * waste_scale
+
+
+@njit(cache=True, nogil=True)
+def over_span(
+    b: np.ndarray,
+    t: np.ndarray,
+    d: np.ndarray,
+    slots: np.ndarray,
+    load: np.ndarray,
+    curves: np.ndarray,
+    gpus: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """(n,) bool: the load plus the curves exceed G somewhere in each placement's span (inside the horizon)."""
+    A, T = curves.shape[1], curves.shape[2]
+    out = np.zeros(b.size, dtype=np.bool_)
+    for i in range(b.size):
+        e = b[i]
+        for c in range(t[i], min(t[i] + d[i], T, slots[e])):
+            total = load[e, c]
+            for a in range(A):
+                total += curves[e, a, c]
+            if total > gpus[e]:
+                out[i] = True
+                break
+    return out
