@@ -300,6 +300,13 @@ class BatchEngine:
         s, T = self.state, self.sizes.slots
         if not b.size:
             return
+        if kernels.ENABLED:
+            used = s.floor_total if self.trade_realtime else s.curves.sum(axis=1)
+            kernels.search_into(
+                b, r, begin, s.lo, s.hi, s.k, s.d, s.shifts, s.allowed, s.everyone, s.busy, s.gpus, s.slots,
+                used, s.load, s.earliest, s.at,
+            )  # fmt: skip
+            return
         episodes, which = np.unique(b, return_inverse=True)
         table = _or_table(s.busy[episodes], self.sizes.duration)  # (u, L, W, NW)
         k, d = s.k[b, r], s.d[b, r]

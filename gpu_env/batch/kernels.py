@@ -357,3 +357,166 @@ def over_span(
                 out[i] = True
                 break
     return out
+
+
+@njit(cache=True, nogil=True)
+def search_into(
+    b: np.ndarray,
+    r: np.ndarray,
+    begin: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    k: np.ndarray,
+    d: np.ndarray,
+    shifts: np.ndarray,
+    allowed: np.ndarray,
+    everyone: np.ndarray,
+    busy: np.ndarray,
+    gpus: np.ndarray,
+    slots: np.ndarray,
+    used: np.ndarray,
+    load: np.ndarray,
+    earliest: np.ndarray,
+    at: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """The engine's ``_search``: each (episode, row) to its first feasible start >= begin, and its first GPUs there.
+
+    A start t fits when the room (G less the used real-time GPUs and the load; unbounded past the
+    horizon) holds k in every slot of ``[t, t + d)`` and some allowed first GPU begins a run of k GPUs
+    free over the whole span (the OR of the span's busy sets, runs grown by the row's shifts).
+    """
+    T, NW = load.shape[1], busy.shape[2]
+    span = np.zeros(NW, dtype=np.uint64)
+    run = np.zeros(NW, dtype=np.uint64)
+    moved = np.zeros(NW, dtype=np.uint64)
+    for i in range(b.size):
+        e, row = b[i], r[i]
+        kk, dd = k[e, row], d[e, row]
+        found = -1
+        for t in range(max(begin[i], lo[e, row]), min(hi[e, row], T)):
+            fits = True
+            for c in range(t, min(t + dd, T)):
+                if c < slots[e] and gpus[e] - used[e, c] - load[e, c] < kk:
+                    fits = False
+                    break
+            if not fits:
+                continue
+            for w in range(NW):
+                span[w] = 0
+            for c in range(t, t + dd):
+                for w in range(NW):
+                    span[w] |= busy[e, c, w]
+            for w in range(NW):
+                run[w] = ~span[w] & everyone[e, w]
+            for level in range(shifts.shape[2]):
+                s = shifts[e, row, level]
+                if s == 0:
+                    continue
+                q, rr = s >> 6, np.uint64(s & 63)
+                for w in range(NW):
+                    low = run[w + q] if w + q < NW else np.uint64(0)
+                    high = run[w + q + 1] if w + q + 1 < NW else np.uint64(0)
+                    moved[w] = low >> rr
+                    if rr > 0:
+                        moved[w] |= high << (np.uint64(64) - rr)
+                for w in range(NW):
+                    run[w] &= moved[w]
+            nonempty = False
+            for w in range(NW):
+                run[w] &= allowed[e, row, w]
+                if run[w] != 0:
+                    nonempty = True
+            if nonempty:
+                found = t
+                break
+        earliest[e, row] = found
+        for w in range(NW):
+            at[e, row, w] = run[w] if found >= 0 else np.uint64(0)
+
+
+@njit(cache=True, nogil=True)
+def jobs_into(
+    jobs: np.ndarray,
+    valid: np.ndarray,
+    placed: np.ndarray,
+    earliest: np.ndarray,
+    done: np.ndarray,
+    clock: np.ndarray,
+    slots: np.ndarray,
+    row_table: np.ndarray,
+    values: np.ndarray,
+    reward_scale: np.ndarray,
+    width: int,
+) -> None:  # pragma: no cover - compiled
+    """Columns 0..13 of ``observe._jobs`` for every row (``jobs`` zeroed beforehand; padding rows stay 0)."""
+    B, R = valid.shape
+    for e in range(B):
+        c0, T, scale = clock[e], slots[e], reward_scale[e]
+        shift = c0 / T
+        for row in range(R):
+            if not valid[e, row]:
+                continue
+            s = earliest[e, row]
+            pending = s >= 0
+            now = s == c0 and not done[e]
+            jobs[e, row, 0] = 1.0
+            jobs[e, row, 1] = 1.0 if pending else 0.0
+            jobs[e, row, 2] = 1.0 if placed[e, row] else 0.0
+            jobs[e, row, 3] = 1.0 if now else 0.0
+            for j in range(7):
+                jobs[e, row, 4 + j] = row_table[e, row, j]
+            jobs[e, row, 8] = row_table[e, row, 4] - shift
+            jobs[e, row, 9] = row_table[e, row, 5] - shift
+            jobs[e, row, 11] = (s - c0) / T if pending else 1.0
+            jobs[e, row, 12] = values[e, row, min(c0, T)] / scale * (1.0 if now else 0.0)
+            jobs[e, row, 13] = values[e, row, s if pending else width] / scale
+
+
+@njit(cache=True, nogil=True)
+def gpus_into(out: np.ndarray, gpus: np.ndarray, node: np.ndarray, free_now: np.ndarray, H: int) -> None:  # pragma: no cover
+    """``observe._gpus`` into a zeroed (B, G, 3) array."""
+    B, G = free_now.shape
+    inv = 1.0 / H
+    for e in range(B):
+        size = node[e]
+        for g in range(min(gpus[e], G)):
+            out[e, g, 0] = 1.0
+            out[e, g, 1] = (g % size) / size
+            out[e, g, 2] = min(free_now[e, g], H) * inv
+
+
+@njit(cache=True, nogil=True)
+def slots_into(
+    out: np.ndarray,
+    gpus: np.ndarray,
+    slots: np.ndarray,
+    clock: np.ndarray,
+    load: np.ndarray,
+    curves: np.ndarray,
+    demand: np.ndarray,
+    floor_total: np.ndarray,
+    decay_weights: np.ndarray,
+    trade: bool,
+) -> None:  # pragma: no cover - compiled
+    """``observe._slots`` into a zeroed (B, T, 9) array."""
+    B, A, T = curves.shape
+    for e in range(B):
+        G = gpus[e]
+        for t in range(min(slots[e], T)):
+            total = 0
+            want = 0
+            short = 0
+            for a in range(A):
+                total += curves[e, a, t]
+                want += demand[e, a, t]
+                short += max(0, demand[e, a, t] - curves[e, a, t])
+            used = floor_total[e, t] if trade else total
+            out[e, t, 0] = 1.0
+            out[e, t, 1] = 1.0 if t < clock[e] else 0.0
+            out[e, t, 2] = load[e, t] / G
+            out[e, t, 3] = total / G
+            out[e, t, 4] = want / G
+            out[e, t, 5] = short / G
+            out[e, t, 6] = (G - load[e, t] - total) / G
+            out[e, t, 7] = (G - used - load[e, t]) / G
+            out[e, t, 8] = decay_weights[e, t]

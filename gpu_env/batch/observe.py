@@ -67,6 +67,18 @@ def _jobs(engine: BatchEngine) -> np.ndarray:
     now = engine.now()
     scale = s.reward_scale[:, None]
     jobs = np.zeros((B, R, len(JOB_FEATURES)), dtype=np.float32)  # float64 values, cast on assignment
+    if kernels.ENABLED:
+        kernels.jobs_into(
+            jobs, s.valid, s.placed, s.earliest, s.done, s.clock, s.slots, s.row_table, s.values,
+            s.reward_scale, engine.sizes.slots,
+        )  # fmt: skip
+        b, r = np.nonzero(now)
+        if b.size:
+            kernels.job_options_into(
+                b, r, jobs, s.gpus, s.node, s.slots, s.clock, s.load, s.curves, s.k, s.d, s.at, s.wide,
+                s.per_area, s.per_block, s.cheapest, s.reward_scale, engine.sizes.gpus,
+            )  # fmt: skip
+        return jobs
     jobs[..., 0] = s.valid
     jobs[..., 1] = pending
     jobs[..., 2] = s.placed
@@ -79,12 +91,7 @@ def _jobs(engine: BatchEngine) -> np.ndarray:
     jobs[..., 13] = s.values[episode, row, np.where(pending, e, engine.sizes.slots)] / scale
     jobs[~s.valid] = 0.0
     b, r = np.nonzero(now)
-    if b.size and kernels.ENABLED:
-        kernels.job_options_into(
-            b, r, jobs, s.gpus, s.node, s.slots, s.clock, s.load, s.curves, s.k, s.d, s.at, s.wide,
-            s.per_area, s.per_block, s.cheapest, s.reward_scale, engine.sizes.gpus,
-        )  # fmt: skip
-    elif b.size:
+    if b.size:
         # Real-time GPU-slots a start at the clock takes: k beyond the slack in each slot of its span.
         slack = s.gpus[:, None] - s.load - s.curves.sum(axis=1)  # (B, T)
         k, d, t0 = s.k[b, r], s.d[b, r], s.clock[b]
@@ -114,6 +121,9 @@ def _gpus(engine: BatchEngine) -> np.ndarray:
     g = np.arange(engine.sizes.gpus)
     inside = g < s.gpus[:, None]
     out = np.zeros((engine.batch, engine.sizes.gpus, len(GPU_FEATURES)), dtype=np.float32)
+    if kernels.ENABLED:
+        kernels.gpus_into(out, s.gpus, s.node, s.free_now, H)
+        return out
     out[..., 0] = inside
     node = s.node[:, None]
     out[..., 1] = np.where(inside, (g % node) / node, 0.0)
@@ -127,8 +137,14 @@ def _slots(engine: BatchEngine) -> np.ndarray:
     G = s.gpus[:, None]
     t = np.arange(T)
     inside = t < s.slots[:, None]
-    total = s.curves.sum(axis=1)
     out = np.zeros((engine.batch, T, len(SLOT_FEATURES)), dtype=np.float32)
+    if kernels.ENABLED:
+        kernels.slots_into(
+            out, s.gpus, s.slots, s.clock, s.load, s.curves, s.demand, s.floor_total, s.decay_weights,
+            engine.trade_realtime,
+        )  # fmt: skip
+        return out
+    total = s.curves.sum(axis=1)
     out[..., 0] = inside
     out[..., 1] = t < s.clock[:, None]
     out[..., 2] = s.load / G
