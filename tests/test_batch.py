@@ -147,6 +147,20 @@ def test_one_scenario_many_rollouts_with_padding_to_larger_sizes() -> None:
     assert tally.trajectories == 40
 
 
+@pytest.mark.parametrize("compiled", [True, False])
+def test_matches_reference_with_and_without_the_kernels(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both paths of the numpy engine: the kernels (numba, or plain Python loops without it) and the array code."""
+    from gpu_env.batch import kernels
+
+    monkeypatch.setattr(kernels, "ENABLED", compiled)
+    scenarios = [generate(family, 6000 + seed, gpus=16, num_jobs=10) for seed in range(2) for family in ALL_FAMILIES]
+    scenarios += [generate("scale-64x30", 6100, gpus=72, num_jobs=10)]  # two words
+    tally = drive(scenarios, batch=8, seed=5)
+    assert tally.trajectories == len(scenarios)
+    tally = drive(scenarios[:6], batch=4, seed=6, trade_realtime=False)
+    assert tally.trajectories == 6
+
+
 def test_forbidden_actions_and_done_episodes_change_nothing() -> None:
     sc = generate("mixed-control", 3)
     engine = BatchEngine.for_scenarios([sc], batch=2)

@@ -473,7 +473,9 @@ def jobs_into(
 
 
 @njit(cache=True, nogil=True)
-def gpus_into(out: np.ndarray, gpus: np.ndarray, node: np.ndarray, free_now: np.ndarray, H: int) -> None:  # pragma: no cover
+def gpus_into(
+    out: np.ndarray, gpus: np.ndarray, node: np.ndarray, free_now: np.ndarray, H: int
+) -> None:  # pragma: no cover - compiled
     """``observe._gpus`` into a zeroed (B, G, 3) array."""
     B, G = free_now.shape
     inv = 1.0 / H
