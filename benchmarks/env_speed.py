@@ -11,7 +11,8 @@ until the episode ends. Three levels are timed:
 * ``batch B``: :class:`gpu_env.batch.BatchEngine` with B episodes of the 64 x 30 scenario
   advanced together (masks, step and every observation key each step; an episode that ends
   restarts in the next step), against ``env`` measured in the same rounds (interleaved);
-  ``batch B core`` leaves out the observation (masks and step only).
+  ``batch B core`` leaves out the observation (masks and step only); ``batch B array`` is ``batch B``
+  with the compiled kernels off (the engine's array code, what runs without numba).
 
 Rates are steps per CPU-second of this process (``time.process_time``), which
 other processes on a shared machine disturb less than wall time; wall-clock
@@ -34,7 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_env.batch import BatchEngine
+from gpu_env.batch import BatchEngine, kernels
 from gpu_env.batch.observe import observe
 from gpu_env.env import GpuClusterEnv
 from gpu_env.episode import ActionLayout, Episode
@@ -81,8 +82,19 @@ def run_core(scenario, actions: str, seconds: float, seed: int) -> tuple[int, in
     return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
+def run_batch(
+    engine: BatchEngine, scenario, seconds: float, seed: int, full: bool, compiled: bool = True
+) -> tuple[int, int, float, float]:
     """The batched engine for about ``seconds`` of CPU time; steps count the episodes that were running."""
+    available = kernels.ENABLED
+    kernels.ENABLED = available and compiled
+    try:
+        return _run_batch(engine, scenario, seconds, seed, full)
+    finally:
+        kernels.ENABLED = available
+
+
+def _run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
     rng = np.random.default_rng(seed)
     steps = episodes = 0
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -107,13 +119,16 @@ def batch_rows(scenario, sizes: tuple[int, ...], seconds: float, rounds: int, se
         engine = BatchEngine.for_scenarios([scenario], batch=B)
         configs[f"batch {B}"] = engine
         configs[f"batch {B} core"] = engine
+        if kernels.ENABLED:
+            configs[f"batch {B} array"] = engine
     totals = {name: [0, 0, 0.0, 0.0] for name in configs}
     for r in range(rounds):
         for name, target in configs.items():
             if name == "env":
                 result = run_env(target, seconds / rounds, seed + r)
             else:
-                result = run_batch(target, scenario, seconds / rounds, seed + r, full=not name.endswith("core"))
+                full, compiled = not name.endswith("core"), not name.endswith("array")
+                result = run_batch(target, scenario, seconds / rounds, seed + r, full=full, compiled=compiled)
             for i, value in enumerate(result):
                 totals[name][i] += value
     return [(name, steps / cpu, steps / wall, episodes) for name, (steps, episodes, cpu, wall) in totals.items()]
@@ -131,8 +146,15 @@ def machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"{model}, {os.cpu_count()} logical CPUs, load average {load:.2f} at the start; "
-        f"Python {platform.python_version()}, numpy {np.__version__}; {calibration()}"
+        f"Python {platform.python_version()}, numpy {np.__version__}, engine kernels "
+        f"{'numba ' + _numba_version() if kernels.ENABLED else 'off (no numba: array code)'}; {calibration()}"
     )
+
+
+def _numba_version() -> str:
+    import numba
+
+    return numba.__version__
 
 
 def calibration() -> str:
@@ -217,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         f"scale-64x30 (64 GPUs x 30 jobs), FIT actions, numpy on one core; {args.rounds} interleaved rounds of",
         f"{args.seconds:g} CPU-s per configuration. Steps are episode-steps (B per call while all run). `env`: the",
         "single GpuClusterEnv (observation, info and mask each step); `batch B`: masks, step and every observation key",
-        "for all B episodes each call (episodes that end restart); `batch B core`: masks and step only.",
+        "for all B episodes each call (episodes that end restart); `batch B core`: masks and step only;",
+        "`batch B array`: `batch B` with the numba kernels off (the array code that runs without numba).",
         "",
         "| level | steps / CPU-s | steps / wall-s | x single env |",
         "| --- | --- | --- | --- |",
@@ -234,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     lines += [
         "",
-        f"Reproduce: `taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}`.",
+        f"Reproduce: `taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}` "
+        "(numba installed: `pip install -e .[fast]`).",
         "",
     ]
     write_text_atomic(args.out, "\n".join(lines))
