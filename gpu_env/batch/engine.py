@@ -366,23 +366,45 @@ class BatchEngine:
         if sc is None:
             raise ValueError(f"episode {i} has not been reset")
         s = self.state
-        starts: dict[int, tuple[int, int]] = {}
-        for j, job in enumerate(sc.jobs):
-            if job.running_on is not None:
-                starts[j] = (0, job.running_on[0])
-        rows = self._rows[i]
-        for r in np.flatnonzero(s.placed[i, : rows.size]).tolist():
-            starts[int(rows[r])] = (int(s.start[i, r]), int(s.first[i, r]))
-        placements = []
-        for j in sorted(starts):
-            t, g = starts[j]
-            job = sc.jobs[j]
-            placements.append(Placement(job.id, t, tuple(range(g, g + job.gpus))))
-        T = sc.slots
-        curves = {app.name: [int(x) for x in s.curves[i, a, :T]] for a, app in enumerate(sc.apps)}
-        plan = Plan(sc.name, scheduler, placements, curves)
-        plan.metrics = compute_metrics(sc, plan)
-        return plan
+        return plan_of(sc, self._rows[i], s.placed[i], s.start[i], s.first[i], s.curves[i], scheduler)
+
+
+def plan_of(
+    sc: Scenario,
+    rows: np.ndarray,
+    placed: np.ndarray,
+    start: np.ndarray,
+    first: np.ndarray,
+    curves: np.ndarray,
+    scheduler: str = "env",
+) -> Plan:
+    """The plan of one episode from its arrays (any engine's), with metrics: ``Episode.plan()``'s.
+
+    Args:
+        sc: The scenario.
+        rows: (R_s,) scenario job index of each row.
+        placed: (R,) bool.
+        start: (R,) start slot of each placed row.
+        first: (R,) first GPU of each placed row.
+        curves: (A, T) real-time curves.
+        scheduler: The plan's scheduler name.
+    """
+    starts: dict[int, tuple[int, int]] = {}
+    for j, job in enumerate(sc.jobs):
+        if job.running_on is not None:
+            starts[j] = (0, job.running_on[0])
+    for r in np.flatnonzero(placed[: rows.size]).tolist():
+        starts[int(rows[r])] = (int(start[r]), int(first[r]))
+    placements = []
+    for j in sorted(starts):
+        t, g = starts[j]
+        job = sc.jobs[j]
+        placements.append(Placement(job.id, t, tuple(range(g, g + job.gpus))))
+    T = sc.slots
+    plan_curves = {app.name: [int(x) for x in curves[a, :T]] for a, app in enumerate(sc.apps)}
+    plan = Plan(sc.name, scheduler, placements, plan_curves)
+    plan.metrics = compute_metrics(sc, plan)
+    return plan
 
 
 def _or_table(busy: np.ndarray, duration: int) -> np.ndarray:
