@@ -50,16 +50,15 @@ def drive(
 ) -> Tally:
     """Run every scenario to its end once in a batch of ``batch`` slots, comparing with the reference each step.
 
-    ``device`` None drives the numpy engine; ``"cpu"`` or ``"cuda"`` the torch engine there (masks, rewards,
-    objectives and plans; its observations are not compared).
+    ``device`` None drives the numpy engine; ``"cpu"`` or ``"cuda"`` the torch engine there.
     """
     sizes = sizes or sizes_for(scenarios)
     if device is None:
         engine = BatchEngine(batch, sizes, trade_realtime=trade_realtime)
     else:
-        from gpu_env.batch.torch_engine import TorchEngine
+        from gpu_env.batch import torch_engine
 
-        engine = TorchEngine(batch, sizes, trade_realtime=trade_realtime, device=device)
+        engine = torch_engine.TorchEngine(batch, sizes, trade_realtime=trade_realtime, device=device)
     limits = sizes.limits()
     layout = ActionLayout.make(ActionMode.FIT, sizes.jobs, sizes.gpus)
     queue = list(scenarios)
@@ -83,7 +82,9 @@ def drive(
     step = 0
     while any(ep is not None for ep in episodes):
         masks = _np(engine.action_masks())
-        obs = observe(engine) if step % observe_every == 0 and device is None else None
+        obs = None
+        if step % observe_every == 0:
+            obs = observe(engine) if device is None else {k: _np(v) for k, v in torch_engine.observe(engine).items()}
         done_now = _np(engine.state.done)
         actions = np.zeros(batch, dtype=np.int64)
         for i, ep in enumerate(episodes):

@@ -31,6 +31,7 @@ from gpu_env.batch import bits
 from gpu_env.batch.engine import plan_of, sizes_for
 from gpu_env.batch.state import BatchState, Sizes, Start
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode
+from gpu_env.observation import GLOBAL_FEATURES, JOB_FEATURES
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
 
@@ -417,3 +418,152 @@ def _realtime_curves(
         curves[ep, a] = curve
         free = free - curve
     return curves
+
+
+# ---------------------------------------------------------------------------------------------- observations
+
+KEYS: tuple[str, ...] = ("jobs", "grid", "gpus", "slots", "apps", "app_info", "globals", "action_mask")
+
+
+def observe(engine: TorchEngine, keys: Sequence[str] = KEYS) -> dict[str, torch.Tensor]:
+    """The observations of all B episodes as tensors on the engine's device (``gpu_env.batch.observe``'s values).
+
+    Every column is computed in float64 and cast to float32, as the encoder does; the action mask is int8.
+
+    Raises:
+        ValueError: An unknown key.
+    """
+    keys = tuple(keys)
+    unknown = set(keys) - set(KEYS)
+    if unknown:
+        raise ValueError(f"observe: unknown keys {sorted(unknown)} (expected some of {', '.join(KEYS)})")
+    s = engine.state
+    out: dict[str, torch.Tensor] = {}
+    if "jobs" in keys:
+        out["jobs"] = _jobs(engine)
+    if "grid" in keys:
+        out["grid"] = s.grid.clone()
+    if "gpus" in keys:
+        out["gpus"] = _gpus(engine)
+    if "slots" in keys:
+        out["slots"] = _slots(engine)
+    if "apps" in keys:
+        G = s.gpus[:, None, None].to(torch.float64)
+        out["apps"] = torch.stack([s.demand / G, s.curves / G, s.floors / G], dim=-1).to(torch.float32)
+    if "app_info" in keys:
+        out["app_info"] = s.app_table.to(torch.float32)
+    if "globals" in keys:
+        out["globals"] = _globals(engine)
+    if "action_mask" in keys:
+        out["action_mask"] = engine.action_masks().to(torch.int8)
+    return out
+
+
+def _jobs(engine: TorchEngine) -> torch.Tensor:
+    s = engine.state
+    B, R = s.valid.shape
+    T = s.slots[:, None].to(torch.float64)
+    clock = s.clock[:, None]
+    e = s.earliest
+    pending = e >= 0
+    now = engine.now()
+    scale = s.reward_scale[:, None]
+    f64 = torch.float64
+    jobs = torch.zeros((B, R, len(JOB_FEATURES)), dtype=f64, device=engine.device)
+    jobs[..., 0] = s.valid.to(f64)
+    jobs[..., 1] = pending.to(f64)
+    jobs[..., 2] = s.placed.to(f64)
+    jobs[..., 3] = now.to(f64)
+    jobs[..., 4:11] = s.row_table
+    jobs[..., 8:10] = s.row_table[..., 4:6] - (clock / T)[..., None]
+    jobs[..., 11] = torch.where(pending, (e - clock) / T, 1.0)
+    episode = torch.arange(B, device=engine.device)[:, None]
+    row = torch.arange(R, device=engine.device)[None, :]
+    jobs[..., 12] = s.values[episode, row, torch.minimum(clock, s.slots[:, None])] / scale * now.to(f64)
+    jobs[..., 13] = s.values[episode, row, torch.where(pending, e, engine.sizes.slots)] / scale
+    jobs[~s.valid] = 0.0
+    b, r = torch.nonzero(now, as_tuple=True)
+    if b.numel():
+        slack = s.gpus[:, None] - s.load - s.curves.sum(dim=1)  # (B, T)
+        k, d, t0 = s.k[b, r], s.d[b, r], s.clock[b]
+        end = torch.minimum(t0 + d, s.slots[b])
+        t = t0[:, None] + torch.arange(engine.sizes.duration, device=engine.device)[None, :]  # (n, D)
+        over = k[:, None] - slack[b[:, None], t.clamp(max=engine.sizes.slots - 1)]
+        take = torch.where((t < end[:, None]) & (over > 0), over, 0).sum(dim=1)
+        at = s.at[b, r]
+        table = engine._choices(at, s.wide[b, r], s.node[b]).to(f64)
+        gpu_scale = 1.0 / s.gpus[b].to(f64)
+        waste_scale = 1.0 / s.node[b].to(f64)
+        cut = s.cheapest[b] / s.reward_scale[b]
+        columns = [take * s.per_area[b, r], take * cut, at.sum(dim=1) * s.per_block[b, r]]
+        for i in range(3):
+            columns += [table[:, 2 * i] * gpu_scale, table[:, 2 * i + 1] * waste_scale]
+        jobs[b, r, 14:] = torch.stack(columns, dim=1)
+    return jobs.to(torch.float32)
+
+
+def _gpus(engine: TorchEngine) -> torch.Tensor:
+    s = engine.state
+    H = engine.sizes.slots
+    g = torch.arange(engine.sizes.gpus, device=engine.device)
+    inside = g < s.gpus[:, None]
+    node = s.node[:, None]
+    zero = torch.zeros((), dtype=torch.float64, device=engine.device)
+    out = torch.stack(
+        [
+            inside.to(torch.float64),
+            torch.where(inside, (g % node) / node, zero),
+            torch.where(inside, s.free_now.clamp(max=H) * (1.0 / H), zero),
+        ],
+        dim=-1,
+    )
+    return out.to(torch.float32)
+
+
+def _slots(engine: TorchEngine) -> torch.Tensor:
+    s = engine.state
+    T = engine.sizes.slots
+    G = s.gpus[:, None].to(torch.float64)
+    t = torch.arange(T, device=engine.device)
+    inside = t < s.slots[:, None]
+    total = s.curves.sum(dim=1)
+    used = s.floor_total if engine.trade_realtime else total
+    Gi = s.gpus[:, None]
+    out = torch.stack(
+        [
+            inside.to(torch.float64),
+            (t < s.clock[:, None]).to(torch.float64),
+            s.load / G,
+            total / G,
+            s.demand.sum(dim=1) / G,
+            (s.demand - s.curves).clamp(min=0).sum(dim=1) / G,
+            (Gi - s.load - total) / G,
+            (Gi - used - s.load) / G,
+            s.decay_weights,
+        ],
+        dim=-1,
+    )
+    out[~inside] = 0.0
+    return out.to(torch.float32)
+
+
+def _globals(engine: TorchEngine) -> torch.Tensor:
+    s = engine.state
+    sizes = engine.sizes
+    T, H = s.slots.to(torch.float64), sizes.slots
+    assert len(GLOBAL_FEATURES) == 9
+    out = torch.stack(
+        [
+            s.clock / T,
+            (T - s.clock) / H,
+            T / H,
+            s.gpus / sizes.gpus,
+            s.node / s.gpus,
+            (s.earliest >= 0).sum(dim=1) / sizes.jobs,
+            s.objective / s.reward_scale,
+            s.decay,
+            torch.full_like(s.decay, float(engine.trade_realtime)),
+        ],
+        dim=1,
+    )
+    return out.to(torch.float32)
