@@ -12,7 +12,10 @@ until the episode ends. Three levels are timed:
   advanced together (masks, step and every observation key each step; an episode that ends
   restarts in the next step), against ``env`` measured in the same rounds (interleaved);
   ``batch B core`` leaves out the observation (masks and step only); ``batch B array`` is ``batch B``
-  with the compiled kernels off (the engine's array code, what runs without numba).
+  with the compiled kernels off (the engine's array code, what runs without numba);
+* ``torch B`` / ``torch B core``: :class:`gpu_env.batch.torch_engine.TorchEngine` on the CPU (one torch
+  thread), the same loop on tensors; ``cuda B`` / ``cuda B core`` on a CUDA device when there is one
+  (rate per wall second there: the CPU time of a process driving a GPU says little).
 
 Rates are steps per CPU-second of this process (``time.process_time``), which
 other processes on a shared machine disturb less than wall time; wall-clock
@@ -112,9 +115,59 @@ def _run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: b
     return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def batch_rows(scenario, sizes: tuple[int, ...], seconds: float, rounds: int, seed: int) -> list[tuple]:
-    """(level, B, steps / CPU-s, steps / wall-s) for the single env and the engine, interleaved over rounds."""
+def run_torch(engine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
+    """The torch engine's loop (masks, observation, a uniform masked draw and step on the device)."""
+    import torch
+
+    from gpu_env.batch.torch_engine import observe as observe_torch
+
+    gen = torch.Generator(device=engine.device).manual_seed(seed)
+    sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
+    steps = episodes = 0
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    clock = time.perf_counter if engine.device.type == "cuda" else time.process_time
+    start = clock()
+    while clock() - start < seconds:
+        masks = engine.action_masks()
+        if full:
+            observe_torch(engine)
+        noise = torch.rand(masks.shape, generator=gen, device=engine.device)
+        actions = torch.where(masks, noise, -1.0).argmax(dim=1)
+        steps += int((~engine.state.done).sum())
+        _, done = engine.step(actions)
+        ended = torch.nonzero(done).flatten()
+        if ended.numel():
+            episodes += ended.numel()
+            engine.reset(scenario, index=ended.cpu().numpy())
+    sync()
+    return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
+
+
+def torch_devices(wanted: bool) -> list[str]:
+    """``["cpu"]`` plus ``"cuda"`` when torch sees a device; empty without torch or when not wanted."""
+    if not wanted:
+        return []
+    try:
+        import torch
+    except ImportError:
+        return []
+    torch.set_num_threads(1)
+    return ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+def batch_rows(
+    scenario, sizes: tuple[int, ...], seconds: float, rounds: int, seed: int, devices: list[str]
+) -> list[tuple]:
+    """(level, steps / CPU-s, steps / wall-s, episodes) for the single env and the engines, interleaved over rounds."""
     configs: dict[str, object] = {"env": GpuClusterEnv(scenario, actions="fit")}
+    for device in devices:
+        from gpu_env.batch.torch_engine import TorchEngine
+
+        name = "torch" if device == "cpu" else device
+        for B in sizes:
+            engine = TorchEngine.for_scenarios([scenario], batch=B, device=device)
+            configs[f"{name} {B}"] = engine
+            configs[f"{name} {B} core"] = engine
     for B in sizes:
         engine = BatchEngine.for_scenarios([scenario], batch=B)
         configs[f"batch {B}"] = engine
@@ -126,12 +179,15 @@ def batch_rows(scenario, sizes: tuple[int, ...], seconds: float, rounds: int, se
         for name, target in configs.items():
             if name == "env":
                 result = run_env(target, seconds / rounds, seed + r)
+            elif not name.startswith("batch"):
+                result = run_torch(target, scenario, seconds / rounds, seed + r, full=not name.endswith("core"))
             else:
                 full, compiled = not name.endswith("core"), not name.endswith("array")
                 result = run_batch(target, scenario, seconds / rounds, seed + r, full=full, compiled=compiled)
             for i, value in enumerate(result):
                 totals[name][i] += value
-    return [(name, steps / cpu, steps / wall, episodes) for name, (steps, episodes, cpu, wall) in totals.items()]
+    rows = [(name, steps / cpu, steps / wall, episodes) for name, (steps, episodes, cpu, wall) in totals.items()]
+    return sorted(rows, key=lambda row: (row[0] != "env", not row[0].startswith("batch"), row[0].split()[0]))
 
 
 def machine() -> str:
@@ -177,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--batch-sizes", type=int, nargs="*", default=list(BATCH_SIZES))
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of the batch comparison")
+    parser.add_argument("--no-torch", action="store_true", help="leave out the torch engine")
     args = parser.parse_args(argv)
 
     about = machine()
@@ -207,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             headline["fresh fit"] = record(name, "fit", "fresh", run_env(fresh, args.seconds, args.seed))
 
     scale = generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
-    batched = batch_rows(scale, tuple(args.batch_sizes), args.seconds * args.rounds, args.rounds, args.seed)
+    devices = torch_devices(not args.no_torch)
+    batched = batch_rows(scale, tuple(args.batch_sizes), args.seconds * args.rounds, args.rounds, args.seed, devices)
     single = batched[0][1]
     for name, rate, wall_rate, _ in batched:
         print(f"{name:16s} {rate:9.0f} steps/CPU-s {wall_rate:9.0f} steps/s wall  x{rate / single:.1f}")
@@ -240,13 +298,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.seconds:g} CPU-s per configuration. Steps are episode-steps (B per call while all run). `env`: the",
         "single GpuClusterEnv (observation, info and mask each step); `batch B`: masks, step and every observation key",
         "for all B episodes each call (episodes that end restart); `batch B core`: masks and step only;",
-        "`batch B array`: `batch B` with the numba kernels off (the array code that runs without numba).",
+        "`batch B array`: `batch B` with the numba kernels off (the array code that runs without numba);",
+        "`torch B`: the torch engine on the CPU (one thread), `cuda B` on the GPU (its rate per wall second).",
         "",
-        "| level | steps / CPU-s | steps / wall-s | x single env |",
+        "| level | steps / CPU-s | steps / wall-s | x single env (CPU-s; wall-s for cuda) |",
         "| --- | --- | --- | --- |",
     ]
     for name, rate, wall_rate, _ in batched:
-        lines.append(f"| {name} | {rate:.0f} | {wall_rate:.0f} | {rate / single:.1f} |")
+        ratio = (wall_rate if name.startswith("cuda") else rate) / single
+        lines.append(f"| {name} | {rate:.0f} | {wall_rate:.0f} | {ratio:.1f} |")
     at_256 = {name: rate for name, rate, _, _ in batched}.get("batch 256")
     if at_256 is not None:
         met = "met" if at_256 / single >= BATCH_TARGET else "missed"

@@ -312,10 +312,45 @@ def test_vector_env_draws_scenarios_from_families() -> None:
             for i in np.flatnonzero(terminated):
                 assert infos["plan"][i]["placements"] is not None
     assert ended > 8
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA"):
+            gym.make_vec(
+                "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="cuda"
+            )
     with pytest.raises(ValueError, match="device"):
         gym.make_vec(
-            "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="cuda"
+            "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="tpu"
         )
+
+
+@pytest.mark.parametrize("device", ["torch", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_vector_env_on_the_torch_engine_matches_the_numpy_one(device: str) -> None:
+    import gymnasium as gym
+
+    _need("cpu" if device == "torch" else device)
+    kwargs = {"num_envs": 6, "vectorization_mode": "vector_entry_point", "scenario": list(FAMILIES)}
+    ref = gym.make_vec("GpuCluster-v0", **kwargs)
+    venv = gym.make_vec("GpuCluster-v0", device=device, **kwargs)
+    obs_ref, _ = ref.reset(seed=4)
+    obs, _ = venv.reset(seed=4)
+    rng = np.random.default_rng(4)
+    ended = 0
+    for _ in range(90):
+        masks = ref.action_masks()
+        assert np.array_equal(_np(venv.action_masks()), masks)
+        for key in obs_ref:
+            np.testing.assert_allclose(_np(obs[key]), obs_ref[key], rtol=0, atol=TOL, err_msg=key)
+        actions = np.where(masks, rng.random(masks.shape), -1).argmax(axis=1)
+        obs_ref, r_ref, term_ref, trunc_ref, info_ref = ref.step(actions)
+        obs, rewards, terminated, truncated, infos = venv.step(actions)
+        np.testing.assert_allclose(_np(rewards), r_ref, rtol=0, atol=TOL)
+        assert np.array_equal(_np(terminated), term_ref) and np.array_equal(_np(truncated), trunc_ref)
+        for i in np.flatnonzero(term_ref | trunc_ref):
+            assert infos["_plan"][i] and infos["plan"][i] == info_ref["plan"][i]
+            ended += 1
+    assert ended >= 6
 
 
 def sc_small() -> Scenario:
