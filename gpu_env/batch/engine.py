@@ -217,24 +217,18 @@ class BatchEngine:
     def _place(self, b: np.ndarray, r: np.ndarray, option: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Place row r of episodes b by fit rule ``option`` at the clock; returns the rows to search on."""
         s, NW = self.state, self.sizes.words
+        if kernels.ENABLED:
+            lost = kernels.place_into(
+                b, r, option, self.trade_realtime, self.sizes.gpus, s.busy, s.load, s.grid, s.free_now, s.placed,
+                s.start, s.first, s.earliest, s.at, s.job_value, s.objective, s.curves, s.shortfall_cost, s.clock,
+                s.k, s.d, s.wide, s.node, s.values, s.slots, s.gpus, s.base, s.initial, s.ramp, s.order, s.floors,
+                s.floor_total, s.demand, s.penalty,
+            )  # fmt: skip
+            lb, lr = np.nonzero(lost)
+            return b[lb], lr, s.earliest[b[lb], lr] + 1
         n = b.size
         at = s.at[b, r]
         t, k, d = s.clock[b], s.k[b, r], s.d[b, r]
-        if kernels.ENABLED:
-            first = kernels.fit_choices(at, s.wide[b, r], s.node[b], self.sizes.gpus)[np.arange(n), 2 * option]
-            kernels.mark_into(b, first, k, t, d, s.slots, s.busy, s.load, s.grid, s.free_now)
-            self._finish_place(b, r, t, first)
-            if self.trade_realtime:
-                c = b[kernels.over_span(b, t, d, s.slots, s.load, s.curves, s.gpus)]
-                if c.size:
-                    kernels.realtime_into(
-                        c, s.curves, s.shortfall_cost, s.base, s.initial, s.ramp, s.order, s.floors, s.gpus,
-                        s.load, s.slots, s.demand, s.penalty,
-                    )  # fmt: skip
-            s.objective[b] = s.job_value[b] - s.shortfall_cost[b]
-            lost = kernels.narrow_into(b, first, k, t, d, s.earliest, s.k, s.d, s.at, self.room(b))
-            lb, lr = np.nonzero(lost)
-            return b[lb], lr, s.earliest[b[lb], lr] + 1
         table = fit.choices(at, s.wide[b, r], self._node_sets[0][b], self._node_sets[1][b], int(s.node[b].max()))
         first = table[np.arange(n), 2 * option]
         # The grid: the block is busy over [t, t + d).

@@ -48,7 +48,7 @@ def _bit(words: np.ndarray, g: int) -> bool:  # pragma: no cover - compiled
 
 @njit(cache=True, nogil=True)
 def _choices_row(words: np.ndarray, wide: bool, size: int, gpus: int, out: np.ndarray) -> None:  # pragma: no cover
-    """One row of :func:`fit_choices` into ``out`` (6,)."""
+    """One row of :func:`_choices_row` into ``out`` (6,)."""
     first = -1
     last = -1
     first_len = -1
@@ -82,23 +82,6 @@ def _choices_row(words: np.ndarray, wide: bool, size: int, gpus: int, out: np.nd
 
 
 @njit(cache=True, nogil=True)
-def fit_choices(at: np.ndarray, wide: np.ndarray, node: np.ndarray, gpus: int) -> np.ndarray:  # pragma: no cover
-    """:func:`gpu_env.batch.fit.choices` row by row: (n, 6) first, waste, best, waste, last, waste.
-
-    Args:
-        at: (n, NW) uint64 non-empty sets of feasible first GPUs.
-        wide: (n,) bool.
-        node: (n,) int64 node sizes.
-        gpus: G (padded): bits at or above it are never set.
-    """
-    n = at.shape[0]
-    out = np.zeros((n, 6), dtype=np.int64)
-    for i in range(n):
-        _choices_row(at[i], wide[i], node[i], gpus, out[i])
-    return out
-
-
-@njit(cache=True, nogil=True)
 def _envelope(x: np.ndarray, ramp: int, upper: bool, n: int) -> None:  # pragma: no cover - compiled
     """In place over x[:n]: min_s x[s] + R|t - s| (upper) or max_s x[s] - R|t - s|, by two passes."""
     if upper:
@@ -114,8 +97,8 @@ def _envelope(x: np.ndarray, ramp: int, upper: bool, n: int) -> None:  # pragma:
 
 
 @njit(cache=True, nogil=True)
-def realtime_into(
-    episodes: np.ndarray,
+def _realtime_one(
+    b: int,
     curves: np.ndarray,
     cost: np.ndarray,
     base: np.ndarray,
@@ -128,46 +111,149 @@ def realtime_into(
     slots: np.ndarray,
     demand: np.ndarray,
     penalty: np.ndarray,
+    scratch: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """:func:`gpu_env.batch.realtime.realtime_curves` and ``shortfall_cost`` written into the state, per episode."""
+    """The curves and shortfall cost of episode b (``scratch``: (4, T) int64 work space)."""
     A, T = base.shape[1], base.shape[2]
-    free = np.empty(T, dtype=np.int64)
-    rest = np.empty(T, dtype=np.int64)
-    up = np.empty(T, dtype=np.int64)
-    low = np.empty(T, dtype=np.int64)
-    for b in episodes:
-        n = slots[b]
-        for t in range(T):
-            free[t] = gpus[b] - load[b, t]
-            s = 0
-            for a in range(A):
-                s += floors[b, a, t]
-            rest[t] = s
-        for i in range(A):
-            a = order[b, i]
-            r = ramp[b, a]
-            init = initial[b, a]
-            for t in range(T):
-                rest[t] -= floors[b, a, t]
-            for t in range(n):
-                cap = max(free[t] - rest[t], floors[b, a, t])
-                up[t] = min(init + r * (t + 1), cap)
-            _envelope(up, r, True, n)
-            for t in range(n):
-                target = min(base[b, a, t], up[t])
-                low[t] = max(target, max(0, init - r * (t + 1)))
-            _envelope(low, r, False, n)
-            for t in range(T):
-                c = max(min(low[t], up[t]), 0) if t < n else 0
-                curves[b, a, t] = c
-                free[t] -= c
-        total = 0.0
+    free, rest, up, low = scratch[0], scratch[1], scratch[2], scratch[3]
+    n = slots[b]
+    for t in range(T):
+        free[t] = gpus[b] - load[b, t]
+        s = 0
         for a in range(A):
-            short = 0
-            for t in range(T):
-                short += max(0, demand[b, a, t] - curves[b, a, t])
-            total = total + penalty[b, a] * short
-        cost[b] = total
+            s += floors[b, a, t]
+        rest[t] = s
+    for i in range(A):
+        a = order[b, i]
+        r = ramp[b, a]
+        init = initial[b, a]
+        for t in range(T):
+            rest[t] -= floors[b, a, t]
+        for t in range(n):
+            cap = max(free[t] - rest[t], floors[b, a, t])
+            up[t] = min(init + r * (t + 1), cap)
+        _envelope(up, r, True, n)
+        for t in range(n):
+            target = min(base[b, a, t], up[t])
+            low[t] = max(target, max(0, init - r * (t + 1)))
+        _envelope(low, r, False, n)
+        for t in range(T):
+            c = max(min(low[t], up[t]), 0) if t < n else 0
+            curves[b, a, t] = c
+            free[t] -= c
+    total = 0.0
+    for a in range(A):
+        short = 0
+        for t in range(T):
+            short += max(0, demand[b, a, t] - curves[b, a, t])
+        total = total + penalty[b, a] * short
+    cost[b] = total
+
+
+@njit(cache=True, nogil=True)
+def place_into(
+    b: np.ndarray,
+    r: np.ndarray,
+    option: np.ndarray,
+    trade: bool,
+    width: int,
+    busy: np.ndarray,
+    load: np.ndarray,
+    grid: np.ndarray,
+    free_now: np.ndarray,
+    placed: np.ndarray,
+    start: np.ndarray,
+    first: np.ndarray,
+    earliest: np.ndarray,
+    at: np.ndarray,
+    job_value: np.ndarray,
+    objective: np.ndarray,
+    curves: np.ndarray,
+    cost: np.ndarray,
+    clock: np.ndarray,
+    k: np.ndarray,
+    d: np.ndarray,
+    wide: np.ndarray,
+    node: np.ndarray,
+    values: np.ndarray,
+    slots: np.ndarray,
+    gpus: np.ndarray,
+    base: np.ndarray,
+    initial: np.ndarray,
+    ramp: np.ndarray,
+    order: np.ndarray,
+    floors: np.ndarray,
+    floor_total: np.ndarray,
+    demand: np.ndarray,
+    penalty: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    """The engine's whole ``_place`` for n placements (row r of episode b by fit rule ``option`` at the clock).
+
+    Takes the block (:func:`_choices_row`), marks it (:func:`mark_into`), records the placement and its
+    value, recomputes the curves where the new load meets them, and narrows the rows whose span meets
+    the block (:func:`narrow_into`, with the room of ``BatchEngine.room``).
+
+    Returns:
+        (n, R) bool: rows left with no feasible first GPU (to search on from their earliest start + 1).
+    """
+    n = b.size
+    A, T = curves.shape[1], curves.shape[2]
+    R, NW = earliest.shape[1], at.shape[2]
+    opts = np.zeros(6, dtype=np.int64)
+    scratch = np.empty((4, T), dtype=np.int64)
+    room = np.empty((1, T), dtype=np.int64)
+    one = np.zeros(1, dtype=np.int64)
+    blocks = np.zeros(n, dtype=np.int64)
+    for i in range(n):
+        e, row = b[i], r[i]
+        _choices_row(at[e, row], wide[e, row], node[e], width, opts)
+        blocks[i] = opts[2 * option[i]]
+    ks = np.empty(n, dtype=np.int64)
+    ds = np.empty(n, dtype=np.int64)
+    ts = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        e, row = b[i], r[i]
+        ks[i], ds[i], ts[i] = k[e, row], d[e, row], clock[e]
+    mark_into(b, blocks, ks, ts, ds, slots, busy, load, grid, free_now)
+    lost = np.zeros((n, R), dtype=np.bool_)
+    for i in range(n):
+        e, row, t = b[i], r[i], ts[i]
+        placed[e, row] = True
+        start[e, row] = t
+        first[e, row] = blocks[i]
+        earliest[e, row] = -1
+        for w in range(NW):
+            at[e, row, w] = 0
+        job_value[e] += values[e, row, t]
+        if trade:
+            over = False
+            for c in range(t, min(t + ds[i], T, slots[e])):
+                total = load[e, c]
+                for a in range(A):
+                    total += curves[e, a, c]
+                if total > gpus[e]:
+                    over = True
+                    break
+            if over:
+                _realtime_one(
+                    e, curves, cost, base, initial, ramp, order, floors, gpus, load, slots, demand, penalty, scratch
+                )
+        objective[e] = job_value[e] - cost[e]
+        for c in range(T):
+            if c < slots[e]:
+                used = floor_total[e, c]
+                if not trade:
+                    used = 0
+                    for a in range(A):
+                        used += curves[e, a, c]
+                room[0, c] = gpus[e] - used - load[e, c]
+            else:
+                room[0, c] = _BIG
+        one[0] = e
+        lost[i] = narrow_into(
+            one, blocks[i : i + 1], ks[i : i + 1], ts[i : i + 1], ds[i : i + 1], earliest, k, d, at, room
+        )[0]
+    return lost
 
 
 @njit(cache=True, nogil=True)
@@ -332,31 +418,6 @@ def job_options_into(
         for j in range(3):
             jobs[e, row, 17 + 2 * j] = opts[2 * j] * gpu_scale
             jobs[e, row, 18 + 2 * j] = opts[2 * j + 1] * waste_scale
-
-
-@njit(cache=True, nogil=True)
-def over_span(
-    b: np.ndarray,
-    t: np.ndarray,
-    d: np.ndarray,
-    slots: np.ndarray,
-    load: np.ndarray,
-    curves: np.ndarray,
-    gpus: np.ndarray,
-) -> np.ndarray:  # pragma: no cover - compiled
-    """(n,) bool: the load plus the curves exceed G somewhere in each placement's span (inside the horizon)."""
-    A, T = curves.shape[1], curves.shape[2]
-    out = np.zeros(b.size, dtype=np.bool_)
-    for i in range(b.size):
-        e = b[i]
-        for c in range(t[i], min(t[i] + d[i], T, slots[e])):
-            total = load[e, c]
-            for a in range(A):
-                total += curves[e, a, c]
-            if total > gpus[e]:
-                out[i] = True
-                break
-    return out
 
 
 @njit(cache=True, nogil=True)
