@@ -1,27 +1,30 @@
-"""On a CUDA machine: rollout and PPO-update throughput on CUDA against CPU, and one training run on the GPU.
+"""On a CUDA machine: engine, rollout and PPO-update throughput on CUDA against CPU, and one training run on the GPU.
 
 One unattended script for scarce GPU time (issue 11 section 4); it finishes in a
-few minutes and writes ``benchmarks/results/cuda.md``. It measures:
+few minutes and writes ``benchmarks/results/cuda.md``. On the 64 GPUs x 30 jobs
+scenario it measures:
 
-* **rollout**: the batched numpy engine (:class:`gpu_env.batch.BatchEngine`, on the CPU: it has no
-  torch backend yet) at B = 256 and 1024 on the 64 GPUs x 30 jobs scenario, each step: masks, the
-  network's inputs, the policy network (:class:`agents.learned.network.JobScorer`) on the device
-  (observations copied to it), a masked sample, the engine step; episode-steps per wall second,
-  with the engine's own share of the time;
-* **update**: PPO updates of the same network on a batch of real engine observations (clipped
-  surrogate on masked logits, value loss, backward, Adam): samples per second and updates per
-  second at minibatches of 1024 and 4096;
-* **train**: ``train.py --config configs/train/smoke.yaml --device cuda`` (every stage: imitation,
-  DAgger, PPO, evaluation, export) with its wall time and exit status.
+* **engine**: episode-steps per wall second of the batched engines with a uniform masked policy
+  (masks, every observation key, step, restarts): the numpy engine on the CPU (numba kernels when
+  installed), the torch engine on the CPU and on CUDA, at several B;
+* **rollout**: engine + the policy network (:class:`agents.learned.network.JobScorer`) + a masked
+  sample each step: the numpy engine with the network on the CPU, against the torch engine with
+  the network on CUDA (no copies between them);
+* **update**: PPO updates of the same network on real engine observations (clipped surrogate on
+  masked logits, value loss, entropy, backward, Adam): updates and samples per second at
+  minibatches of 1024 and 4096, CPU against CUDA;
+* **train**: ``train.py --config configs/train/smoke.yaml --device cuda`` (every stage) with its
+  wall time and exit status.
 
 Rates are wall-clock (CUDA work is synchronised before each clock read); CPU torch runs with
-``torch.get_num_threads()`` threads, as found.
+``torch.get_num_threads()`` threads, as found. A measurement that fails is recorded with its
+error and the script goes on, so one run always leaves a result file.
 
-Without CUDA the script prints one line and exits 0. ``--cpu-only`` runs every measurement on the
-CPU alone (and the training run with ``--device cpu``), to prove the script works on a machine
+Without CUDA the script prints one line and exits 0. ``--cpu-only`` runs every CPU-side
+measurement (and the training run with ``--device cpu``) to prove the script works on a machine
 without a GPU; it writes ``benchmarks/results/cuda_cpu_only.md``.
 
-Usage: ``.venv/bin/python benchmarks/cuda_check.py [--cpu-only] [--seconds 5]``.
+Usage: ``.venv/bin/python benchmarks/cuda_check.py [--cpu-only] [--seconds 4]``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results" / "cuda.md"
-ROLLOUT_SIZES = (256, 1024)
+ENGINE_SIZES = (256, 1024, 4096, 16384)  # the CPU engines stop at 1024
+ROLLOUT_SIZES = (1024, 4096)
 MINIBATCHES = (1024, 4096)
 
 
@@ -52,58 +56,89 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _inputs(obs: dict[str, np.ndarray], device: str) -> list:
-    import torch
-
-    from agents.learned.network import INPUTS
-
-    return [torch.as_tensor(obs[key], device=device) for key in INPUTS]
-
-
-def rollout(device: str, batch: int, seconds: float, hidden: int) -> tuple[float, float]:
-    """Episode-steps per wall second of engine + policy on ``device``, and the engine's share of the time."""
-    import torch
-
-    from agents.learned.network import INPUTS, JobScorer
-    from gpu_env.batch import BatchEngine
-    from gpu_env.batch.observe import observe
+def _scenario():
     from gpu_env.generators import BENCHMARK_SEEDS, generate
 
-    sc = generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
-    engine = BatchEngine.for_scenarios([sc], batch=batch)
-    net = JobScorer(hidden=hidden).to(device).eval()
+    return generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
+
+
+def _engine(kind: str, batch: int):
+    """(engine, observe function, device) for 'numpy', 'torch' (CPU) or 'cuda'."""
+    sc = _scenario()
+    if kind == "numpy":
+        from gpu_env.batch import BatchEngine
+        from gpu_env.batch.observe import observe
+
+        return BatchEngine.for_scenarios([sc], batch=batch), observe, "cpu"
+    from gpu_env.batch import torch_engine
+
+    device = "cpu" if kind == "torch" else "cuda"
+    return torch_engine.TorchEngine.for_scenarios([sc], batch=batch, device=device), torch_engine.observe, device
+
+
+def engine_rate(kind: str, batch: int, seconds: float) -> float:
+    """Episode-steps per wall second of an engine under a uniform masked policy, every observation key each step."""
+    import torch
+
+    engine, observe, device = _engine(kind, batch)
+    sc = _scenario()
     gen = torch.Generator(device=device).manual_seed(0)
-    steps, engine_time = 0, 0.0
 
     def one() -> int:
-        nonlocal engine_time
-        t0 = time.perf_counter()
-        obs = observe(engine, (*INPUTS, "action_mask"))
-        engine_time += time.perf_counter() - t0
-        with torch.no_grad():
-            logits, _ = net(*_inputs(obs, device))
-            mask = torch.as_tensor(obs["action_mask"], device=device).bool()
-            logits = torch.where(mask, logits, torch.full_like(logits, -1e9))
-            actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0].cpu().numpy()
-        t0 = time.perf_counter()
-        running = int((~engine.state.done).sum())
-        _, done = engine.step(actions)
-        ended = np.flatnonzero(done)
+        masks = torch.as_tensor(engine.action_masks(), device=device)
+        observe(engine)
+        noise = torch.rand(masks.shape, generator=gen, device=device)
+        actions = torch.where(masks, noise, -1.0).argmax(dim=1)
+        running = int((~torch.as_tensor(engine.state.done)).sum())
+        _, done = engine.step(actions if kind != "numpy" else actions.numpy())
+        ended = np.flatnonzero(np.asarray(done.cpu() if torch.is_tensor(done) else done))
         if ended.size:
             engine.reset(sc, index=ended)
-        engine_time += time.perf_counter() - t0
         return running
 
-    for _ in range(3):  # warm-up (CUDA context, kernels)
+    for _ in range(3):
         one()
     _sync(device)
-    engine_time = 0.0
-    start = time.perf_counter()
+    steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         steps += one()
     _sync(device)
-    wall = time.perf_counter() - start
-    return steps / wall, engine_time / wall
+    return steps / (time.perf_counter() - start)
+
+
+def rollout(kind: str, batch: int, seconds: float, hidden: int) -> float:
+    """Episode-steps per wall second of engine + policy network + masked sample ('numpy': all on the CPU)."""
+    import torch
+
+    from agents.learned.network import INPUTS, JobScorer
+
+    engine, observe, device = _engine(kind, batch)
+    sc = _scenario()
+    net = JobScorer(hidden=hidden).to(device).eval()
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def one() -> int:
+        obs = observe(engine, (*INPUTS, "action_mask"))
+        with torch.no_grad():
+            logits, _ = net(*[torch.as_tensor(obs[key], device=device) for key in INPUTS])
+            mask = torch.as_tensor(obs["action_mask"], device=device).bool()
+            logits = torch.where(mask, logits, torch.full_like(logits, -1e9))
+            actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
+        running = int((~torch.as_tensor(engine.state.done)).sum())
+        _, done = engine.step(actions if kind != "numpy" else actions.numpy())
+        ended = np.flatnonzero(np.asarray(done.cpu() if torch.is_tensor(done) else done))
+        if ended.size:
+            engine.reset(sc, index=ended)
+        return running
+
+    for _ in range(3):
+        one()
+    _sync(device)
+    steps, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        steps += one()
+    _sync(device)
+    return steps / (time.perf_counter() - start)
 
 
 def collect(samples: int) -> dict[str, np.ndarray]:
@@ -191,15 +226,31 @@ def train(device: str, config: str, timeout: float) -> tuple[int | str, float, s
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
             return "timeout", time.perf_counter() - start, ""
-        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        lines = [
+            line
+            for line in (proc.stdout + proc.stderr).splitlines()
+            if any(c.isalpha() for c in line) and "%|" not in line
+        ]
         return proc.returncode, time.perf_counter() - start, (lines[-1] if lines else "")[:160]
+
+
+def measure(label: str, run, unit: str = "steps/s", fmt: str = "{:,.0f}") -> str:
+    """Run one measurement and return its table cell; a failure becomes the cell (the script goes on)."""
+    try:
+        value = run()
+    except Exception as exc:
+        print(f"{label}: FAILED {type(exc).__name__}: {exc}")
+        return f"failed: {type(exc).__name__}: {str(exc)[:80]}"
+    print(f"{label}: {fmt.format(value)} {unit}")
+    return fmt.format(value)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-only", action="store_true", help="no CUDA needed: measure the CPU side only")
-    parser.add_argument("--seconds", type=float, default=5.0, help="wall seconds per measurement")
+    parser.add_argument("--seconds", type=float, default=4.0, help="wall seconds per measurement")
     parser.add_argument("--hidden", type=int, default=64, help="network width (configs/train/default.yaml: 64)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
     parser.add_argument("--train-config", default="configs/train/smoke.yaml")
     parser.add_argument("--train-timeout", type=float, default=240.0)
     parser.add_argument(
@@ -211,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available()
     if not cuda and not args.cpu_only:
         print("cuda_check: no CUDA device here (torch.cuda.is_available() is False); nothing measured", end="")
@@ -231,21 +284,42 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_only:
         lines += ["**CPU-only run** (`--cpu-only`): the CUDA columns are absent; this proves the script runs.", ""]
 
+    kinds = ["numpy", "torch"] + (["cuda"] if "cuda" in devices else [])
     lines += [
-        "## Rollout: engine + policy on the device",
+        "## Engine",
         "",
-        "scale-64x30, the numpy engine on the CPU, JobScorer(hidden="
-        f"{args.hidden}) on the device; episode-steps per wall second (engine share of the time).",
+        "Uniform masked policy, every observation key each step; episode-steps per wall second. `numpy`: the",
+        "numpy engine on the CPU; `torch`: the torch engine on the CPU; `cuda`: the torch engine on the GPU.",
         "",
-        "| B | " + " | ".join(devices) + " |",
-        "| --- |" + " --- |" * len(devices),
+        "| B | " + " | ".join(kinds) + " |",
+        "| --- |" + " --- |" * len(kinds),
+    ]
+    for batch in ENGINE_SIZES:
+        cells = []
+        for kind in kinds:
+            if kind != "cuda" and batch > 1024:
+                cells.append("")
+                continue
+            cells.append(measure(f"engine B={batch} {kind}", lambda k=kind, b=batch: engine_rate(k, b, args.seconds)))
+        if any(cells):
+            lines.append(f"| {batch} | " + " | ".join(cells) + " |")
+
+    rollout_kinds = ["numpy"] + (["cuda"] if "cuda" in devices else [])
+    lines += [
+        "",
+        "## Rollout: engine + policy",
+        "",
+        f"Engine, JobScorer(hidden={args.hidden}) and a masked sample each step; `numpy`: numpy engine and",
+        "network on the CPU; `cuda`: torch engine and network on the GPU. Episode-steps per wall second.",
+        "",
+        "| B | " + " | ".join(rollout_kinds) + " |",
+        "| --- |" + " --- |" * len(rollout_kinds),
     ]
     for batch in ROLLOUT_SIZES:
-        cells = []
-        for device in devices:
-            rate, share = rollout(device, batch, args.seconds, args.hidden)
-            print(f"rollout B={batch} {device}: {rate:.0f} steps/s (engine {100 * share:.0f}%)")
-            cells.append(f"{rate:,.0f} ({100 * share:.0f}% engine)")
+        cells = [
+            measure(f"rollout B={batch} {kind}", lambda k=kind, b=batch: rollout(k, b, args.seconds, args.hidden))
+            for kind in rollout_kinds
+        ]
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
 
     data = collect(8192)
@@ -255,17 +329,21 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"JobScorer(hidden={args.hidden}) + a value head, clipped surrogate on masked logits, value loss,",
         "entropy, backward, gradient clipping, Adam; minibatches drawn from 8,192 engine observations on",
-        "the device. Updates per wall second (samples per second).",
+        "the device. Updates per wall second (times the minibatch: samples per second).",
         "",
         "| minibatch | " + " | ".join(devices) + " |",
         "| --- |" + " --- |" * len(devices),
     ]
     for minibatch in MINIBATCHES:
-        cells = []
-        for device in devices:
-            rate = updates(device, data, minibatch, args.seconds, args.hidden)
-            print(f"update minibatch={minibatch} {device}: {rate:.2f} updates/s ({rate * minibatch:.0f} samples/s)")
-            cells.append(f"{rate:.2f} ({rate * minibatch:,.0f})")
+        cells = [
+            measure(
+                f"update minibatch={minibatch} {device}",
+                lambda d=device, m=minibatch: updates(d, data, m, args.seconds, args.hidden),
+                unit=f"updates/s (x {minibatch} samples)",
+                fmt="{:.2f}",
+            )
+            for device in devices
+        ]
         lines.append(f"| {minibatch} | " + " | ".join(cells) + " |")
 
     device = "cpu" if args.cpu_only else "cuda"
@@ -279,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Last line: `{last}`" if last else "",
         "",
         f"Reproduce: `.venv/bin/python benchmarks/cuda_check.py{' --cpu-only' if args.cpu_only else ''} "
-        f"--seconds {args.seconds:g}`.",
+        f"--seconds {args.seconds:g}{f' --threads {args.threads}' if args.threads else ''}`.",
         "",
     ]
     args.out.parent.mkdir(parents=True, exist_ok=True)
