@@ -11,7 +11,11 @@ until the episode ends. Three levels are timed:
 * ``batch B``: :class:`gpu_env.batch.BatchEngine` with B episodes of the 64 x 30 scenario
   advanced together (masks, step and every observation key each step; an episode that ends
   restarts in the next step), against ``env`` measured in the same rounds (interleaved);
-  ``batch B core`` leaves out the observation (masks and step only).
+  ``batch B core`` leaves out the observation (masks and step only); ``batch B array`` is ``batch B``
+  with the compiled kernels off (the engine's array code, what runs without numba);
+* ``torch B`` / ``torch B core``: :class:`gpu_env.batch.torch_engine.TorchEngine` on the CPU (one torch
+  thread), the same loop on tensors; ``cuda B`` / ``cuda B core`` on a CUDA device when there is one
+  (rate per wall second there: the CPU time of a process driving a GPU says little).
 
 Rates are steps per CPU-second of this process (``time.process_time``), which
 other processes on a shared machine disturb less than wall time; wall-clock
@@ -34,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_env.batch import BatchEngine
+from gpu_env.batch import BatchEngine, kernels
 from gpu_env.batch.observe import observe
 from gpu_env.env import GpuClusterEnv
 from gpu_env.episode import ActionLayout, Episode
@@ -81,8 +85,19 @@ def run_core(scenario, actions: str, seconds: float, seed: int) -> tuple[int, in
     return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
+def run_batch(
+    engine: BatchEngine, scenario, seconds: float, seed: int, full: bool, compiled: bool = True
+) -> tuple[int, int, float, float]:
     """The batched engine for about ``seconds`` of CPU time; steps count the episodes that were running."""
+    available = kernels.ENABLED
+    kernels.ENABLED = available and compiled
+    try:
+        return _run_batch(engine, scenario, seconds, seed, full)
+    finally:
+        kernels.ENABLED = available
+
+
+def _run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
     rng = np.random.default_rng(seed)
     steps = episodes = 0
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -100,23 +115,79 @@ def run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: bo
     return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def batch_rows(scenario, sizes: tuple[int, ...], seconds: float, rounds: int, seed: int) -> list[tuple]:
-    """(level, B, steps / CPU-s, steps / wall-s) for the single env and the engine, interleaved over rounds."""
+def run_torch(engine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
+    """The torch engine's loop (masks, observation, a uniform masked draw and step on the device)."""
+    import torch
+
+    from gpu_env.batch.torch_engine import observe as observe_torch
+
+    gen = torch.Generator(device=engine.device).manual_seed(seed)
+    sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
+    steps = episodes = 0
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    clock = time.perf_counter if engine.device.type == "cuda" else time.process_time
+    start = clock()
+    while clock() - start < seconds:
+        masks = engine.action_masks()
+        if full:
+            observe_torch(engine)
+        noise = torch.rand(masks.shape, generator=gen, device=engine.device)
+        actions = torch.where(masks, noise, -1.0).argmax(dim=1)
+        steps += int((~engine.state.done).sum())
+        _, done = engine.step(actions)
+        ended = torch.nonzero(done).flatten()
+        if ended.numel():
+            episodes += ended.numel()
+            engine.reset(scenario, index=ended.cpu().numpy())
+    sync()
+    return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
+
+
+def torch_devices(wanted: bool) -> list[str]:
+    """``["cpu"]`` plus ``"cuda"`` when torch sees a device; empty without torch or when not wanted."""
+    if not wanted:
+        return []
+    try:
+        import torch
+    except ImportError:
+        return []
+    torch.set_num_threads(1)
+    return ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
+
+
+def batch_rows(
+    scenario, sizes: tuple[int, ...], seconds: float, rounds: int, seed: int, devices: list[str]
+) -> list[tuple]:
+    """(level, steps / CPU-s, steps / wall-s, episodes) for the single env and the engines, interleaved over rounds."""
     configs: dict[str, object] = {"env": GpuClusterEnv(scenario, actions="fit")}
+    for device in devices:
+        from gpu_env.batch.torch_engine import TorchEngine
+
+        name = "torch" if device == "cpu" else device
+        for B in sizes:
+            engine = TorchEngine.for_scenarios([scenario], batch=B, device=device)
+            configs[f"{name} {B}"] = engine
+            configs[f"{name} {B} core"] = engine
     for B in sizes:
         engine = BatchEngine.for_scenarios([scenario], batch=B)
         configs[f"batch {B}"] = engine
         configs[f"batch {B} core"] = engine
+        if kernels.ENABLED:
+            configs[f"batch {B} array"] = engine
     totals = {name: [0, 0, 0.0, 0.0] for name in configs}
     for r in range(rounds):
         for name, target in configs.items():
             if name == "env":
                 result = run_env(target, seconds / rounds, seed + r)
+            elif not name.startswith("batch"):
+                result = run_torch(target, scenario, seconds / rounds, seed + r, full=not name.endswith("core"))
             else:
-                result = run_batch(target, scenario, seconds / rounds, seed + r, full=not name.endswith("core"))
+                full, compiled = not name.endswith("core"), not name.endswith("array")
+                result = run_batch(target, scenario, seconds / rounds, seed + r, full=full, compiled=compiled)
             for i, value in enumerate(result):
                 totals[name][i] += value
-    return [(name, steps / cpu, steps / wall, episodes) for name, (steps, episodes, cpu, wall) in totals.items()]
+    rows = [(name, steps / cpu, steps / wall, episodes) for name, (steps, episodes, cpu, wall) in totals.items()]
+    return sorted(rows, key=lambda row: (row[0] != "env", not row[0].startswith("batch"), row[0].split()[0]))
 
 
 def machine() -> str:
@@ -131,8 +202,15 @@ def machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"{model}, {os.cpu_count()} logical CPUs, load average {load:.2f} at the start; "
-        f"Python {platform.python_version()}, numpy {np.__version__}; {calibration()}"
+        f"Python {platform.python_version()}, numpy {np.__version__}, engine kernels "
+        f"{'numba ' + _numba_version() if kernels.ENABLED else 'off (no numba: array code)'}; {calibration()}"
     )
+
+
+def _numba_version() -> str:
+    import numba
+
+    return numba.__version__
 
 
 def calibration() -> str:
@@ -155,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--batch-sizes", type=int, nargs="*", default=list(BATCH_SIZES))
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of the batch comparison")
+    parser.add_argument("--no-torch", action="store_true", help="leave out the torch engine")
     args = parser.parse_args(argv)
 
     about = machine()
@@ -185,7 +264,8 @@ def main(argv: list[str] | None = None) -> int:
             headline["fresh fit"] = record(name, "fit", "fresh", run_env(fresh, args.seconds, args.seed))
 
     scale = generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
-    batched = batch_rows(scale, tuple(args.batch_sizes), args.seconds * args.rounds, args.rounds, args.seed)
+    devices = torch_devices(not args.no_torch)
+    batched = batch_rows(scale, tuple(args.batch_sizes), args.seconds * args.rounds, args.rounds, args.seed, devices)
     single = batched[0][1]
     for name, rate, wall_rate, _ in batched:
         print(f"{name:16s} {rate:9.0f} steps/CPU-s {wall_rate:9.0f} steps/s wall  x{rate / single:.1f}")
@@ -217,13 +297,16 @@ def main(argv: list[str] | None = None) -> int:
         f"scale-64x30 (64 GPUs x 30 jobs), FIT actions, numpy on one core; {args.rounds} interleaved rounds of",
         f"{args.seconds:g} CPU-s per configuration. Steps are episode-steps (B per call while all run). `env`: the",
         "single GpuClusterEnv (observation, info and mask each step); `batch B`: masks, step and every observation key",
-        "for all B episodes each call (episodes that end restart); `batch B core`: masks and step only.",
+        "for all B episodes each call (episodes that end restart); `batch B core`: masks and step only;",
+        "`batch B array`: `batch B` with the numba kernels off (the array code that runs without numba);",
+        "`torch B`: the torch engine on the CPU (one thread), `cuda B` on the GPU (its rate per wall second).",
         "",
-        "| level | steps / CPU-s | steps / wall-s | x single env |",
+        "| level | steps / CPU-s | steps / wall-s | x single env (CPU-s; wall-s for cuda) |",
         "| --- | --- | --- | --- |",
     ]
     for name, rate, wall_rate, _ in batched:
-        lines.append(f"| {name} | {rate:.0f} | {wall_rate:.0f} | {rate / single:.1f} |")
+        ratio = (wall_rate if name.startswith("cuda") else rate) / single
+        lines.append(f"| {name} | {rate:.0f} | {wall_rate:.0f} | {ratio:.1f} |")
     at_256 = {name: rate for name, rate, _, _ in batched}.get("batch 256")
     if at_256 is not None:
         met = "met" if at_256 / single >= BATCH_TARGET else "missed"
@@ -234,7 +317,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
     lines += [
         "",
-        f"Reproduce: `taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}`.",
+        f"Reproduce: `taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}` "
+        "(numba installed: `pip install -e .[fast]`).",
         "",
     ]
     write_text_atomic(args.out, "\n".join(lines))

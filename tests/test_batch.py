@@ -46,10 +46,19 @@ def drive(
     trade_realtime: bool = True,
     observe_every: int = 1,
     sizes: Sizes | None = None,
+    device: str | None = None,
 ) -> Tally:
-    """Run every scenario to its end once in a batch of ``batch`` slots, comparing with the reference each step."""
+    """Run every scenario to its end once in a batch of ``batch`` slots, comparing with the reference each step.
+
+    ``device`` None drives the numpy engine; ``"cpu"`` or ``"cuda"`` the torch engine there.
+    """
     sizes = sizes or sizes_for(scenarios)
-    engine = BatchEngine(batch, sizes, trade_realtime=trade_realtime)
+    if device is None:
+        engine = BatchEngine(batch, sizes, trade_realtime=trade_realtime)
+    else:
+        from gpu_env.batch import torch_engine
+
+        engine = torch_engine.TorchEngine(batch, sizes, trade_realtime=trade_realtime, device=device)
     limits = sizes.limits()
     layout = ActionLayout.make(ActionMode.FIT, sizes.jobs, sizes.gpus)
     queue = list(scenarios)
@@ -72,12 +81,15 @@ def drive(
     tally = Tally()
     step = 0
     while any(ep is not None for ep in episodes):
-        masks = engine.action_masks()
-        obs = observe(engine) if step % observe_every == 0 else None
+        masks = _np(engine.action_masks())
+        obs = None
+        if step % observe_every == 0:
+            obs = observe(engine) if device is None else {k: _np(v) for k, v in torch_engine.observe(engine).items()}
+        done_now = _np(engine.state.done)
         actions = np.zeros(batch, dtype=np.int64)
         for i, ep in enumerate(episodes):
             if ep is None:
-                assert engine.state.done[i]
+                assert done_now[i]
                 continue
             where = f"step {step}, episode {i} ({ep.scenario.name}, seed {ep.scenario.seed})"
             assert np.array_equal(masks[i], ep.action_mask()), where
@@ -86,7 +98,8 @@ def drive(
                 for key in KEYS:
                     np.testing.assert_allclose(obs[key][i], ref[key], rtol=0, atol=TOL, err_msg=f"{where}: {key}")
             actions[i] = rng.choice(np.flatnonzero(masks[i]))
-        rewards, done = engine.step(actions)
+        rewards, done = (_np(x) for x in engine.step(actions))
+        objectives = _np(engine.state.objective)
         for i, ep in enumerate(episodes):
             if ep is None:
                 assert rewards[i] == 0.0
@@ -94,7 +107,7 @@ def drive(
             reward = ep.apply(int(actions[i]))
             tally.steps += 1
             assert abs(rewards[i] - reward) <= TOL, f"step {step}, episode {i}: reward {rewards[i]} != {reward}"
-            assert abs(engine.state.objective[i] - ep.objective) <= TOL
+            assert abs(objectives[i] - ep.objective) <= TOL
             assert bool(done[i]) == ep.done
             if ep.done:
                 plan = engine.plan(i)
@@ -104,6 +117,11 @@ def drive(
                 start(i)
         step += 1
     return tally
+
+
+def _np(x: object) -> np.ndarray:
+    """A numpy array of an engine's output (torch tensors leave their device)."""
+    return x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x)
 
 
 SIZES = {"small": (8, 6), "medium": (16, 14), "own": (None, None)}
@@ -145,6 +163,53 @@ def test_one_scenario_many_rollouts_with_padding_to_larger_sizes() -> None:
     sizes = Sizes(base.jobs + 5, base.gpus + 8, base.slots + 4, base.apps + 1, base.duration + 3)
     tally = drive([sc] * 40, batch=40, seed=11, sizes=sizes)
     assert tally.trajectories == 40
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_matches_reference_with_and_without_the_kernels(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both paths of the numpy engine: the kernels (numba, or plain Python loops without it) and the array code."""
+    from gpu_env.batch import kernels
+
+    monkeypatch.setattr(kernels, "ENABLED", compiled)
+    scenarios = [generate(family, 6000 + seed, gpus=16, num_jobs=10) for seed in range(2) for family in ALL_FAMILIES]
+    scenarios += [generate("scale-64x30", 6100, gpus=72, num_jobs=10)]  # two words
+    tally = drive(scenarios, batch=8, seed=5)
+    assert tally.trajectories == len(scenarios)
+    tally = drive(scenarios[:6], batch=4, seed=6, trade_realtime=False)
+    assert tally.trajectories == 6
+
+
+TORCH_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+
+
+def _need(device: str) -> None:
+    torch = pytest.importorskip("torch")
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+
+
+@pytest.mark.parametrize("device", TORCH_DEVICES)
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_torch_engine_matches_reference(family: str, device: str) -> None:
+    _need(device)
+    scenarios = [generate(family, 7000 + seed, gpus=16, num_jobs=12) for seed in range(12)]
+    scenarios += [generate(family, 7100 + seed) for seed in range(3)]
+    tally = drive(scenarios, batch=8, seed=len(family), device=device)
+    assert tally.trajectories == len(scenarios)
+
+
+@pytest.mark.parametrize("device", TORCH_DEVICES)
+def test_torch_engine_mixed_padded_wide_and_without_trading(device: str) -> None:
+    _need(device)
+    scenarios = [generate(family, 7200 + seed) for seed in range(2) for family in ALL_FAMILIES]
+    scenarios += [generate("scale-64x30", 7300 + seed, gpus=gpus) for seed, gpus in enumerate((72, 128, 200))]
+    assert drive(scenarios, batch=12, seed=9, device=device).families == set(ALL_FAMILIES)
+    small = [generate(family, 7400 + seed, gpus=16, num_jobs=12) for seed in range(3) for family in FAMILIES]
+    drive(small, batch=8, seed=10, trade_realtime=False, device=device)
+    sc = generate("batch-fragmentation", 5)
+    base = sizes_for([sc])
+    sizes = Sizes(base.jobs + 5, base.gpus + 8, base.slots + 4, base.apps + 1, base.duration + 3)
+    assert drive([sc] * 16, batch=16, seed=11, sizes=sizes, device=device).trajectories == 16
 
 
 def test_forbidden_actions_and_done_episodes_change_nothing() -> None:
@@ -247,10 +312,45 @@ def test_vector_env_draws_scenarios_from_families() -> None:
             for i in np.flatnonzero(terminated):
                 assert infos["plan"][i]["placements"] is not None
     assert ended > 8
+    import torch
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA"):
+            gym.make_vec(
+                "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="cuda"
+            )
     with pytest.raises(ValueError, match="device"):
         gym.make_vec(
-            "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="cuda"
+            "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="tpu"
         )
+
+
+@pytest.mark.parametrize("device", ["torch", pytest.param("cuda", marks=pytest.mark.cuda)])
+def test_vector_env_on_the_torch_engine_matches_the_numpy_one(device: str) -> None:
+    import gymnasium as gym
+
+    _need("cpu" if device == "torch" else device)
+    kwargs = {"num_envs": 6, "vectorization_mode": "vector_entry_point", "scenario": list(FAMILIES)}
+    ref = gym.make_vec("GpuCluster-v0", **kwargs)
+    venv = gym.make_vec("GpuCluster-v0", device=device, **kwargs)
+    obs_ref, _ = ref.reset(seed=4)
+    obs, _ = venv.reset(seed=4)
+    rng = np.random.default_rng(4)
+    ended = 0
+    for _ in range(90):
+        masks = ref.action_masks()
+        assert np.array_equal(_np(venv.action_masks()), masks)
+        for key in obs_ref:
+            np.testing.assert_allclose(_np(obs[key]), obs_ref[key], rtol=0, atol=TOL, err_msg=key)
+        actions = np.where(masks, rng.random(masks.shape), -1).argmax(axis=1)
+        obs_ref, r_ref, term_ref, trunc_ref, info_ref = ref.step(actions)
+        obs, rewards, terminated, truncated, infos = venv.step(actions)
+        np.testing.assert_allclose(_np(rewards), r_ref, rtol=0, atol=TOL)
+        assert np.array_equal(_np(terminated), term_ref) and np.array_equal(_np(truncated), trunc_ref)
+        for i in np.flatnonzero(term_ref | trunc_ref):
+            assert infos["_plan"][i] and infos["plan"][i] == info_ref["plan"][i]
+            ended += 1
+    assert ended >= 6
 
 
 def sc_small() -> Scenario:

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpu_env.batch import bits, fit, realtime
+from gpu_env.batch import bits, fit, kernels, realtime
 from gpu_env.batch.state import BatchState, Sizes, Start
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode
 from gpu_env.metrics import compute_metrics
@@ -217,11 +217,20 @@ class BatchEngine:
     def _place(self, b: np.ndarray, r: np.ndarray, option: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Place row r of episodes b by fit rule ``option`` at the clock; returns the rows to search on."""
         s, NW = self.state, self.sizes.words
+        if kernels.ENABLED:
+            lost = kernels.place_into(
+                b, r, option, self.trade_realtime, self.sizes.gpus, s.busy, s.load, s.grid, s.free_now, s.placed,
+                s.start, s.first, s.earliest, s.at, s.job_value, s.objective, s.curves, s.shortfall_cost, s.clock,
+                s.k, s.d, s.wide, s.node, s.values, s.slots, s.gpus, s.base, s.initial, s.ramp, s.order, s.floors,
+                s.floor_total, s.demand, s.penalty,
+            )  # fmt: skip
+            lb, lr = np.nonzero(lost)
+            return b[lb], lr, s.earliest[b[lb], lr] + 1
         n = b.size
         at = s.at[b, r]
+        t, k, d = s.clock[b], s.k[b, r], s.d[b, r]
         table = fit.choices(at, s.wide[b, r], self._node_sets[0][b], self._node_sets[1][b], int(s.node[b].max()))
         first = table[np.arange(n), 2 * option]
-        t, k, d = s.clock[b], s.k[b, r], s.d[b, r]
         # The grid: the block is busy over [t, t + d).
         span = (self._cols >= t[:, None]) & (self._cols < (t + d)[:, None])  # (n, W)
         block = bits.range_mask(first, first + k, NW)  # (n, NW)
@@ -233,12 +242,7 @@ class BatchEngine:
         on_block = (self._gpu >= first[:, None]) & (self._gpu < (first + k)[:, None])  # (n, G)
         self._mark_grid(b, first, k, t, np.minimum(t + d, T) - t)
         s.free_now[b] = np.where(on_block, 0, s.free_now[b])
-        s.placed[b, r] = True
-        s.start[b, r] = t
-        s.first[b, r] = first
-        s.earliest[b, r] = -1
-        s.at[b, r] = 0
-        s.job_value[b] += s.values[b, r, t]
+        self._finish_place(b, r, t, first)
         if self.trade_realtime:
             total = s.curves[b].sum(axis=1)
             over = ((s.load[b] + total > s.gpus[b, None]) & span_t).any(axis=1)
@@ -265,6 +269,16 @@ class BatchEngine:
         lb, lr = np.nonzero(lost)
         return b[lb], lr, e[lb, lr] + 1
 
+    def _finish_place(self, b: np.ndarray, r: np.ndarray, t: np.ndarray, first: np.ndarray) -> None:
+        """Record the placements of rows r of episodes b at t on ``first`` and earn their values."""
+        s = self.state
+        s.placed[b, r] = True
+        s.start[b, r] = t
+        s.first[b, r] = first
+        s.earliest[b, r] = -1
+        s.at[b, r] = 0
+        s.job_value[b] += s.values[b, r, t]
+
     def _mark_grid(self, b: np.ndarray, first: np.ndarray, k: np.ndarray, t: np.ndarray, length: np.ndarray) -> None:
         """Set the observation grid's channel 0 on GPUs ``first..first+k-1`` x slots ``t..t+length-1``, cell by cell."""
         G, T = self.sizes.gpus, self.sizes.slots
@@ -279,6 +293,13 @@ class BatchEngine:
         """Move each (episode, row) to its first feasible start >= ``begin`` (``Occupancy.next_feasible_mask``)."""
         s, T = self.state, self.sizes.slots
         if not b.size:
+            return
+        if kernels.ENABLED:
+            used = s.floor_total if self.trade_realtime else s.curves.sum(axis=1)
+            kernels.search_into(
+                b, r, begin, s.lo, s.hi, s.k, s.d, s.shifts, s.allowed, s.everyone, s.busy, s.gpus, s.slots,
+                used, s.load, s.earliest, s.at,
+            )  # fmt: skip
             return
         episodes, which = np.unique(b, return_inverse=True)
         table = _or_table(s.busy[episodes], self.sizes.duration)  # (u, L, W, NW)
@@ -321,6 +342,9 @@ class BatchEngine:
     def _free_runs(self, b: np.ndarray) -> None:
         """``free_now`` of episodes b at their clock: consecutive free slots of each GPU, capped at T + 1."""
         s, T = self.state, self.sizes.slots
+        if kernels.ENABLED:
+            kernels.free_runs_into(b, s.clock, s.busy, T, s.free_now)
+            return
         cols = s.clock[b, None] + np.arange(T + 1)  # (n, T + 1)
         inside = cols < self.sizes.width
         window = np.take_along_axis(s.busy[b], np.minimum(cols, self.sizes.width - 1)[..., None], axis=1)
@@ -336,23 +360,45 @@ class BatchEngine:
         if sc is None:
             raise ValueError(f"episode {i} has not been reset")
         s = self.state
-        starts: dict[int, tuple[int, int]] = {}
-        for j, job in enumerate(sc.jobs):
-            if job.running_on is not None:
-                starts[j] = (0, job.running_on[0])
-        rows = self._rows[i]
-        for r in np.flatnonzero(s.placed[i, : rows.size]).tolist():
-            starts[int(rows[r])] = (int(s.start[i, r]), int(s.first[i, r]))
-        placements = []
-        for j in sorted(starts):
-            t, g = starts[j]
-            job = sc.jobs[j]
-            placements.append(Placement(job.id, t, tuple(range(g, g + job.gpus))))
-        T = sc.slots
-        curves = {app.name: [int(x) for x in s.curves[i, a, :T]] for a, app in enumerate(sc.apps)}
-        plan = Plan(sc.name, scheduler, placements, curves)
-        plan.metrics = compute_metrics(sc, plan)
-        return plan
+        return plan_of(sc, self._rows[i], s.placed[i], s.start[i], s.first[i], s.curves[i], scheduler)
+
+
+def plan_of(
+    sc: Scenario,
+    rows: np.ndarray,
+    placed: np.ndarray,
+    start: np.ndarray,
+    first: np.ndarray,
+    curves: np.ndarray,
+    scheduler: str = "env",
+) -> Plan:
+    """The plan of one episode from its arrays (any engine's), with metrics: ``Episode.plan()``'s.
+
+    Args:
+        sc: The scenario.
+        rows: (R_s,) scenario job index of each row.
+        placed: (R,) bool.
+        start: (R,) start slot of each placed row.
+        first: (R,) first GPU of each placed row.
+        curves: (A, T) real-time curves.
+        scheduler: The plan's scheduler name.
+    """
+    starts: dict[int, tuple[int, int]] = {}
+    for j, job in enumerate(sc.jobs):
+        if job.running_on is not None:
+            starts[j] = (0, job.running_on[0])
+    for r in np.flatnonzero(placed[: rows.size]).tolist():
+        starts[int(rows[r])] = (int(start[r]), int(first[r]))
+    placements = []
+    for j in sorted(starts):
+        t, g = starts[j]
+        job = sc.jobs[j]
+        placements.append(Placement(job.id, t, tuple(range(g, g + job.gpus))))
+    T = sc.slots
+    plan_curves = {app.name: [int(x) for x in curves[a, :T]] for a, app in enumerate(sc.apps)}
+    plan = Plan(sc.name, scheduler, placements, plan_curves)
+    plan.metrics = compute_metrics(sc, plan)
+    return plan
 
 
 def _or_table(busy: np.ndarray, duration: int) -> np.ndarray:

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from gpu_env.batch import bits, fit
+from gpu_env.batch import bits, fit, kernels
 from gpu_env.batch.engine import BatchEngine
 from gpu_env.observation import APP_CURVES, GLOBAL_FEATURES, GPU_FEATURES, JOB_FEATURES, SLOT_FEATURES
 
@@ -67,6 +67,18 @@ def _jobs(engine: BatchEngine) -> np.ndarray:
     now = engine.now()
     scale = s.reward_scale[:, None]
     jobs = np.zeros((B, R, len(JOB_FEATURES)), dtype=np.float32)  # float64 values, cast on assignment
+    if kernels.ENABLED:
+        kernels.jobs_into(
+            jobs, s.valid, s.placed, s.earliest, s.done, s.clock, s.slots, s.row_table, s.values,
+            s.reward_scale, engine.sizes.slots,
+        )  # fmt: skip
+        b, r = np.nonzero(now)
+        if b.size:
+            kernels.job_options_into(
+                b, r, jobs, s.gpus, s.node, s.slots, s.clock, s.load, s.curves, s.k, s.d, s.at, s.wide,
+                s.per_area, s.per_block, s.cheapest, s.reward_scale, engine.sizes.gpus,
+            )  # fmt: skip
+        return jobs
     jobs[..., 0] = s.valid
     jobs[..., 1] = pending
     jobs[..., 2] = s.placed
@@ -109,6 +121,9 @@ def _gpus(engine: BatchEngine) -> np.ndarray:
     g = np.arange(engine.sizes.gpus)
     inside = g < s.gpus[:, None]
     out = np.zeros((engine.batch, engine.sizes.gpus, len(GPU_FEATURES)), dtype=np.float32)
+    if kernels.ENABLED:
+        kernels.gpus_into(out, s.gpus, s.node, s.free_now, H)
+        return out
     out[..., 0] = inside
     node = s.node[:, None]
     out[..., 1] = np.where(inside, (g % node) / node, 0.0)
@@ -122,8 +137,14 @@ def _slots(engine: BatchEngine) -> np.ndarray:
     G = s.gpus[:, None]
     t = np.arange(T)
     inside = t < s.slots[:, None]
-    total = s.curves.sum(axis=1)
     out = np.zeros((engine.batch, T, len(SLOT_FEATURES)), dtype=np.float32)
+    if kernels.ENABLED:
+        kernels.slots_into(
+            out, s.gpus, s.slots, s.clock, s.load, s.curves, s.demand, s.floor_total, s.decay_weights,
+            engine.trade_realtime,
+        )  # fmt: skip
+        return out
+    total = s.curves.sum(axis=1)
     out[..., 0] = inside
     out[..., 1] = t < s.clock[:, None]
     out[..., 2] = s.load / G

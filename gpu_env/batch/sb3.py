@@ -23,7 +23,13 @@ class BatchVecEnv(VecEnv):
     """SB3's VecEnv API on a :class:`GpuClusterVectorEnv` (same-step autoreset, terminal observations in infos)."""
 
     def __init__(self, venv: GpuClusterVectorEnv) -> None:
-        """Wrap a vector env (it is reset here and stepped only through this adapter)."""
+        """Wrap a vector env (it is reset here and stepped only through this adapter).
+
+        Raises:
+            ValueError: The vector env runs the torch engine (SB3 takes numpy arrays: use the numpy engine).
+        """
+        if getattr(venv, "device", None) is not None:
+            raise ValueError("BatchVecEnv: SB3 steps numpy arrays; build the vector env with device=None or 'cpu'")
         self.venv = venv
         super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
         self._actions = np.zeros(venv.num_envs, dtype=np.int64)

@@ -15,7 +15,12 @@ holds ``plan`` (an object array: the single env's ``info["plan"]`` dict where
 n_actions) bool masks (sb3-contrib's contract).
 
 Supported: ``actions="fit"``, ``realtime="cover"``, with or without
-``trade_realtime``, on ``device`` None or ``"cpu"`` (the numpy engine).
+``trade_realtime``. ``device`` None or ``"cpu"``: the numpy engine, numpy
+arrays out. ``device="cuda"`` (``"cuda:N"``), or ``"torch"`` for the torch
+engine on the CPU: :class:`~gpu_env.batch.torch_engine.TorchEngine`, and
+observations, rewards, terminated, truncated, ``action_masks()`` and the
+infos' arrays are torch tensors on that device (the ``_key`` masks, plans and
+metrics stay on the host); actions may be a tensor there.
 """
 
 from __future__ import annotations
@@ -70,16 +75,15 @@ class GpuClusterVectorEnv(VectorEnv):
             max_apps: Padded sizes, as the env's.
             max_duration: The longest job duration the grid holds; default the source's.
             reward_scale: As the env's.
-            device: None or ``"cpu"``.
+            device: None or ``"cpu"`` (numpy engine), ``"torch"`` (torch engine on the CPU), ``"cuda[:N]"``.
             render_mode: None (no rendering).
 
         Raises:
-            ValueError: An unsupported option.
+            ValueError: An unsupported option (or CUDA asked for where there is none).
         """
         if actions != "fit" or realtime != "cover":
             raise ValueError("the batched engine supports actions='fit' and realtime='cover' only")
-        if device not in (None, "cpu"):
-            raise ValueError(f"device: the batched engine runs on numpy ('cpu'), got {device!r}")
+        self.device = _torch_device(device)
         if render_mode is not None:
             raise ValueError("render_mode: the vector env does not render; render a single GpuClusterEnv")
         self.num_envs = num_envs
@@ -100,11 +104,21 @@ class GpuClusterVectorEnv(VectorEnv):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         duration = max_duration or _longest(self.source, self.limits.max_slots)
-        self.engine = BatchEngine(
-            num_envs, Sizes.from_limits(self.limits, duration), trade_realtime=trade_realtime, reward_scale=reward_scale
-        )
-        self._limit = np.zeros(num_envs, dtype=np.int64)  # truncation step of each episode
-        self._ended = np.ones(num_envs, dtype=bool)  # ended at the last step: restarts at the next
+        sizes = Sizes.from_limits(self.limits, duration)
+        if self.device is None:
+            self.engine = BatchEngine(num_envs, sizes, trade_realtime=trade_realtime, reward_scale=reward_scale)
+            self._limit = np.zeros(num_envs, dtype=np.int64)  # truncation step of each episode
+            self._ended = np.ones(num_envs, dtype=bool)  # ended at the last step: restarts at the next
+        else:
+            import torch
+
+            from gpu_env.batch.torch_engine import TorchEngine
+
+            self.engine = TorchEngine(
+                num_envs, sizes, trade_realtime=trade_realtime, reward_scale=reward_scale, device=self.device
+            )
+            self._limit = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+            self._ended = torch.ones(num_envs, dtype=torch.bool, device=self.device)
 
     # ------------------------------------------------------------------ the VectorEnv API
 
@@ -119,13 +133,15 @@ class GpuClusterVectorEnv(VectorEnv):
         if options and options.get("scenario") is not None:
             scenario = resolve_source(options["scenario"])
         self._start(np.arange(self.num_envs), scenario)
-        return self._observation(), self._infos(np.zeros(self.num_envs, dtype=bool))
+        return self._observation(), self._infos(self._ended & False)
 
     def step(
         self, actions: np.ndarray
     ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One action per episode; episodes that ended at the last step restart instead."""
         engine = self.engine
+        if self.device is not None:
+            return self._step_torch(actions)
         restart = np.flatnonzero(self._ended)
         actions = np.asarray(actions, dtype=np.int64).copy()
         if restart.size:
@@ -137,6 +153,27 @@ class GpuClusterVectorEnv(VectorEnv):
         rewards = (raw / engine.state.reward_scale).astype(np.float64)
         if restart.size:
             engine.state.steps[restart] = 0  # the ignored action is no step
+        terminated = done & running
+        truncated = ~done & running & (engine.state.steps >= self._limit)
+        self._ended = terminated | truncated
+        return self._observation(), rewards, terminated, truncated, self._infos(self._ended)
+
+    def _step_torch(self, actions: Any) -> tuple[dict[str, Any], Any, Any, Any, dict[str, Any]]:
+        """:meth:`step` on the torch engine's tensors (same logic)."""
+        import torch
+
+        engine = self.engine
+        restart = torch.nonzero(self._ended).flatten()
+        actions = torch.as_tensor(actions, device=self.device).to(torch.int64).clone()
+        running = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
+        if restart.numel():
+            self._start(restart.cpu().numpy())
+            actions[restart] = -1
+            running[restart] = False
+        raw, done = engine.step(actions)
+        rewards = raw / engine.state.reward_scale
+        if restart.numel():
+            engine.state.steps[restart] = 0
         terminated = done & running
         truncated = ~done & running & (engine.state.steps >= self._limit)
         self._ended = terminated | truncated
@@ -156,25 +193,35 @@ class GpuClusterVectorEnv(VectorEnv):
             scenarios = [source] * index.size
         self.engine.reset(scenarios, index)
         state = self.engine.state
+        if self.device is not None:
+            import torch
+
+            index = torch.as_tensor(index, device=self.device)
         self._limit[index] = 4 * (state.n_rows[index] + state.slots[index] + 1)
         self._ended[index] = False
 
-    def _observation(self) -> dict[str, np.ndarray]:
+    def _observation(self) -> dict[str, Any]:
+        if self.device is not None:
+            from gpu_env.batch import torch_engine
+
+            return torch_engine.observe(self.engine, KEYS)
         return observe(self.engine, KEYS)
 
-    def _infos(self, ended: np.ndarray) -> dict[str, Any]:
+    def _infos(self, ended: Any) -> dict[str, Any]:
         state = self.engine.state
         every = np.ones(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {
             "action_mask": self.engine.action_masks(),
             "_action_mask": every,
-            "clock": state.clock.copy(),
+            "clock": state.clock.clone() if self.device is not None else state.clock.copy(),
             "_clock": every,
-            "objective": state.objective.copy(),
+            "objective": state.objective.clone() if self.device is not None else state.objective.copy(),
             "_objective": every,
-            "reward_scale": state.reward_scale.copy(),
+            "reward_scale": state.reward_scale.clone() if self.device is not None else state.reward_scale.copy(),
             "_reward_scale": every,
         }
+        if self.device is not None:
+            ended = ended.cpu().numpy()
         if ended.any():
             plans = np.full(self.num_envs, None, dtype=object)
             metrics = np.full(self.num_envs, None, dtype=object)
@@ -184,6 +231,31 @@ class GpuClusterVectorEnv(VectorEnv):
                 metrics[i] = plan.metrics.to_dict() if plan.metrics else None
             infos.update({"plan": plans, "_plan": ended.copy(), "metrics": metrics, "_metrics": ended.copy()})
         return infos
+
+
+def _torch_device(device: Any) -> Any:
+    """None for the numpy engine (``None`` or ``"cpu"``), else the torch device (``"torch"`` = torch on the CPU).
+
+    Raises:
+        ValueError: CUDA asked for where there is none, or an unknown device.
+    """
+    if device is None or device == "cpu":
+        return None
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - torch is in the train extra
+        raise ValueError(f"device {device!r}: the torch engine needs torch (pip install -e .[train])") from exc
+    if device == "torch":
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except RuntimeError as exc:
+        raise ValueError(f"device: expected None, 'cpu', 'torch' or 'cuda[:N]', got {device!r}") from exc
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r}: no CUDA device here (torch.cuda.is_available() is False)")
+    if dev.type not in ("cuda", "cpu"):
+        raise ValueError(f"device: expected None, 'cpu', 'torch' or 'cuda[:N]', got {device!r}")
+    return dev
 
 
 def _longest(source: Scenario | ScenarioSampler, slots: int) -> int:
