@@ -5,9 +5,10 @@
         [--policy agents/policies/default.onnx] [--instances 50] [--best-time-limit 1] [--seven-time-limit 30]
         [--rounds 50] [--samples 8] [--scale-families ...] [--scale-sizes 128,256,1024] [--skip ...]
     .venv/bin/python benchmarks/ppo_benchmarks.py --seven-only     # the seven scenarios' table only
+        [--parallel N | --ray [ADDRESS]] [--task-timeout S]            # any of them, fanned out
 
-Every planner runs in this one warm process (the policy loaded once), side by
-side on the same instances:
+Every planner runs side by side on the same instances, in one warm process
+(the policy loaded once) unless the instances fan out (below):
 
 * **(a) Quality.** The seven scenarios (``configs/scenarios/``) and
   ``--instances`` fresh instances per family, drawn with seeds 20000, 20001, ...
@@ -38,6 +39,20 @@ side on the same instances:
 Times are wall clock on a shared machine: noisy. ``--quick`` is a smaller run of
 the same sections (4 fresh instances per family, 15 rounds, the scale-64x30
 family at the large sizes) written to ``benchmarks/results/ppo_quick.md``.
+
+**Fan-out** (:mod:`agents.fanout`, docs/fanout.md). The instances of (a), (c)
+and generalisation are tasks, one per instance (:func:`measure_task`,
+:func:`scale_task`), run by ``agents.fanout.run_tasks`` with a progress bar of
+finished tasks and their rows put back in input order: serially by default,
+``--parallel N`` N at once in a local process pool, ``--ray`` on a local Ray,
+``--ray ADDRESS`` on a running cluster; ``--task-timeout S`` reports a task
+still running after S seconds as failed (keep S above the full-mode limits).
+Every planner here is deterministic, so the tables are those of a serial run
+wherever full mode proves the optimum (``--seven-only`` is byte-identical); (c)'s
+plan times are then measured beside other tasks. (b) always runs serially in
+this process, pinned to one core, and gives the CPUs back afterwards. A failed
+task is named (scenario, planner, seed) on stderr and in the report, the others
+complete, and the exit status is 1. The report's header names the backend.
 """
 
 from __future__ import annotations
@@ -48,7 +63,9 @@ import platform
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +74,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from agents import ppo  # noqa: E402
+# full (OR-Tools) imported here, where a fan-out worker starts, not inside a task's timeout alarm
+from agents import full, ppo  # noqa: E402
+from agents.arguments import add_fanout_options, fanout_backend  # noqa: E402
+from agents.fanout import Backend, FanoutError, Task, TaskFunction, TaskResult, run_tasks  # noqa: E402
 from agents.options import Guard, PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
@@ -136,6 +156,36 @@ def fresh_seeds(instances: int, start: int = FRESH_SEED) -> list[int]:
     return seeds
 
 
+# ----------------------------------------------------------------------------- fan-out
+
+
+@dataclass
+class Fanout:
+    """Where the instances' tasks run, and what failed: every section's tasks go through :meth:`run`."""
+
+    backend: Backend = field(default_factory=Backend.serial)
+    timeout: float | None = None
+    failed: list[str] = field(default_factory=list)  # Run.failure_lines() of every run
+
+    def run(self, tasks: list[Task], function: TaskFunction, label: str) -> list[dict | None]:
+        """Each task's ``values`` in task order (None where it failed, named in :attr:`failed`)."""
+        from tqdm import tqdm
+
+        with tqdm(total=len(tasks), desc=label, unit="task", file=sys.stderr, dynamic_ncols=True) as bar:
+            run = run_tasks(
+                tasks, self.backend, timeout=self.timeout, function=function, on_result=lambda i, r: bar.update()
+            )
+        print(f"{label}: {len(tasks)} tasks in {run.wall_s:.0f} s, {run.backend}", file=sys.stderr)
+        self.failed.extend(run.failure_lines())
+        return [r.values if r.ok else None for r in run.results]
+
+    def exit_status(self) -> int:
+        """Name every failed task on stderr: 1 when there is one, else 0."""
+        for line in self.failed:
+            print(f"failed: {line}", file=sys.stderr)
+        return 1 if self.failed else 0
+
+
 # ----------------------------------------------------------------------------- (a) quality
 
 
@@ -175,8 +225,6 @@ def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: fl
     values = (fifo, greedy, alone.metrics.objective, shipped.metrics.objective, guarded.metrics.objective)
     best, proven = max(values), False
     if best_time > 0:
-        from agents import full
-
         result = full.solve(sc, time_limit=best_time, options=PlanOptions(time_limit=best_time, policy=policy))
         if result.objective is not None:
             best = max(best, result.objective)
@@ -196,17 +244,45 @@ def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: fl
     )
 
 
-def quality(policy: Path, seeds: list[int], samples: int, best_time: float, seven_time: float) -> list[Row]:
-    """Each family's benchmark scenario (full mode ``seven_time`` s) and one fresh instance per seed (``best_time``)."""
-    rows = []
+def measure_task(task: Task) -> TaskResult:
+    """:func:`measure` on one instance where the task landed (a task function of :mod:`agents.fanout`).
+
+    The task: the instance, ``policy`` and ``samples``; ``params``: ``family`` and ``best_time``.
+    """
+    sc = task.load()
+    row = measure(
+        sc, task.params["family"], Path(task.policy or ppo.DEFAULT_POLICY), task.samples, task.params["best_time"]
+    )
+    return TaskResult(sc.name, task.planner, task.seed, values=asdict(row))
+
+
+def measure_all(
+    instances: list[tuple[Scenario, str, float]], policy: Path, samples: int, fan: Fanout, label: str
+) -> list[Row | None]:
+    """:func:`measure` on every (scenario, family, full-mode seconds), one task each.
+
+    Rows in input order; None where the task failed (named in ``fan.failed``).
+    """
+    options = PlanOptions(policy=policy, samples=samples)
+    tasks = [Task.make(sc, "ppo", options, family=f, best_time=t) for sc, f, t in instances]
+    return [None if v is None else Row(**v) for v in fan.run(tasks, measure_task, label)]
+
+
+def quality(
+    policy: Path, seeds: list[int], samples: int, best_time: float, seven_time: float, fan: Fanout | None = None
+) -> list[Row]:
+    """Each family's benchmark scenario (full mode ``seven_time`` s) and one fresh instance per seed (``best_time``).
+
+    One task per instance over ``fan`` (serial when None); the rows of failed tasks are left out.
+    """
+    todo = []
     for family in FAMILIES:
         benchmark = load_scenario(ROOT / "configs" / "scenarios" / f"{family}.yaml")
-        rows.append(measure(benchmark, family, policy, samples, max(best_time, seven_time)))
+        todo.append((benchmark, family, max(best_time, seven_time)))
         for seed in seeds:
-            sc = generate(family, seed, name=f"{family}-{seed}")
-            rows.append(measure(sc, family, policy, samples, best_time))
-        print(f"quality: {family} done", file=sys.stderr)
-    return rows
+            todo.append((generate(family, seed, name=f"{family}-{seed}"), family, best_time))
+    rows = measure_all(todo, policy, samples, fan or Fanout(), "quality")
+    return [row for row in rows if row is not None]
 
 
 def _mean(rows: list[Row], field: str, over: str = "best") -> float:
@@ -274,9 +350,17 @@ def seven_table(rows: list[Row]) -> list[str]:
 # ----------------------------------------------------------------------------- (b) plan time
 
 
-def _pin_to_one_core() -> None:
-    if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+@contextmanager
+def _one_core() -> Iterator[None]:
+    """Pinned to one CPU core inside; the process's CPUs given back afterwards (later sections fan out again)."""
+    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    if cpus is not None:
+        os.sched_setaffinity(0, {sorted(cpus)[0]})
+    try:
+        yield
+    finally:
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
 
 
 def reference_plan(sc: Scenario, options: PlanOptions) -> Plan:
@@ -319,8 +403,13 @@ def plan_time(policy: Path, samples: int, rounds: int) -> tuple[list[str], list[
 
     Each round also runs :func:`reference_plan` (the per-episode loop ppo used before its rollouts moved
     onto the batched engine) with the same options, so the engine's gain or loss is a ratio measured side by side.
+    Always serial in this process, pinned to one core; the CPUs are given back afterwards.
     """
-    _pin_to_one_core()
+    with _one_core():
+        return _plan_time(policy, samples, rounds)
+
+
+def _plan_time(policy: Path, samples: int, rounds: int) -> tuple[list[str], list[str], list[str]]:
     ppo.load_policy(policy)
     configs = {
         "greedy": ("greedy", PlanOptions()),
@@ -378,65 +467,123 @@ def plan_time(policy: Path, samples: int, rounds: int) -> tuple[list[str], list[
 # ----------------------------------------------------------------------------- (c) large clusters
 
 
-def large_clusters(policy: Path, samples: int, families: list[str], sizes: list[int], time_limit: float) -> list[str]:
-    """One instance per family and size: greedy, ppo (shipped and alone), full mode; objectives and plan times."""
-    from agents import full
+_WARM: set[Path] = set()
 
+
+def _warm(policy: Path) -> None:
+    """Greedy and ppo run once in this process (the policy loaded), so that the first timed plan is not a cold one."""
+    if policy not in _WARM:
+        sc = load_scenario(ROOT / "configs" / "scenarios" / "mixed-control.yaml")
+        run_scheduler("greedy", sc)
+        run_scheduler("ppo", sc, PlanOptions(policy=policy))
+        _WARM.add(policy)
+
+
+def scale_task(task: Task) -> TaskResult:
+    """(c) on one large instance where the task landed: greedy, ppo, the reference loop and full mode.
+
+    The task: the instance, ``policy`` and ``samples``; ``params``: ``family`` and ``time_limit`` (full mode's).
+    Plan times are one run each, after a warm-up in this process.
+    """
+    sc = task.load()
+    policy, samples, time_limit = Path(task.policy or ppo.DEFAULT_POLICY), task.samples, task.params["time_limit"]
+    _warm(policy)
+    greedy = _checked(sc, run_scheduler("greedy", sc))
+    shipped = _checked(sc, run_scheduler("ppo", sc, PlanOptions(policy=policy, samples=samples)))
+    reference_ms = _time("reference", sc, PlanOptions(policy=policy, samples=samples))
+    started = time.perf_counter()
+    result = full.solve(sc, time_limit=time_limit, options=PlanOptions(time_limit=time_limit, policy=policy))
+    full_s = time.perf_counter() - started
+    if result.plan is not None:
+        _checked(sc, result.plan)
+    values = {
+        "family": task.params["family"],
+        "gpus": sc.gpus,
+        "jobs": len(sc.jobs),
+        "greedy": greedy.metrics.objective,
+        "shipped": shipped.metrics.objective,
+        "alone": max(shipped.info["objectives"]),  # the same rollouts as --guard none (checked in section a)
+        "full": result.objective,
+        "status": result.status.value,
+        "greedy_ms": greedy.solve_ms,
+        "shipped_ms": shipped.solve_ms,
+        "reference_ms": reference_ms,
+        "full_s": full_s,
+    }
+    return TaskResult(sc.name, task.planner, task.seed, values=values)
+
+
+def large_clusters(
+    policy: Path, samples: int, families: list[str], sizes: list[int], time_limit: float, fan: Fanout | None = None
+) -> list[str]:
+    """One instance per family and size: greedy, ppo (shipped and alone), full mode; objectives and plan times.
+
+    One task per instance over ``fan`` (serial when None); a failed task's row says so.
+    """
     lines = [
         "| family | GPUs x jobs | greedy | shipped / greedy | alone / greedy | full / greedy (status) "
         "| greedy s | shipped s (/ greedy) | reference s (/ greedy) | full s |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for family in families:
-        for gpus in sizes:
-            sc = generate(family, SCALE_SEED, gpus=gpus, name=f"{family}-{gpus}")
-            greedy = _checked(sc, run_scheduler("greedy", sc))
-            shipped = _checked(sc, run_scheduler("ppo", sc, PlanOptions(policy=policy, samples=samples)))
-            alone = max(shipped.info["objectives"])  # the same rollouts as --guard none (checked in section a)
-            reference_ms = _time("reference", sc, PlanOptions(policy=policy, samples=samples))
-            started = time.perf_counter()
-            result = full.solve(sc, time_limit=time_limit, options=PlanOptions(time_limit=time_limit, policy=policy))
-            full_s = time.perf_counter() - started
-            if result.plan is not None:
-                _checked(sc, result.plan)
-            g = greedy.metrics.objective
-            full_cell = "n/a" if result.objective is None else f"{result.objective / g:.3f} ({result.status.value})"
-            lines.append(
-                f"| {family} | {sc.gpus} x {len(sc.jobs)} | {g:.1f} | {shipped.metrics.objective / g:.3f} "
-                f"| {alone / g:.3f} | {full_cell} | {greedy.solve_ms / 1000:.3f} "
-                f"| {shipped.solve_ms / 1000:.3f} ({shipped.solve_ms / greedy.solve_ms:.1f}x) "
-                f"| {reference_ms / 1000:.3f} ({reference_ms / greedy.solve_ms:.1f}x) | {full_s:.1f} |"
-            )
-            print(f"large clusters: {family} at {gpus} GPUs done", file=sys.stderr)
+    options = PlanOptions(policy=policy, samples=samples)
+    todo = [
+        (family, generate(family, SCALE_SEED, gpus=gpus, name=f"{family}-{gpus}"))
+        for family in families
+        for gpus in sizes
+    ]
+    tasks = [Task.make(sc, "ppo", options, family=family, time_limit=time_limit) for family, sc in todo]
+    for (family, sc), v in zip(todo, (fan or Fanout()).run(tasks, scale_task, "large clusters"), strict=True):
+        if v is None:
+            lines.append(f"| {family} | {sc.gpus} x {len(sc.jobs)} | failed | – | – | – | – | – | – | – |")
+            continue
+        g = v["greedy"]
+        full_cell = "n/a" if v["full"] is None else f"{v['full'] / g:.3f} ({v['status']})"
+        lines.append(
+            f"| {family} | {v['gpus']} x {v['jobs']} | {g:.1f} | {v['shipped'] / g:.3f} "
+            f"| {v['alone'] / g:.3f} | {full_cell} | {v['greedy_ms'] / 1000:.3f} "
+            f"| {v['shipped_ms'] / 1000:.3f} ({v['shipped_ms'] / v['greedy_ms']:.1f}x) "
+            f"| {v['reference_ms'] / 1000:.3f} ({v['reference_ms'] / v['greedy_ms']:.1f}x) | {v['full_s']:.1f} |"
+        )
     return lines
 
 
 # ----------------------------------------------------------------------------- generalisation, training
 
 
-def generalisation(policy: Path, instances: int, samples: int, best_time: float) -> list[str]:
-    """16-GPU instances of the families trained at another size (seeds 20500...)."""
+def generalisation(
+    policy: Path, instances: int, samples: int, best_time: float, fan: Fanout | None = None
+) -> list[str]:
+    """16-GPU instances of the families trained at another size (seeds 20500...), one task each over ``fan``."""
     lines = [
         "| family | size | n | ppo 1 / greedy | alone / greedy | shipped / greedy | shipped / FIFO "
         "| shipped / best known | ppo 1 < FIFO |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     used = training_draws()
+    groups: list[tuple[str, int, list[int]]] = []  # (family, the last instance's jobs, indices in todo)
+    todo: list[tuple[Scenario, str, float]] = []
     for family, fam in FAMILIES.items():
         if fam.gpus == 16:
             continue
-        rows = []
+        indices = []
         for i in range(instances):
-            assert (family, FRESH_SEED + 500 + i) not in used
-            sc = generate(family, FRESH_SEED + 500 + i, gpus=16)
-            rows.append(measure(sc, family, policy, samples, best_time))
+            seed = FRESH_SEED + 500 + i
+            assert (family, seed) not in used
+            todo.append((generate(family, seed, gpus=16, name=f"{family}-16-{seed}"), family, best_time))
+            indices.append(len(todo) - 1)
+        groups.append((family, len(todo[-1][0].jobs), indices))
+    measured = measure_all(todo, policy, samples, fan or Fanout(), "generalisation")
+    for family, jobs, indices in groups:
+        rows = [r for r in (measured[i] for i in indices) if r is not None]
+        if not rows:
+            lines.append(f"| {family} | 16 GPUs, {jobs} jobs (last) | 0 | – | – | – | – | – | – |")
+            continue
         lines.append(
-            f"| {family} | 16 GPUs, {len(sc.jobs)} jobs (last) | {len(rows)} | {_mean(rows, 'ppo1', 'greedy'):.3f} "
+            f"| {family} | 16 GPUs, {jobs} jobs (last) | {len(rows)} | {_mean(rows, 'ppo1', 'greedy'):.3f} "
             f"| {_mean(rows, 'alone', 'greedy'):.3f} | {_mean(rows, 'shipped', 'greedy'):.3f} "
             f"| {_mean(rows, 'shipped', 'fifo'):.3f} | {_mean(rows, 'shipped'):.3f} "
             f"| {sum(r.ppo1 < r.fifo - EPS for r in rows)} |"
         )
-        print(f"generalisation: {family} done", file=sys.stderr)
     return lines
 
 
@@ -499,12 +646,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scale-time-limit", type=float, help="full-mode seconds at the large sizes (10; quick 3)")
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: quality,time,scale,general")
     parser.add_argument("--out", type=Path, help="output file (default: results/ppo.md; quick: results/ppo_quick.md)")
+    add_fanout_options(parser)  # --parallel N, --ray [ADDRESS], --task-timeout S: where (a), (c) and general run
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        fan = Fanout(fanout_backend(args), args.task_timeout)
+    except FanoutError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
     quick = args.quick
     instances = args.instances if args.instances is not None else (4 if quick else 50)
     seven_time = args.seven_time_limit if args.seven_time_limit is not None else (10.0 if quick else 30.0)
@@ -518,12 +671,13 @@ def main(argv: list[str] | None = None) -> int:
     policy = args.policy.resolve()
     started = time.perf_counter()
     if args.seven_only:
-        rows = quality(policy, [], samples, args.best_time_limit, seven_time)
+        rows = quality(policy, [], samples, args.best_time_limit, seven_time, fan)
         text = "\n".join(seven_table(rows)) + "\n"
         if args.out is not None:
             write_text_atomic(args.out, text)
         print(text, end="")
-        return 0
+        print(f"{time.perf_counter() - started:.0f} s, tasks on {fan.backend.describe()}", file=sys.stderr)
+        return fan.exit_status()
     seeds = fresh_seeds(instances)
     command = shlex.join(["PYTHONPATH=.", ".venv/bin/python", "benchmarks/ppo_benchmarks.py", *argv])
     out = [
@@ -534,10 +688,15 @@ def main(argv: list[str] | None = None) -> int:
         f"{samples} rollouts and the FIFO guard. 'alone': the same {samples} rollouts, `--guard none`. "
         "'ppo 1': the policy's most likely rollout only. 'greedy guard': `--guard greedy`.",
         "",
+        f"Instances of (a), (c) and generalisation ran as tasks of `agents.fanout`, one per instance, on: "
+        f"{fan.backend.describe()}"
+        + (f", task timeout {args.task_timeout:g} s" if args.task_timeout else "")
+        + ". (b) ran serially in this process, pinned to one core.",
+        "",
         *training_section(policy),
     ]
     if "quality" not in skip:
-        rows = quality(policy, seeds, samples, args.best_time_limit, seven_time)
+        rows = quality(policy, seeds, samples, args.best_time_limit, seven_time, fan)
         seed_text = f"seeds {seeds[0]}..{seeds[-1]}" if seeds else "none"
         out += [
             "",
@@ -591,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
             f"full mode with {scale_time:g} s (its time includes its greedy and ppo hints and the model build). "
             "Plan times are one run each; 'reference': `reference_plan`, the per-episode loop, after ppo.",
             "",
-            *large_clusters(policy, samples, scale_families, args.scale_sizes, scale_time),
+            *large_clusters(policy, samples, scale_families, args.scale_sizes, scale_time, fan),
         ]
     if "general" not in skip:
         out += [
@@ -601,12 +760,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.general_instances} instances per family at 16 GPUs (seeds {FRESH_SEED + 500}...), a size the "
             f"policy never saw in training; best known: full mode with {args.best_time_limit:g} s.",
             "",
-            *generalisation(policy, args.general_instances, samples, args.best_time_limit),
+            *generalisation(policy, args.general_instances, samples, args.best_time_limit, fan),
         ]
+    if fan.failed:
+        out += ["", "## Failed tasks", "", "Left out of the tables above:", "", *(f"- {line}" for line in fan.failed)]
     out += ["", f"Total benchmark time {time.perf_counter() - started:.0f} s.", ""]
     write_text_atomic(args.out or (QUICK_RESULTS if quick else RESULTS), "\n".join(out))
     print("\n".join(out))
-    return 0
+    return fan.exit_status()
 
 
 if __name__ == "__main__":
