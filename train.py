@@ -1,4 +1,4 @@
-"""Train the learned fast mode: imitation warm start, then MaskablePPO on GpuCluster-v0, then export.
+"""Train the learned fast mode: imitation warm start, MaskablePPO, RL on the batched engine, then export.
 
 Read top to bottom (CleanRL style). Usage::
 
@@ -22,10 +22,20 @@ Stages:
    plans fixed evaluation instances per family; its objective against FIFO,
    greedy and the best known plan (CP-SAT with a short limit) goes to
    TensorBoard, and the best policy so far is kept.
-3. **Export** of the best policy to ONNX with its card (:mod:`agents.learned.export`).
+3. **RL on the batched engine** (``rl.steps > 0``, :mod:`agents.learned.rl`):
+   a CleanRL-style loop of masked PPO where K rollouts of each fresh instance
+   share their mean return as baseline (POMO), optionally with self-imitation
+   of the best rollout (and a replay of greedy's plan among the candidates).
+   With ``init_from: FILE.onnx`` the run starts here from an exported policy's
+   weights instead of imitation and MaskablePPO.
+4. **Export** of the best policy to ONNX with its card (:mod:`agents.learned.export`).
+
+Every phase evaluates the policy on the fixed instances: TensorBoard
+``run_dir/tb/phases`` (``eval/<family>/vs_greedy`` ...) and the card's
+``training.history``, each entry labelled with its phase.
 
 The phases live in :mod:`agents.learned` (``config``, ``teacher`` and
-``imitation``, ``ppo_training``, ``evaluation``, ``checkpoints``, ``network``,
+``imitation``, ``ppo_training``, ``rl``, ``evaluation``, ``checkpoints``, ``network``,
 ``export``); this script runs them in order. Everything lands under
 ``run_dir``: TensorBoard events in ``tb/``, checkpoints in ``checkpoints/``
 (``--resume`` continues from the latest), the best policy as ``best.zip``.

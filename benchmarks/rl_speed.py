@@ -9,7 +9,7 @@ Both train from the shipped policy's weights for about ``--steps`` engine steps,
 thread, and report wall and process-CPU steps per second (process CPU is the figure to
 trust on a shared machine). Usage::
 
-    PYTHONPATH=. .venv/bin/python benchmarks/rl_speed.py --steps 30000 --batch 256
+    PYTHONPATH=. .venv/bin/python benchmarks/rl_speed.py --steps 30000 --instances 32 --rollouts 8 --epochs 2
 """
 
 from __future__ import annotations
@@ -105,9 +105,16 @@ def main() -> None:
     parser.add_argument("--config", default="configs/train/rl.yaml")
     parser.add_argument("--steps", type=int, default=30_000)
     parser.add_argument("--which", default="pomo,maskableppo")
+    parser.add_argument("--instances", type=int, default=32, help="M (batch = M x K)")
+    parser.add_argument("--rollouts", type=int, default=8, help="K")
+    parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(1)
     cfg = load_config(args.config)
+    # PPO settings as measured: the config's learning rate and clip, no self-imitation, no teacher
+    cfg.rl.instances, cfg.rl.rollouts, cfg.rl.epochs = args.instances, args.rollouts, args.epochs
+    cfg.rl.minibatch = 1024
+    cfg.rl.self_imitation, cfg.rl.teacher, cfg.rl.pg_coef = 0.0, False, 1.0
     limits = Limits(max_gpus=64, max_jobs=30, max_slots=24, max_apps=2)
     out = {"batch": cfg.rl.instances * cfg.rl.rollouts, "threads": 1}
     for name in args.which.split(","):
