@@ -53,6 +53,7 @@ def main() -> None:
     lines = ["| set | family | n | before, alone | after, alone | before, best of 8 | after, best of 8 |"]
     lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     result: dict[str, dict[str, dict[str, float]]] = {}
+    paired: list[str] = []
     for name, seeds in sets.items():
         instances = []
         for family, seed in seeds:
@@ -77,7 +78,16 @@ def main() -> None:
         )
         lines.append(f"| {name} | worst instance | | " + " | ".join(f"{v:.4f}" for v in worst) + " |")
         result[name]["mean"] = dict(zip([f"{w}_{s}" for w, s in order], means, strict=True))
-    table = "\n".join(lines)
+        for samples, label in ((1, "alone"), (8, "best of 8")):
+            before = np.concatenate([cols[("before", samples)][f] for f in cfg.scenarios.families])
+            after = np.concatenate([cols[("after", samples)][f] for f in cfg.scenarios.families])
+            diff = after - before
+            se = diff.std(ddof=1) / np.sqrt(diff.size) if diff.size > 1 else float("nan")
+            paired.append(
+                f"- {name}, {label}: after - before = {diff.mean():+.4f} (standard error {se:.4f} over {diff.size} "
+                f"instances); better on {(diff > 1e-9).sum()}, worse on {(diff < -1e-9).sum()}"
+            )
+    table = "\n".join(lines) + "\n\nPaired, per instance:\n\n" + "\n".join(paired)
     print(table)
     print(json.dumps(result))
     if args.out:
@@ -86,7 +96,7 @@ def main() -> None:
             f"before: `{args.before}`, after: `{args.after}`; instances: `eval` = the training evaluation's "
             f"(the RL phase picked its best policy on these), `fresh` = seeds {args.fresh_seed}.. (held out).\n"
             f"Command: `PYTHONPATH=. .venv/bin/python benchmarks/rl_eval.py {args.before} {args.after} "
-            f"--config {args.config} --fresh {args.fresh}`\n\n"
+            f"--config {args.config} --fresh {args.fresh} --fresh-seed {args.fresh_seed}`\n\n"
         )
         Path(args.out).write_text(head + table + "\n")
 

@@ -251,6 +251,18 @@ def test_greedy_first_rollout_is_out_of_the_baseline_and_the_reference_for_self_
     assert self_imitation_targets(returns, 4, fixed=0).tolist() == [0, 0, 0, 1, 1, 0, 0, 0]
 
 
+def test_self_imitation_per_episode_weighs_episodes_alike():
+    from agents.learned.rl import self_imitation_weights
+
+    imitate = torch.tensor([True, True, False])
+    episode = torch.tensor([0, 0, 0, 1, 2, 2])  # episode 0 took 3 decisions, 1 took 1, 2 (not imitated) took 2
+    assert self_imitation_weights(imitate, episode, per_episode=False).tolist() == [1, 1, 1, 1, 0, 0]
+    # 4 imitated decisions over 2 imitated episodes: each episode weighs 2 in all (2/3 per decision of episode 0)
+    w = self_imitation_weights(imitate, episode, per_episode=True)
+    assert w[:3].tolist() == pytest.approx([2 / 3] * 3) and w[3].item() == pytest.approx(2.0)
+    assert w[:4].mean().item() == pytest.approx(1.0) and w[4:].tolist() == [0, 0]
+
+
 def _onnx_and_torch_logits(onnx_file: Path, obs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     import onnxruntime as ort
 
@@ -267,7 +279,11 @@ def _onnx_and_torch_logits(onnx_file: Path, obs: dict[str, np.ndarray]) -> tuple
 
 
 def test_warm_start_from_the_shipped_onnx_gives_its_logits():
-    """The shipped file's initializers loaded into torch: the same logits as onnxruntime, within 1e-5."""
+    """The shipped files' initializers loaded into torch: the same logits as onnxruntime, within 1e-5 (relative).
+
+    The weights load bit for bit (the round-trip test below); what is left is float32 rounding in two different
+    kernels, which grows with the logits' size (1.3e-5 absolute on a logit of 26 for the RL policy: 1.3e-6 relative).
+    """
     from agents.ppo import DEFAULT_POLICY, load_policy
     from gpu_env.batch import BatchEngine, Sizes
     from gpu_env.batch.observe import observe
@@ -281,9 +297,10 @@ def test_warm_start_from_the_shipped_onnx_gives_its_logits():
         mask = engine.action_masks()
         engine.step(np.array([rng.choice(np.flatnonzero(m)) if m.any() else 0 for m in mask]))
     obs = observe(engine)
-    expected, got = _onnx_and_torch_logits(DEFAULT_POLICY, obs)
-    assert expected.shape == got.shape == (3, engine.n_actions)
-    assert np.abs(expected - got).max() < 1e-5
+    for onnx_file in (DEFAULT_POLICY, ROOT / "configs" / "train" / "init" / "dagger.onnx"):
+        expected, got = _onnx_and_torch_logits(onnx_file, obs)
+        assert expected.shape == got.shape == (3, engine.n_actions)
+        assert np.all(np.abs(expected - got) <= 1e-5 * np.maximum(1.0, np.abs(got))), onnx_file.name
 
 
 def test_warm_start_round_trips_an_exported_policy(tmp_path):

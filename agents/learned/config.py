@@ -112,6 +112,8 @@ class RLConfig:
     self_imitation: float = 0.0
     """Weight of self-improvement (0: none): rollout 0 of each instance decodes greedily, and the best
     sampled rollout, where it beats rollout 0, is imitated (cross-entropy on its decisions)."""
+    per_episode: bool = False
+    """Self-imitation weighs every imitated episode alike (else every decision alike: long episodes weigh more)."""
     teacher: bool = False
     """One rollout per instance replays greedy's plan (a candidate for self-imitation, not a policy sample)."""
     eval_every: int = 100_000

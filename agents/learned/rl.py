@@ -173,6 +173,26 @@ def self_imitation_targets(returns: np.ndarray, rollouts: int, fixed: int = 0) -
     return out.reshape(-1)
 
 
+def self_imitation_weights(imitate: torch.Tensor, episode: torch.Tensor, per_episode: bool) -> torch.Tensor:
+    """Weight of each decision in the self-imitation loss.
+
+    Args:
+        imitate: (B,) bool, the episodes to imitate.
+        episode: (N,) the episode of each decision.
+        per_episode: Every imitated episode gets the same total weight (its decisions share it);
+            else every decision of an imitated episode weighs 1.
+
+    Returns:
+        (N,) float32; the weights of imitated decisions average 1 in both cases.
+    """
+    weight = imitate.to(torch.float32)[episode]
+    if not per_episode or not bool((weight > 0).any()):
+        return weight
+    counts = torch.bincount(episode, minlength=imitate.shape[0]).to(torch.float32)
+    share = counts[imitate].sum() / imitate.sum()  # decisions per imitated episode, on average
+    return weight * share / counts[episode]
+
+
 def teacher_rollouts(scenarios: list[Any], sizes: Sizes) -> list[list[int]]:
     """Greedy's plan of each scenario replayed in the engine's FIT action space.
 
@@ -301,7 +321,7 @@ def ppo_update(
     device = policy.device
     advantages = torch.as_tensor(adv_episode, dtype=torch.float32, device=device)[batch["episode"]]
     pg_weight = torch.as_tensor(sampled, dtype=torch.float32, device=device)[batch["episode"]]
-    sil_weight = torch.as_tensor(imitate, dtype=torch.float32, device=device)[batch["episode"]]
+    sil_weight = self_imitation_weights(torch.as_tensor(imitate, device=device), batch["episode"], r.per_episode)
     n = advantages.shape[0]
     stats: dict[str, list[float]] = {"loss": [], "entropy": [], "approx_kl": [], "clip_fraction": [], "sil_loss": []}
     for _ in range(r.epochs):
@@ -318,7 +338,7 @@ def ppo_update(
             w = pg_weight[idx]
             pg_loss = -(torch.min(ratio * adv, clipped * adv) * w).sum() / w.sum().clamp(min=1.0)
             sil = sil_weight[idx]
-            sil_loss = -(logp * sil).sum() / sil.sum().clamp(min=1.0)
+            sil_loss = -(logp * sil).sum() / (sil > 0).sum().clamp(min=1)
             p = logp_all.exp()
             entropy = -(p * torch.where(batch["masks"][idx], logp_all, torch.zeros_like(logp_all))).sum(-1).mean()
             loss = r.pg_coef * pg_loss + r.self_imitation * sil_loss - r.ent_coef * entropy
