@@ -251,15 +251,31 @@ def test_shipped_policy_plans_every_benchmark_family():
 
 
 def test_shipped_policy_was_trained_with_the_documented_config():
-    """The README's command (train.py --config configs/train/default.yaml) is the config in the card."""
+    """The shipped card's config is configs/train/rl.yaml (RL from init_from), whose card is default.yaml's run."""
     import dataclasses
+    import hashlib
 
     from agents.learned.config import load_config
 
     card = json.loads(ppo.DEFAULT_POLICY.with_suffix(".json").read_text())
-    config = dataclasses.asdict(load_config(ROOT / "configs" / "train" / "default.yaml"))
+    config = dataclasses.asdict(load_config(ROOT / "configs" / "train" / "rl.yaml"))
     assert card["config"] == config
     assert card["seed"] == config["seed"] and card["config"]["export"] == "agents/policies/default.onnx"
+    assert card["phases"][-1] == "rl" and card["training_steps"] == card["training"]["rl_steps"] > 0
+    # The warm start is the file named by init_from, and its card is the run of default.yaml.
+    init = ROOT / config["init_from"]
+    assert card["training"]["init_from"]["sha256"] == hashlib.sha256(init.read_bytes()).hexdigest()
+    init_card = json.loads(init.with_suffix(".json").read_text())
+    before = dataclasses.asdict(load_config(ROOT / "configs" / "train" / "default.yaml"))
+    # Fields added to the config after that policy was trained (the RL phase, init_from) must keep the phases
+    # they control off in default.yaml, so its card's config still describes the run.
+    added = {key: before.pop(key) for key in set(before) - set(init_card["config"])}
+    assert set(added) <= {"rl", "init_from"}
+    assert added.get("rl", {"steps": 0})["steps"] == 0 and added.get("init_from") is None
+    # default.yaml now exports where rl.yaml starts from; the run exported to the shipped path of its day
+    assert before.pop("export") == config["init_from"]
+    assert init_card["config"].pop("export") == "agents/policies/default.onnx"
+    assert init_card["config"] == before
 
 
 def test_full_mode_takes_the_better_hint():

@@ -90,13 +90,44 @@ class EvalConfig:
 
 
 @dataclass
+class RLConfig:
+    """The RL phase on the batched engine (:mod:`agents.learned.rl`): masked PPO with a POMO shared baseline."""
+
+    steps: int = 0
+    """Engine steps (decisions of all episodes together); 0: no RL phase."""
+    instances: int = 32
+    """Fresh scenarios per update."""
+    rollouts: int = 8
+    """K: episodes per scenario per update; they share the baseline (their mean return)."""
+    learning_rate: float = 1e-5
+    epochs: int = 2
+    """Passes over each update's decisions."""
+    minibatch: int = 1024
+    """Decisions per gradient step."""
+    clip_range: float = 0.2
+    ent_coef: float = 0.0
+    max_grad_norm: float = 0.5
+    pg_coef: float = 1.0
+    """Weight of PPO's clipped policy-gradient loss (POMO advantages)."""
+    self_imitation: float = 0.0
+    """Weight of self-improvement (0: none): rollout 0 of each instance decodes greedily, and the best
+    sampled rollout, where it beats rollout 0, is imitated (cross-entropy on its decisions)."""
+    per_episode: bool = False
+    """Self-imitation weighs every imitated episode alike (else every decision alike: long episodes weigh more)."""
+    teacher: bool = False
+    """One rollout per instance replays greedy's plan (a candidate for self-imitation, not a policy sample)."""
+    eval_every: int = 100_000
+    """Engine steps between evaluations on the fixed instances."""
+
+
+@dataclass
 class TrainConfig:
     """Everything a training run needs; loaded from YAML."""
 
     seed: int = 0
     """Seed of every random draw (scenarios, networks, sampling)."""
     total_timesteps: int = 100_000
-    """PPO environment steps (imitation not counted)."""
+    """MaskablePPO environment steps (imitation not counted); 0: no MaskablePPO phase."""
     n_envs: int = 4
     """Environments stepped together (one process)."""
     checkpoint_every: int = 10_000
@@ -109,6 +140,9 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
     imitation: ImitationConfig = field(default_factory=ImitationConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    init_from: str | None = None
+    """An exported policy (.onnx) to start from instead of imitation and MaskablePPO (its weights, no pickle)."""
 
 
 class ConfigError(ValueError):
@@ -123,6 +157,10 @@ def _check_value(value: Any, annotation: str, where: str) -> Any:
         if optional:
             return None
         raise ConfigError(f"{where}: expected {base}, got null")
+    if base == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
     if base == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
@@ -200,7 +238,6 @@ def _check_ranges(cfg: TrainConfig, source: str) -> None:
         if bounds is not None and not 1 <= bounds[0] <= bounds[1]:
             raise ConfigError(f"{source}: field scenarios.{name}: expected 1 <= low <= high, got {bounds}")
     positive = {
-        "total_timesteps": cfg.total_timesteps,
         "n_envs": cfg.n_envs,
         "checkpoint_every": cfg.checkpoint_every,
         "network.hidden": cfg.network.hidden,
@@ -212,11 +249,24 @@ def _check_ranges(cfg: TrainConfig, source: str) -> None:
         "imitation.epochs": cfg.imitation.epochs,
         "imitation.batch_size": cfg.imitation.batch_size,
         "eval.every_steps": cfg.eval.every_steps,
+        "rl.instances": cfg.rl.instances,
+        "rl.rollouts": cfg.rl.rollouts,
+        "rl.learning_rate": cfg.rl.learning_rate,
+        "rl.epochs": cfg.rl.epochs,
+        "rl.minibatch": cfg.rl.minibatch,
+        "rl.clip_range": cfg.rl.clip_range,
+        "rl.eval_every": cfg.rl.eval_every,
+        "rl.max_grad_norm": cfg.rl.max_grad_norm,
     }
     for name, value in positive.items():
         if not value > 0:
             raise ConfigError(f"{source}: field {name}: expected a positive value, got {value}")
     counts = {
+        "total_timesteps": cfg.total_timesteps,
+        "rl.steps": cfg.rl.steps,
+        "rl.pg_coef": cfg.rl.pg_coef,
+        "rl.self_imitation": cfg.rl.self_imitation,
+        "rl.ent_coef": cfg.rl.ent_coef,
         "imitation.episodes": cfg.imitation.episodes,
         "imitation.dagger_rounds": cfg.imitation.dagger_rounds,
         "imitation.dagger_episodes": cfg.imitation.dagger_episodes,
@@ -226,6 +276,14 @@ def _check_ranges(cfg: TrainConfig, source: str) -> None:
     for name, value in counts.items():
         if value < 0:
             raise ConfigError(f"{source}: field {name}: expected 0 or more, got {value}")
+    if cfg.init_from is not None and not Path(cfg.init_from).is_file():
+        raise ConfigError(f"{source}: field init_from: no such file {cfg.init_from!r}")
+    fixed = (cfg.rl.self_imitation > 0) + cfg.rl.teacher
+    if cfg.rl.steps > 0 and cfg.rl.rollouts < 2 + fixed:
+        raise ConfigError(
+            f"{source}: field rl.rollouts: the shared baseline needs at least 2 sampled rollouts per instance"
+            f" (plus one for the greedy decoding with self_imitation, one for the teacher), got {cfg.rl.rollouts}"
+        )
     if not 0 < cfg.ppo.gamma <= 1 or not 0 < cfg.ppo.gae_lambda <= 1:
         raise ConfigError(f"{source}: field ppo.gamma / ppo.gae_lambda: expected values in (0, 1]")
 

@@ -52,21 +52,32 @@ def eval_instances(cfg: TrainConfig) -> list[EvalInstance]:
     return out
 
 
-def evaluate_policy(policy: Any, instances: list[EvalInstance], limits: Any) -> dict[str, float]:
-    """The policy's most-likely-action plan on each instance, as ratios per family (and overall)."""
+def evaluate_policy(policy: Any, instances: list[EvalInstance], limits: Any, samples: int = 1) -> dict[str, float]:
+    """The policy's plan on each instance, as ratios per family (and overall).
+
+    Args:
+        policy: An SB3 job-scorer policy or an :class:`~agents.learned.rl.ActorCritic`.
+        instances: The fixed instances.
+        limits: The policy's observation limits.
+        samples: 1: the most likely action at every step (the policy alone, greedy decoding);
+            more: the best of that rollout and ``samples - 1`` sampled ones (seed 0), as ``ppo --guard none`` plans.
+    """
     import torch
 
     from agents.ppo import INPUTS, rollout
 
+    net = policy.features_extractor.net
+    device = next(net.parameters()).device
+
     def logits_fn(obs: dict[str, np.ndarray]) -> np.ndarray:
         with torch.no_grad():
-            tensors = [torch.as_tensor(obs[k], device=policy.device) for k in INPUTS]
-            return policy.features_extractor.net(*tensors)[0].cpu().numpy()
+            tensors = [torch.as_tensor(obs[k], device=device) for k in INPUTS]
+            return net(*tensors)[0].cpu().numpy()
 
     rows: dict[str, list[tuple[float, float, float]]] = {}
     below_fifo = 0
     for inst in instances:
-        episode, _ = rollout(inst.scenario, logits_fn, limits)
+        episode, _ = rollout(inst.scenario, logits_fn, limits, samples=samples)
         obj = episode.objective
         below_fifo += obj < inst.fifo - 1e-6
         rows.setdefault(inst.family, []).append((obj / inst.greedy, obj / inst.fifo, obj / inst.best))
@@ -119,3 +130,41 @@ def make_eval_callback(cfg: TrainConfig, instances: list[EvalInstance], limits: 
             return result
 
     return PolicyEval()
+
+
+class PhaseRecorder:
+    """Evaluations through every phase: TensorBoard scalars ``eval/<family>/vs_greedy`` (and the others) and a history.
+
+    Each evaluation gets the next point of one TensorBoard step axis (``run_dir/tb/phases``)
+    and a history entry labelled with its phase (``imitation``, ``dagger``, ``ppo``, ``rl``)
+    and the phase's own step count.
+
+    Args:
+        instances: The fixed evaluation instances.
+        limits: The policy's observation limits.
+        run_dir: The run folder.
+    """
+
+    def __init__(self, instances: list[EvalInstance], limits: Any, run_dir: Path) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.instances = instances
+        self.limits = limits
+        self.writer = SummaryWriter(str(run_dir / "tb" / "phases"))
+        self.history: list[dict[str, Any]] = []
+
+    def __call__(self, policy: Any, phase: str, step: int) -> dict[str, float]:
+        """Evaluate ``policy`` (greedy decoding), log it and record it; returns the results."""
+        if not self.instances:
+            return {"mean_vs_greedy": 0.0}
+        result = evaluate_policy(policy, self.instances, self.limits)
+        point = len(self.history)
+        for key, value in result.items():
+            self.writer.add_scalar(f"eval/{key}", value, point)
+        self.writer.flush()
+        self.history.append({"phase": phase, "steps": step, **result})
+        return result
+
+    def close(self) -> None:
+        """Flush and close the TensorBoard writer."""
+        self.writer.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,13 +172,23 @@ def dagger_dataset(model: Any, cfg: TrainConfig, limits: Any, seed: int) -> tupl
 
 
 def warm_start(
-    model: Any, cfg: TrainConfig, limits: Any, run_dir: Path, device: str, resume: bool, progress: bool
+    model: Any,
+    cfg: TrainConfig,
+    limits: Any,
+    run_dir: Path,
+    device: str,
+    resume: bool,
+    progress: bool,
+    on_eval: Callable[[Any, str, int], Any] | None = None,
 ) -> dict[str, Any]:
     """The imitation phase: fit the policy to greedy's demonstrations, then ``imitation.dagger_rounds`` of DAgger.
 
     The fitted model is saved as ``checkpoints/imitation.zip``; with ``resume``
     an existing one is loaded instead and nothing is redone, and the
     demonstrations cached in ``imitation_data.npz`` are reused.
+
+    ``on_eval(policy, phase, round)``, when given, evaluates the policy after
+    behaviour cloning (phase ``imitation``) and after every DAgger round (``dagger``).
 
     Returns:
         The phase's summary (samples, DAgger agreement per round, seconds); empty when resumed.
@@ -201,6 +212,8 @@ def warm_start(
             np.savez(tmp, **data)
     writer = SummaryWriter(str(run_dir / "tb" / "imitation"))
     imitate(model, data, cfg, writer, cfg.seed, progress)
+    if on_eval is not None:
+        on_eval(model.policy, "imitation", 0)
     summary["imitation_samples"] = int(data["actions"].shape[0])
     # DAgger: the policy plays, greedy labels what it reaches, the policy refits on everything so far
     for rnd in range(cfg.imitation.dagger_rounds):
@@ -210,6 +223,8 @@ def warm_start(
         data = {key: np.concatenate([data[key], new[key]]) for key in data}
         imitate(model, data, cfg, writer, cfg.seed + rnd + 1, progress, epochs=cfg.imitation.dagger_epochs)
         summary.setdefault("dagger_agreement", []).append(agreement)
+        if on_eval is not None:
+            on_eval(model.policy, "dagger", rnd + 1)
     writer.close()
     model.save(imitation_file)
     summary["imitation_samples_with_dagger"] = int(data["actions"].shape[0])
