@@ -512,3 +512,17 @@ def test_gpualloc_simulate_bad_input_is_one_line(tmp_path: Path, capsys):
     assert "unknown scheduler 'oracle'" in capsys.readouterr().err
     assert main(["simulate", str(scenario), "-s", "fifo", "--forecast-error", "-1"]) == 2
     assert not (tmp_path / "sim").exists()
+
+
+def test_a_comparison_task_carries_every_plan_option():
+    # --samples and --guard (and every other PlanOptions field) reach the planner inside a rolling task, for the
+    # rolling side (the task's options) and the open-loop side (its params) alike.
+    from agents.options import Guard
+    from agents.rolling.tasks import _options_from, comparison_tasks
+
+    sc = generate("training-heavy", seed=1)
+    mine = PlanOptions(time_limit=3.0, seed=5, workers=1, policy=Path("p.onnx"), samples=3, guard=Guard.GREEDY)
+    other = PlanOptions(time_limit=2.0, seed=6, workers=1, samples=2, guard=Guard.NONE)
+    (task,) = comparison_tasks([sc], ["ppo"], [0.1], [0], options={"ppo": mine}, open_options={"ppo": other})
+    assert task.options() == mine
+    assert _options_from(task.params["open_options"]) == other

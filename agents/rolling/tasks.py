@@ -22,7 +22,7 @@ plans the same on the same input.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,23 +33,17 @@ from gpu_env.scenario import Scenario
 
 
 def _options_dict(options: PlanOptions) -> dict[str, Any]:
-    """The plan options as plain values (a task's params)."""
-    return {
-        "time_limit": options.time_limit,
-        "seed": options.seed,
-        "workers": options.workers,
-        "policy": None if options.policy is None else str(options.policy),
-    }
+    """The plan options as plain values (a task's params): every field, the policy as a string."""
+    values = {f.name: getattr(options, f.name) for f in fields(PlanOptions)}
+    values["policy"] = None if options.policy is None else str(options.policy)
+    values["guard"] = str(options.guard)
+    return values
 
 
 def _options_from(values: Mapping[str, Any]) -> PlanOptions:
+    """The inverse of :func:`_options_dict`."""
     policy = values.get("policy")
-    return PlanOptions(
-        time_limit=float(values["time_limit"]),
-        seed=int(values["seed"]),
-        workers=int(values["workers"]),
-        policy=None if policy is None else Path(policy),
-    )
+    return PlanOptions(**{**values, "policy": None if policy is None else Path(policy)})
 
 
 def comparison_tasks(
