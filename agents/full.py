@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from agents import cpsat
-from agents.options import PlanOptions
+from agents.options import Guard, PlanOptions
 from agents.registry import get_scheduler
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
@@ -117,7 +118,7 @@ def solve(
 def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> tuple[Plan, dict[str, Any]]:
     """The hint plan and a record of how it was chosen.
 
-    ``"auto"`` runs every scheduler of ``AUTO_HINT_SOURCES`` and keeps the best
+    ``"auto"`` runs every scheduler of ``AUTO_HINT_SOURCES`` (``ppo`` with ``guard="none"``) and keeps the best
     plan (the first on a tie). A source that cannot run (no loadable policy file,
     :class:`agents.ppo.PolicyError`, or a missing runtime) is skipped, and the
     skip is said in one line on stderr.
@@ -138,8 +139,10 @@ def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> t
     candidates: dict[str, float] = {}
     failures: list[str] = []
     for name in AUTO_HINT_SOURCES:
+        # The learned candidate without its guard: greedy is a candidate of its own (not run twice).
+        source_options = replace(options, guard=Guard.NONE) if name == "ppo" else options
         try:
-            candidate = get_scheduler(name)(scenario, options)
+            candidate = get_scheduler(name)(scenario, source_options)
         except (ImportError, ValueError) as exc:  # no usable policy file (agents.ppo.PolicyError) or runtime
             if name == AUTO_HINT_SOURCES[-1] and best is None:
                 raise

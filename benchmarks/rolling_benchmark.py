@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
 from agents import rolling  # noqa: E402
 from agents.arguments import add_fanout_options, fanout_backend  # noqa: E402
 from agents.fanout import Backend, FanoutError, Task, run_tasks  # noqa: E402
-from agents.options import PlanOptions  # noqa: E402
+from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, PlanOptions  # noqa: E402
 from agents.registry import available_schedulers  # noqa: E402
 from agents.report import rolling as report  # noqa: E402
 from agents.report.rolling_figures import plot_rolling_curve  # noqa: E402
@@ -175,7 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     runs = [f"fifo and greedy: sigma {', '.join(f'{x:g}' for x in SIGMAS)}, {args.seeds} seeds"]
     if "ppo" in available and args.learned_seeds > 0:
         curve.append(comparisons.add(scenarios, ["ppo"], SIGMAS, range(args.learned_seeds)))
-        runs.append(f"ppo (8 rollouts + FIFO guard, the shipped policy): the same sigmas, {args.learned_seeds} seeds")
+        runs.append(
+            f"ppo ({DEFAULT_SAMPLES} rollouts + {DEFAULT_GUARD.value} guard, the shipped policy): the same sigmas, "
+            f"{args.learned_seeds} seeds"
+        )
     exact = [n for n in ("cpsat", "full") if n in available]
     if exact and args.exact_seeds > 0:
         curve.append(

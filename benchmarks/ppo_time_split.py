@@ -1,0 +1,131 @@
+"""Where a learned plan spends its time: ms per plan in each part of ``agents.ppo.rollout_batch``, one core.
+
+Wraps the parts of one batched rollout with wall-clock timers (the onnxruntime call,
+``engine.step``, ``observe``, ``engine.action_masks``, ``_choose``, the engine's reset)
+and plans each scenario ``--plans`` times after two warm-up plans, with the policy
+alone (``--guard none``), at 1 and at ``--samples`` rollouts. The greedy heuristic's
+median plan time on the same scenario, measured in the same process, is printed beside it.
+
+Usage::
+
+    PYTHONPATH=. taskset -c 0 .venv/bin/python benchmarks/ppo_time_split.py [--plans 20] [--samples 8]
+        [--out benchmarks/results/ppo_time_split.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from agents import ppo  # noqa: E402
+from agents.registry import run_scheduler  # noqa: E402
+from gpu_env.batch import kernels  # noqa: E402
+from gpu_env.batch.engine import BatchEngine  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
+from gpu_env.scenario import load_scenario  # noqa: E402
+
+SCENARIOS = ("mixed-control", "training-heavy", "batch-fragmentation", "scale-64x30")
+PARTS = ("onnxruntime", "engine.step", "observe", "masks", "_choose", "reset")
+
+
+class Timers:
+    """Seconds spent in each wrapped callable, summed until :meth:`clear`."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def wrap(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[name] += time.perf_counter() - started
+
+        return timed
+
+    def clear(self) -> None:
+        self.seconds.clear()
+
+
+def split(name: str, samples: int, plans: int, policy: ppo.LoadedPolicy, timers: Timers) -> dict[str, float]:
+    """Median-free mean ms per plan of each part, the total and the decisions, over ``plans`` plans."""
+    sc = load_scenario(ROOT / "configs" / "scenarios" / f"{name}.yaml")
+    logits = timers.wrap("onnxruntime", policy.logits)
+    for _ in range(2):
+        ppo.rollout_batch(sc, logits, policy.limits, samples=samples)
+    timers.clear()
+    started = time.perf_counter()
+    decisions = 0
+    for _ in range(plans):
+        decisions = ppo.rollout_batch(sc, logits, policy.limits, samples=samples).decisions
+    total = (time.perf_counter() - started) / plans * 1e3
+    out = {part: timers.seconds[part] / plans * 1e3 for part in PARTS}
+    out["total"] = total
+    out["decisions"] = decisions
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plans", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--out", type=Path, default=None, help="also write the table to this Markdown file")
+    args = parser.parse_args(argv)
+    policy = ppo.load_policy()
+    timers = Timers()
+    # Wrap the parts where rollout_batch looks them up (module attributes and engine methods).
+    ppo.observe = timers.wrap("observe", ppo.observe)
+    ppo._choose = timers.wrap("_choose", ppo._choose)
+    BatchEngine.step = timers.wrap("engine.step", BatchEngine.step)
+    BatchEngine.action_masks = timers.wrap("masks", BatchEngine.action_masks)
+    BatchEngine.reset = timers.wrap("reset", BatchEngine.reset)
+    lines = [
+        "| scenario | samples | decisions | total ms | greedy ms | "
+        + " | ".join(PARTS)
+        + " | rest (Python between calls) |",
+        "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in PARTS) + " | ---: |",
+    ]
+    for name in SCENARIOS:
+        sc = load_scenario(ROOT / "configs" / "scenarios" / f"{name}.yaml")
+        greedy_ms = []
+        for _ in range(args.plans + 2):
+            started = time.perf_counter()
+            run_scheduler("greedy", sc)
+            greedy_ms.append((time.perf_counter() - started) * 1e3)
+        for samples in sorted({1, args.samples}):
+            row = split(name, samples, args.plans, policy, timers)
+            parts = [row[p] for p in PARTS]
+            rest = row["total"] - sum(parts)
+            cells = " | ".join(f"{v:.2f} ({v / row['total']:.0%})" for v in parts)
+            lines.append(
+                f"| {name} | {samples} | {row['decisions']:.0f} | {row['total']:.2f} "
+                f"| {statistics.median(greedy_ms[2:]):.2f} | {cells} | {rest:.2f} ({rest / row['total']:.0%}) |"
+            )
+            print(lines[-1], file=sys.stderr)
+    header = (
+        f"ms per plan, mean of {args.plans} plans after 2 warm-up plans, `--guard none`, policy "
+        f"{policy.path.name} ({policy.sha256[:12]}), numba kernels {'on' if kernels.ENABLED else 'off'}, "
+        f"Python {platform.python_version()}; written by `PYTHONPATH=. taskset -c 0 .venv/bin/python "
+        f"benchmarks/ppo_time_split.py --plans {args.plans} --samples {args.samples}`."
+    )
+    text = "\n".join([header, "", *lines]) + "\n"
+    print(text)
+    if args.out is not None:
+        write_text_atomic(args.out, "# Where a learned plan spends its time\n\n" + text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
