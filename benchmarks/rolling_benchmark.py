@@ -40,9 +40,9 @@ if str(ROOT) not in sys.path:
 
 from agents import rolling  # noqa: E402
 from agents.arguments import add_fanout_options, fanout_backend  # noqa: E402
-from agents.fanout import Backend, FanoutError, Task, run_tasks  # noqa: E402
+from agents.fanout import LOCAL_RAY, Backend, FanoutError, Task, run_tasks  # noqa: E402
 from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, PlanOptions  # noqa: E402
-from agents.registry import available_schedulers  # noqa: E402
+from agents.registry import available_schedulers, run_scheduler  # noqa: E402
 from agents.report import rolling as report  # noqa: E402
 from agents.report.rolling_figures import plot_rolling_curve  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
@@ -118,6 +118,7 @@ def latency(schedulers: list[str], time_limit: float) -> list[str]:
     ]
     for name in schedulers:
         options = PlanOptions(time_limit=time_limit)
+        run_scheduler(name, sc, options)  # warm-up: loads the policy and the compiled kernels, as a live planner has
         roll, fixed = rolling.simulate(sc, name, sigma=0.2, seed=0, options=options)
         ms = np.array(roll.solve_ms)
         target = TARGET_MS.get(name, time_limit * 1000.0 if name in ("cpsat", "full") else None)
@@ -228,13 +229,16 @@ def main(argv: list[str] | None = None) -> int:
         f".venv/bin/python benchmarks/rolling_benchmark.py --seeds {args.seeds} --learned-seeds {args.learned_seeds} "
         f"--exact-seeds {args.exact_seeds} --exact-sigmas {args.exact_sigmas} --ablation-seeds {args.ablation_seeds} "
         f"--time-limit {args.time_limit:g} --open-time-limit {args.open_time_limit:g}"
+        + (f" --parallel {args.parallel}" if args.parallel > 1 else "")
+        + ("" if args.ray is None else " --ray" + ("" if args.ray == LOCAL_RAY else f" {args.ray}"))
     )
     doc = [
         "# Rolling horizon under forecast error",
         "",
         f"Written by `{command}` in {elapsed / 60:.0f} min on "
         f"{platform.processor() or platform.machine()} ({platform.python_implementation()} "
-        f"{platform.python_version()}). What the modes are and how actual demand is drawn: docs/rolling.md.",
+        f"{platform.python_version()}); the comparisons ran on: {comparisons.done.backend}. What the modes are "
+        "and how actual demand is drawn: docs/rolling.md.",
         "",
         f"Scenarios: {', '.join(names)}. Runs: " + "; ".join(runs) + ". Seed s draws the actual demand "
         "(the same draw for every planner and both modes); at sigma 0 the actual demand is the forecast, one run. "
