@@ -64,21 +64,22 @@ def best_of(sc: Scenario, policy: ppo.LoadedPolicy, rule: str, temperature: floa
     index = np.arange(samples)
     first = True
     while not done.all():
-        masks = engine.action_masks()
-        logits = np.asarray(policy.logits(observe(engine, ppo.INPUTS)), dtype=np.float64)
-        masked = np.where(masks, logits, -np.inf)
-        if rule == "sample":
-            chosen = ppo._choose(logits / temperature, masks, index == 0, rng)
+        live = np.flatnonzero(~done)  # as rollout_batch: finished rollouts skip the network and the draws
+        masks = engine.action_masks()[live]
+        obs = {key: value[live] for key, value in observe(engine, ppo.INPUTS).items()}
+        logits = np.asarray(policy.logits(obs), dtype=np.float64)
+        if rule == "sample":  # T = 1: exactly the shipped rollout_batch
+            chosen = ppo._choose(logits / temperature, masks, live == 0, rng)
         elif first:  # distinct starts: the allowed first actions in logit order, repeated when fewer than samples
-            order = np.argsort(-masked[0], kind="stable")
+            order = np.argsort(-np.where(masks[0], logits[0], -np.inf), kind="stable")
             chosen = order[index % int(masks[0].sum())]
         elif rule == "starts":
-            chosen = np.argmax(masked, axis=1)
+            chosen = np.argmax(np.where(masks, logits, -np.inf), axis=1)
         else:
-            chosen = ppo._choose(logits / temperature, masks, index < max(1, samples // 2), rng)
+            chosen = ppo._choose(logits / temperature, masks, live < max(1, samples // 2), rng)
         first = False
         actions = np.full(samples, engine.layout.advance, dtype=np.int64)
-        actions[~done] = chosen[~done]
+        actions[live] = chosen
         engine.step(actions)
     return float(engine.state.objective.max())
 
