@@ -591,12 +591,16 @@ def generalisation(
 def training_section(policy: Path) -> list[str]:
     card = ppo.load_policy(policy).card
     info = card.get("training", {})
+    phases = card.get("phases") or []
+    if info.get("rl_steps"):  # the last phase was RL on the batched engine
+        last = f"RL {info['rl_steps']} engine steps at {_fmt(info.get('rl_steps_per_second'))} steps/s"
+    else:
+        last = f"PPO {info.get('ppo_steps')} steps at {_fmt(info.get('steps_per_second'))} steps/s"
     return [
         f"- Policy: `{policy.relative_to(ROOT) if policy.is_relative_to(ROOT) else policy}`, "
-        f"seed {card.get('seed')}, PPO steps {card.get('training_steps')}, "
+        f"seed {card.get('seed')}, phases {', '.join(phases) or 'n/a'}, "
         f"{card['network']['parameters']} parameters, file {policy.stat().st_size / 1024:.0f} KiB; "
-        f"device {info.get('device')}, PPO {info.get('ppo_steps')} steps at {_fmt(info.get('steps_per_second'))} "
-        "steps/s (the card's `training` has the rest).",
+        f"device {info.get('device')}, {last} (the card's `training` has the rest).",
     ]
 
 
