@@ -214,6 +214,30 @@ def _onnx_logits(onnx_path: Path, card: dict[str, Any]) -> LogitsFn:
     return logits
 
 
+_WARM: set[tuple[str, float]] = set()
+
+
+def warm_up(path: str | os.PathLike[str] | None = None) -> None:
+    """Pay this process's one-time costs of planning before anything is timed.
+
+    Loads the policy (:func:`load_policy`) and plans one small generated scenario, so that the
+    onnxruntime session, the engine's compiled kernels (numba compiles them on a machine's first
+    use, 6-10 s, and loads them from its disk cache in later processes, about 0.5 s) and the
+    imports are ready. Once per process and policy file version; later calls return at once.
+
+    Raises:
+        PolicyError: The policy file is missing, corrupt, or does not match the environment.
+    """
+    policy = load_policy(path)
+    key = (str(policy.path.resolve()), policy.path.stat().st_mtime)
+    if key in _WARM:
+        return
+    from gpu_env.generators import generate
+
+    rollout_batch(generate("training-heavy", seed=0), policy.logits, policy.limits, samples=2)
+    _WARM.add(key)
+
+
 def policy_record(policy: LoadedPolicy) -> dict[str, str]:
     """What a plan records about the policy that made it: file name and hash, no path of this machine."""
     return {"file": policy.path.name, "sha256": policy.sha256}

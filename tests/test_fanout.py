@@ -139,6 +139,37 @@ def test_a_proven_plan_keeps_its_status_and_bound(serial_proven):
     assert TaskResult.failed(proven_tasks()[0], "X: y").to_plan(sc) is None
 
 
+def test_the_learned_planner_is_warmed_up_before_it_is_timed(monkeypatch):
+    from agents import ppo
+
+    calls: list[object] = []
+    monkeypatch.setattr(ppo, "warm_up", lambda path=None: calls.append(path))
+    sc = generate("training-heavy", seed=0)
+    for planner in ("fifo", "greedy", "ppo"):
+        assert run_task(Task.make(sc, planner)).ok
+    assert calls == [None]  # ppo only, with the task's policy (the shipped one)
+
+
+def test_warm_up_plans_once_per_process_and_policy(monkeypatch):
+    from agents import ppo
+
+    monkeypatch.setattr(ppo, "_WARM", set())
+    real, calls = ppo.rollout_batch, []
+    monkeypatch.setattr(ppo, "rollout_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    ppo.warm_up()
+    ppo.warm_up()
+    assert calls == [1]
+
+
+def test_full_with_a_missing_policy_still_falls_back_after_the_warm_up(tmp_path):
+    sc = generate("training-heavy", seed=0)
+    missing = tmp_path / "no-such-policy.onnx"
+    result = run_task(Task.make(sc, "full", PlanOptions(policy=missing, time_limit=1)))
+    assert result.ok and result.violations == []
+    hint = result.plan["info"]["hint"]
+    assert hint["scheduler"] == "greedy" and "policy file not found" in hint["fallback"]
+
+
 def test_a_task_reads_a_scenario_file(tmp_path):
     path = ROOT / "configs" / "scenarios" / "mixed-control.yaml"
     by_path = run_task(Task.make(path, "fifo"))
