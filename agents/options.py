@@ -26,7 +26,7 @@ DEFAULT_SAMPLES = 8
 """Rollouts per learned plan as shipped: the most likely one and 7 sampled (measured: benchmarks/results/ppo.md)."""
 DEFAULT_GUARD = Guard.GREEDY
 """The learned scheduler's guard as shipped: greedy, so the learned mode is never below the heuristic (nor FIFO,
-greedy's own guard) for about 5-10 % more plan time (measured: benchmarks/results/ppo.md)."""
+greedy's own guard), for greedy's own time, 4-11 % of the shipped plan's (benchmarks/results/ppo.md, (b))."""
 
 
 @dataclass(frozen=True)

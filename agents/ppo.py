@@ -16,9 +16,9 @@ imported. :func:`rollout_episodes` is the reference form, one
 :data:`~agents.options.DEFAULT_SAMPLES`): the first takes the most likely action
 at every step, the others sample from the policy (seeded by ``options.seed``);
 the most valuable plan wins, and only its plan is built. ``samples=1`` is the fastest. ``options.guard``
-names a baseline computed too and returned when it is worth more: FIFO as
-shipped (the learned mode is never below it), greedy, or none (the policy
-alone). ``plan.info`` records the samples, every candidate's objective and
+names a baseline computed too and returned when it is worth more: greedy as
+shipped (the learned mode is never below the heuristic, nor FIFO), FIFO, or
+none (the policy alone). ``plan.info`` records the samples, every candidate's objective and
 the winner. Every plan is valid by construction (the masks allow only actions
 that keep SPEC section 2) and is validated again in the tests.
 

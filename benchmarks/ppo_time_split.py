@@ -60,7 +60,7 @@ class Timers:
 
 
 def split(name: str, samples: int, plans: int, policy: ppo.LoadedPolicy, timers: Timers) -> dict[str, float]:
-    """Median-free mean ms per plan of each part, the total and the decisions, over ``plans`` plans."""
+    """Mean ms per plan of each part of the rollouts, their total and the decisions, over ``plans`` plans."""
     sc = load_scenario(ROOT / "configs" / "scenarios" / f"{name}.yaml")
     logits = timers.wrap("onnxruntime", policy.logits)
     for _ in range(2):
@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(lines[-1], file=sys.stderr)
     header = (
-        f"ms per plan, mean of {args.plans} plans after 2 warm-up plans, `--guard none`, policy "
+        f"ms per plan in `agents.ppo.rollout_batch` (the rollouts; building the winner's plan and its metrics, "
+        f"0.1-0.3 ms, is outside), mean of {args.plans} plans after 2 warm-up plans, `--guard none`, policy "
         f"{policy.path.name} ({policy.sha256[:12]}), numba kernels {'on' if kernels.ENABLED else 'off'}, "
         f"Python {platform.python_version()}; written by `PYTHONPATH=. taskset -c 0 .venv/bin/python "
         f"benchmarks/ppo_time_split.py --plans {args.plans} --samples {args.samples}`."

@@ -231,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
         f"--time-limit {args.time_limit:g} --open-time-limit {args.open_time_limit:g}"
         + (f" --parallel {args.parallel}" if args.parallel > 1 else "")
         + ("" if args.ray is None else " --ray" + ("" if args.ray == LOCAL_RAY else f" {args.ray}"))
+        + (f" --task-timeout {args.task_timeout:g}" if args.task_timeout else "")
     )
     doc = [
         "# Rolling horizon under forecast error",
@@ -264,8 +265,9 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "## Latency of one re-plan at 64 GPUs x 30 jobs",
         "",
-        "One rolling day of `scale-64x30` at sigma 0.2 (24 re-plans; the first sees the whole day, later ones "
-        "fewer slots and jobs). Wall-clock time of the planner only (`run_scheduler`), one process.",
+        "One rolling day of `scale-64x30` at sigma 0.2 (24 re-plans, each of the jobs released so far over the rest "
+        "of the day), after one warm-up plan; the last column plans the whole day with every job. Wall-clock time "
+        "of the planner only (`run_scheduler`), one process.",
         "",
         *latency_lines,
         "",

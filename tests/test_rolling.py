@@ -521,7 +521,7 @@ def test_a_comparison_task_carries_every_plan_option():
     from agents.rolling.tasks import _options_from, comparison_tasks
 
     sc = generate("training-heavy", seed=1)
-    mine = PlanOptions(time_limit=3.0, seed=5, workers=1, policy=Path("p.onnx"), samples=3, guard=Guard.GREEDY)
+    mine = PlanOptions(time_limit=3.0, seed=5, workers=1, policy=Path("p.onnx"), samples=3, guard=Guard.FIFO)
     other = PlanOptions(time_limit=2.0, seed=6, workers=1, samples=2, guard=Guard.NONE)
     (task,) = comparison_tasks([sc], ["ppo"], [0.1], [0], options={"ppo": mine}, open_options={"ppo": other})
     assert task.options() == mine
