@@ -234,7 +234,9 @@ def warm_up(path: str | os.PathLike[str] | None = None) -> None:
         return
     from gpu_env.generators import generate
 
-    rollout_batch(generate("training-heavy", seed=0), policy.logits, policy.limits, samples=2)
+    # mixed-control has every kind of work (training, inference, real-time apps that jobs trade against), so every
+    # compiled kernel runs here (a training-heavy plan left the real-time kernels for the first timed plan: 0.45 s).
+    rollout_batch(generate("mixed-control", seed=0), policy.logits, policy.limits, samples=2)
     _WARM.add(key)
 
 
