@@ -14,10 +14,14 @@ difference to the shipped rule:
 * ``starts + sample``: distinct starts, then the first half takes the most
   likely action and the other half samples.
 
+A second table sweeps the number of rollouts (``--sweep``, the shipped rule): the best
+rollout alone and with the greedy guard (the better of it and greedy's plan) as a ratio
+to greedy, and the median time of the rollouts (``rollout_batch``) in this process.
+
 Usage::
 
-    PYTHONPATH=. .venv/bin/python benchmarks/ppo_sampling.py [--instances 15] [--seed 50000] [--samples 8]
-        [--out benchmarks/results/ppo_sampling.md]
+    PYTHONPATH=. taskset -c 0 .venv/bin/python benchmarks/ppo_sampling.py [--instances 15] [--seed 50000]
+        [--samples 8] [--sweep 1,2,4,8,16] [--out benchmarks/results/ppo_sampling.md]
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -90,10 +95,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=50_000, help="first generator seed of the fresh instances")
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--policy", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=None, help="also write the table to this Markdown file")
+    parser.add_argument("--sweep", default="1,2,4,8,16", help="rollout counts of the second table")
+    parser.add_argument("--out", type=Path, default=None, help="also write the tables to this Markdown file")
     args = parser.parse_args(argv)
     policy = ppo.load_policy(args.policy)
+    counts = [int(n) for n in args.sweep.split(",") if n]
     ratios: dict[str, dict[str, list[float]]] = {name: {} for name, _, _ in RULES}
+    sweep: dict[int, list[tuple[float, float, float]]] = {n: [] for n in counts}  # (alone, guarded, ms)
     for family in FAMILIES:
         for seed in range(args.seed, args.seed + args.instances):
             sc = generate(family, seed)
@@ -101,6 +109,11 @@ def main(argv: list[str] | None = None) -> int:
             for name, rule, temperature in RULES:
                 value = best_of(sc, policy, rule, temperature, args.samples, seed=0)
                 ratios[name].setdefault(family, []).append(value / greedy)
+            for n in counts:
+                started = time.perf_counter()
+                best = float(ppo.rollout_batch(sc, policy.logits, policy.limits, samples=n).objectives.max())
+                ms = (time.perf_counter() - started) * 1e3
+                sweep[n].append((best / greedy, max(best, greedy) / greedy, ms))
         print(f"{family}: done", file=sys.stderr)
     shipped = np.concatenate(list(ratios[RULES[0][0]].values()))
     command = shlex.join(["PYTHONPATH=.", ".venv/bin/python", "benchmarks/ppo_sampling.py", *(argv or sys.argv[1:])])
@@ -118,6 +131,19 @@ def main(argv: list[str] | None = None) -> int:
         paired = "" if name == RULES[0][0] else f"{diff.mean():+.4f} ({diff.std(ddof=1) / np.sqrt(diff.size):.4f})"
         cells = " | ".join(f"{np.mean(ratios[name][f]):.3f}" for f in FAMILIES)
         lines.append(f"| {name} | {cells} | {values.mean():.4f} | {paired} |")
+    lines += [
+        "",
+        "Rollouts per plan (the shipped rule), the same instances: mean ratio to greedy of the best rollout "
+        "('alone', `--guard none`) and of the better of it and greedy's plan ('greedy guard', as shipped), and the "
+        "median ms of the rollouts (`agents.ppo.rollout_batch`) in this process; greedy's own time comes on top "
+        "of the guarded form.",
+        "",
+        "| rollouts | alone / greedy | greedy guard / greedy | rollouts ms (median) |",
+        "| ---: | ---: | ---: | ---: |",
+    ]
+    for n in counts:
+        rows = np.array(sweep[n])
+        lines.append(f"| {n} | {rows[:, 0].mean():.4f} | {rows[:, 1].mean():.4f} | {np.median(rows[:, 2]):.1f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:
