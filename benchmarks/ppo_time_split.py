@@ -20,7 +20,8 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -85,35 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     policy = ppo.load_policy()
     timers = Timers()
-    # Wrap the parts where rollout_batch looks them up (module attributes and engine methods).
-    ppo.observe = timers.wrap("observe", ppo.observe)
-    ppo._choose = timers.wrap("_choose", ppo._choose)
-    BatchEngine.step = timers.wrap("engine.step", BatchEngine.step)
-    BatchEngine.action_masks = timers.wrap("masks", BatchEngine.action_masks)
-    BatchEngine.reset = timers.wrap("reset", BatchEngine.reset)
-    lines = [
-        "| scenario | samples | decisions | total ms | greedy ms | "
-        + " | ".join(PARTS)
-        + " | rest (Python between calls) |",
-        "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in PARTS) + " | ---: |",
-    ]
-    for name in SCENARIOS:
-        sc = load_scenario(ROOT / "configs" / "scenarios" / f"{name}.yaml")
-        greedy_ms = []
-        for _ in range(args.plans + 2):
-            started = time.perf_counter()
-            run_scheduler("greedy", sc)
-            greedy_ms.append((time.perf_counter() - started) * 1e3)
-        for samples in sorted({1, args.samples}):
-            row = split(name, samples, args.plans, policy, timers)
-            parts = [row[p] for p in PARTS]
-            rest = row["total"] - sum(parts)
-            cells = " | ".join(f"{v:.2f} ({v / row['total']:.0%})" for v in parts)
-            lines.append(
-                f"| {name} | {samples} | {row['decisions']:.0f} | {row['total']:.2f} "
-                f"| {statistics.median(greedy_ms[2:]):.2f} | {cells} | {rest:.2f} ({rest / row['total']:.0%}) |"
-            )
-            print(lines[-1], file=sys.stderr)
+    with instrumented(timers):
+        lines = table(policy, timers, args.plans, args.samples)
     header = (
         f"ms per plan in `agents.ppo.rollout_batch` (the rollouts; building the winner's plan and its metrics, "
         f"0.1-0.3 ms, is outside), mean of {args.plans} plans after 2 warm-up plans, `--guard none`, policy "
@@ -126,6 +100,54 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         write_text_atomic(args.out, "# Where a learned plan spends its time\n\n" + text)
     return 0
+
+
+@contextmanager
+def instrumented(timers: Timers) -> Iterator[None]:
+    """Wrap the parts where ``rollout_batch`` looks them up (module attributes, engine methods); restore them after."""
+    saved = [
+        (ppo, "observe", "observe"),
+        (ppo, "_choose", "_choose"),
+        (BatchEngine, "step", "engine.step"),
+        (BatchEngine, "action_masks", "masks"),
+        (BatchEngine, "reset", "reset"),
+    ]
+    originals = [getattr(owner, attr) for owner, attr, _ in saved]
+    try:
+        for (owner, attr, part), original in zip(saved, originals, strict=True):
+            setattr(owner, attr, timers.wrap(part, original))
+        yield
+    finally:
+        for (owner, attr, _), original in zip(saved, originals, strict=True):
+            setattr(owner, attr, original)
+
+
+def table(policy: ppo.LoadedPolicy, timers: Timers, plans: int, samples: int) -> list[str]:
+    """The Markdown table: one row per scenario and rollout count (1 and ``samples``)."""
+    lines = [
+        "| scenario | samples | decisions | total ms | greedy ms | "
+        + " | ".join(PARTS)
+        + " | rest (Python between calls) |",
+        "| --- | ---: | ---: | ---: | ---: | " + " | ".join("---:" for _ in PARTS) + " | ---: |",
+    ]
+    for name in SCENARIOS:
+        sc = load_scenario(ROOT / "configs" / "scenarios" / f"{name}.yaml")
+        greedy_ms = []
+        for _ in range(plans + 2):
+            started = time.perf_counter()
+            run_scheduler("greedy", sc)
+            greedy_ms.append((time.perf_counter() - started) * 1e3)
+        for count in sorted({1, samples}):
+            row = split(name, count, plans, policy, timers)
+            parts = [row[p] for p in PARTS]
+            rest = row["total"] - sum(parts)
+            cells = " | ".join(f"{v:.2f} ({v / row['total']:.0%})" for v in parts)
+            lines.append(
+                f"| {name} | {count} | {row['decisions']:.0f} | {row['total']:.2f} "
+                f"| {statistics.median(greedy_ms[2:]):.2f} | {cells} | {rest:.2f} ({rest / row['total']:.0%}) |"
+            )
+            print(lines[-1], file=sys.stderr)
+    return lines
 
 
 if __name__ == "__main__":
