@@ -107,6 +107,7 @@ class LoadedPolicy:
         limits: The padded sizes the policy was trained with (observations are
             padded at least to these, so features are scaled as in training).
         logits: Batch of observations -> (B, n_actions) raw logits.
+        warm: Whether :func:`warm_up` has planned with it in this process.
     """
 
     path: Path
@@ -114,6 +115,7 @@ class LoadedPolicy:
     sha256: str
     limits: Limits
     logits: LogitsFn
+    warm: bool = False
 
 
 _CACHE: dict[tuple[str, float, float], LoadedPolicy] = {}
@@ -214,30 +216,27 @@ def _onnx_logits(onnx_path: Path, card: dict[str, Any]) -> LogitsFn:
     return logits
 
 
-_WARM: set[tuple[str, float]] = set()
-
-
 def warm_up(path: str | os.PathLike[str] | None = None) -> None:
     """Pay this process's one-time costs of planning before anything is timed.
 
     Loads the policy (:func:`load_policy`) and plans one small generated scenario, so that the
     onnxruntime session, the engine's compiled kernels (numba compiles them on a machine's first
     use, 6-10 s, and loads them from its disk cache in later processes, about 0.5 s) and the
-    imports are ready. Once per process and policy file version; later calls return at once.
+    imports are ready. Once per loaded policy (:func:`load_policy`'s cache: per file version); later calls
+    return at once.
 
     Raises:
         PolicyError: The policy file is missing, corrupt, or does not match the environment.
     """
     policy = load_policy(path)
-    key = (str(policy.path.resolve()), policy.path.stat().st_mtime)
-    if key in _WARM:
+    if policy.warm:
         return
     from gpu_env.generators import generate
 
     # mixed-control has every kind of work (training, inference, real-time apps that jobs trade against), so every
     # compiled kernel runs here (a training-heavy plan left the real-time kernels for the first timed plan: 0.45 s).
     rollout_batch(generate("mixed-control", seed=0), policy.logits, policy.limits, samples=2)
-    _WARM.add(key)
+    policy.warm = True
 
 
 def policy_record(policy: LoadedPolicy) -> dict[str, str]:
@@ -358,6 +357,16 @@ class Rollouts:
         return self.engine.plan(i, "ppo")
 
 
+def rollout_engine(scenario: Scenario, base_limits: Limits, batch: int) -> BatchEngine:
+    """A :class:`BatchEngine` of ``batch`` episodes of ``scenario``, reset, padded as :func:`rollout_episodes` pads."""
+    rows = sum(job.running_on is None for job in scenario.jobs)
+    limits = padded_limits(scenario, rows, base_limits)
+    duration = max([job.duration for job in scenario.jobs] + [1])
+    engine = BatchEngine(batch, Sizes.from_limits(limits, duration))
+    engine.reset(scenario)
+    return engine
+
+
 def rollout_batch(
     scenario: Scenario,
     logits_fn: LogitsFn,
@@ -386,12 +395,8 @@ def rollout_batch(
     Returns:
         The finished rollouts.
     """
-    rows = sum(job.running_on is None for job in scenario.jobs)
-    limits = padded_limits(scenario, rows, base_limits)
-    duration = max([job.duration for job in scenario.jobs] + [1])
     batch = max(1, samples)
-    engine = BatchEngine(batch, Sizes.from_limits(limits, duration))
-    engine.reset(scenario)
+    engine = rollout_engine(scenario, base_limits, batch)
     rng = np.random.default_rng(seed)
     done = engine.state.done  # updated in place by the engine
     decisions = 0
@@ -403,13 +408,13 @@ def rollout_batch(
         if live.size < batch:  # finished rollouts stay in the engine but skip the network
             obs = {key: value[live] for key, value in obs.items()}
         logits = np.asarray(logits_fn(obs), dtype=np.float64)
-        actions[live] = _choose(logits, masks[live], live == 0, rng)
+        actions[live] = choose_actions(logits, masks[live], live == 0, rng)
         engine.step(actions)
         decisions += 1
     return Rollouts(engine, engine.state.objective.copy(), decisions)
 
 
-def _choose(logits: np.ndarray, masks: np.ndarray, greedy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def choose_actions(logits: np.ndarray, masks: np.ndarray, greedy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """One action per row: the masked argmax where ``greedy``, elsewhere a draw from the masked softmax.
 
     Args:

@@ -482,7 +482,7 @@ def _warm(policy: Path) -> None:
     if policy not in _WARM:
         sc = load_scenario(ROOT / "configs" / "scenarios" / "mixed-control.yaml")
         run_scheduler("greedy", sc)
-        run_scheduler("ppo", sc, PlanOptions(policy=policy))
+        ppo.warm_up(policy)
         _WARM.add(policy)
 
 

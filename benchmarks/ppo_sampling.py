@@ -40,9 +40,7 @@ if str(ROOT) not in sys.path:
 
 from agents import ppo  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
-from gpu_env.batch.engine import BatchEngine  # noqa: E402
 from gpu_env.batch.observe import observe  # noqa: E402
-from gpu_env.batch.state import Sizes  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 from gpu_env.scenario import Scenario  # noqa: E402
@@ -59,11 +57,13 @@ RULES: tuple[tuple[str, str, float], ...] = (
 
 def best_of(sc: Scenario, policy: ppo.LoadedPolicy, rule: str, temperature: float, samples: int, seed: int) -> float:
     """The best objective of ``samples`` rollouts of ``policy`` on ``sc`` under ``rule``."""
-    rows = sum(job.running_on is None for job in sc.jobs)
-    limits = ppo.padded_limits(sc, rows, policy.limits)
-    duration = max([job.duration for job in sc.jobs] + [1])
-    engine = BatchEngine(samples, Sizes.from_limits(limits, duration))
-    engine.reset(sc)
+    if rule == "sample":  # the planner's own rollouts, the logits divided by the temperature (T = 1: as shipped)
+
+        def tempered(obs: dict[str, np.ndarray]) -> np.ndarray:
+            return np.asarray(policy.logits(obs), dtype=np.float64) / temperature  # T = 1: the logits unchanged
+
+        return float(ppo.rollout_batch(sc, tempered, policy.limits, samples=samples, seed=seed).objectives.max())
+    engine = ppo.rollout_engine(sc, policy.limits, samples)
     rng = np.random.default_rng(seed)
     done = engine.state.done
     index = np.arange(samples)
@@ -73,15 +73,13 @@ def best_of(sc: Scenario, policy: ppo.LoadedPolicy, rule: str, temperature: floa
         masks = engine.action_masks()[live]
         obs = {key: value[live] for key, value in observe(engine, ppo.INPUTS).items()}
         logits = np.asarray(policy.logits(obs), dtype=np.float64)
-        if rule == "sample":  # T = 1: exactly the shipped rollout_batch
-            chosen = ppo._choose(logits / temperature, masks, live == 0, rng)
-        elif first:  # distinct starts: the allowed first actions in logit order, repeated when fewer than samples
+        if first:  # distinct starts: the allowed first actions in logit order, repeated when fewer than samples
             order = np.argsort(-np.where(masks[0], logits[0], -np.inf), kind="stable")
             chosen = order[index % int(masks[0].sum())]
         elif rule == "starts":
             chosen = np.argmax(np.where(masks, logits, -np.inf), axis=1)
-        else:
-            chosen = ppo._choose(logits / temperature, masks, live < max(1, samples // 2), rng)
+        else:  # starts + sample: the first half takes the most likely action, the other half samples
+            chosen = ppo.choose_actions(logits / temperature, masks, live < max(1, samples // 2), rng)
         first = False
         actions = np.full(samples, engine.layout.advance, dtype=np.int64)
         actions[live] = chosen

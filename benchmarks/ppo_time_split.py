@@ -1,7 +1,7 @@
 """Where a learned plan spends its time: ms per plan in each part of ``agents.ppo.rollout_batch``, one core.
 
 Wraps the parts of one batched rollout with wall-clock timers (the onnxruntime call,
-``engine.step``, ``observe``, ``engine.action_masks``, ``_choose``, the engine's reset)
+``engine.step``, ``observe``, ``engine.action_masks``, ``choose_actions``, the engine's reset)
 and plans each scenario ``--plans`` times after two warm-up plans, with the policy
 alone (``--guard none``), at 1 and at ``--samples`` rollouts. The greedy heuristic's
 median plan time on the same scenario, measured in the same process, is printed beside it.
@@ -37,7 +37,7 @@ from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.scenario import load_scenario  # noqa: E402
 
 SCENARIOS = ("mixed-control", "training-heavy", "batch-fragmentation", "scale-64x30")
-PARTS = ("onnxruntime", "engine.step", "observe", "masks", "_choose", "reset")
+PARTS = ("onnxruntime", "engine.step", "observe", "masks", "choose_actions", "reset")
 
 
 class Timers:
@@ -107,7 +107,7 @@ def instrumented(timers: Timers) -> Iterator[None]:
     """Wrap the parts where ``rollout_batch`` looks them up (module attributes, engine methods); restore them after."""
     saved = [
         (ppo, "observe", "observe"),
-        (ppo, "_choose", "_choose"),
+        (ppo, "choose_actions", "choose_actions"),
         (BatchEngine, "step", "engine.step"),
         (BatchEngine, "action_masks", "masks"),
         (BatchEngine, "reset", "reset"),

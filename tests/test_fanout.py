@@ -153,7 +153,7 @@ def test_the_learned_planner_is_warmed_up_before_it_is_timed(monkeypatch):
 def test_warm_up_plans_once_per_process_and_policy(monkeypatch):
     from agents import ppo
 
-    monkeypatch.setattr(ppo, "_WARM", set())
+    monkeypatch.setattr(ppo, "_CACHE", {})  # a freshly loaded policy, not yet warm
     real, calls = ppo.rollout_batch, []
     monkeypatch.setattr(ppo, "rollout_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
     ppo.warm_up()

@@ -93,7 +93,7 @@ def test_choose_takes_the_argmax_or_a_draw_from_the_masked_softmax():
     logits = np.array([0.0, 1.0, 2.0, 3.0, -1.0, 9.0])
     mask = np.array([True, True, True, False, True, False])
     n = 40_000
-    actions = ppo._choose(np.tile(logits, (n, 1)), np.tile(mask, (n, 1)), np.arange(n) < 2, rng)
+    actions = ppo.choose_actions(np.tile(logits, (n, 1)), np.tile(mask, (n, 1)), np.arange(n) < 2, rng)
     assert (actions[:2] == 2).all()  # the most likely allowed action, not the masked 9.0
     assert mask[actions].all()
     expected = np.where(mask, np.exp(logits - logits[mask].max()), 0.0)
@@ -102,7 +102,7 @@ def test_choose_takes_the_argmax_or_a_draw_from_the_masked_softmax():
     assert np.abs(frequency - expected).max() < 0.01
     # All-greedy batches draw nothing.
     state = rng.bit_generator.state
-    assert ppo._choose(logits[None], mask[None], np.array([True]), rng).tolist() == [2]
+    assert ppo.choose_actions(logits[None], mask[None], np.array([True]), rng).tolist() == [2]
     assert rng.bit_generator.state == state
 
 
@@ -115,7 +115,7 @@ def test_choose_never_takes_a_masked_action_when_the_draw_rounds_up_to_the_total
 
     logits = np.array([[5.0, 1.0, 2.0, 0.0]])
     mask = np.array([[False, True, True, False]])
-    assert ppo._choose(logits, mask, np.array([False]), Top()).tolist() == [2]  # the last allowed action
+    assert ppo.choose_actions(logits, mask, np.array([False]), Top()).tolist() == [2]  # the last allowed action
 
 
 def test_only_the_winner_plan_is_built(monkeypatch):

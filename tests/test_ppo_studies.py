@@ -55,10 +55,10 @@ def test_the_sampling_study_writes_both_tables(tmp_path):
 
 
 def test_the_time_split_adds_up_and_leaves_the_planner_as_it_was(tmp_path):
-    before = (ppo.observe, ppo._choose, BatchEngine.step, BatchEngine.action_masks, BatchEngine.reset)
+    before = (ppo.observe, ppo.choose_actions, BatchEngine.step, BatchEngine.action_masks, BatchEngine.reset)
     out = tmp_path / "split.md"
     assert time_split.main(["--plans", "1", "--samples", "2", "--out", str(out)]) == 0
-    assert (ppo.observe, ppo._choose, BatchEngine.step, BatchEngine.action_masks, BatchEngine.reset) == before
+    assert (ppo.observe, ppo.choose_actions, BatchEngine.step, BatchEngine.action_masks, BatchEngine.reset) == before
     rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and line[2] != "-"][1:]
     assert len(rows) == 2 * len(time_split.SCENARIOS)
     for row in rows:

@@ -26,7 +26,7 @@ from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
-from agents.fanout import LEARNED, Backend, Run, Task, TaskResult, run_tasks, warm_up_learned
+from agents.fanout import Backend, Run, Task, TaskResult, run_tasks, warm_up_learned
 from agents.options import PlanOptions
 from agents.rolling.simulation import MODES, Reveal, compare
 from gpu_env.scenario import Scenario
@@ -98,8 +98,7 @@ def compare_task(task: Task) -> TaskResult:
     """
     scenario = task.load()
     p = task.params
-    if task.planner in LEARNED:  # the first re-plan's time without the process's one-time costs
-        warm_up_learned(task.planner, task.options())
+    warm_up_learned(task.planner, task.options())  # the first re-plan's time without one-time costs
     rows = compare(
         [scenario],
         [task.planner],
