@@ -46,13 +46,24 @@ def guard_name(text: str) -> Guard:
 
 
 def add_plan_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """The arguments behind :class:`PlanOptions`: --time-limit, --workers, --seed, --policy, --samples, --guard."""
+    """The arguments behind :class:`PlanOptions`, one per field.
+
+    --time-limit, --deterministic-time, --workers, --seed, --policy, --samples, --guard.
+    """
     parser.add_argument(
         "--time-limit",
         type=positive_float,
         default=PlanOptions.time_limit,
         metavar="S",
         help=f"seconds per plan for anytime schedulers (default: {PlanOptions.time_limit:g})",
+    )
+    parser.add_argument(
+        "--deterministic-time",
+        type=positive_float,
+        default=None,
+        metavar="D",
+        help="also stop CP-SAT after D units of its deterministic time: with --workers 1, the same plan "
+        "at any machine load (default: none)",
     )
     parser.add_argument(
         "--workers", type=int_at_least(1), default=1, metavar="N", help="parallel solver workers (default: 1)"
@@ -87,6 +98,7 @@ def plan_options(args: argparse.Namespace) -> PlanOptions:
         policy=args.policy,
         samples=args.samples,
         guard=args.guard,
+        deterministic_time=args.deterministic_time,
     )
 
 

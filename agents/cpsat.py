@@ -960,7 +960,13 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     When no plan is found in time, the plan holds only the inherited jobs (status "unknown").
     """
     options = options or PlanOptions()
-    result = solve(scenario, time_limit=options.time_limit, workers=options.workers, seed=options.seed)
+    result = solve(
+        scenario,
+        time_limit=options.time_limit,
+        workers=options.workers,
+        seed=options.seed,
+        deterministic_time=options.deterministic_time,
+    )
     if result.plan is not None:
         return result.plan
     fallback = fallback_plan(scenario, "cpsat")

@@ -111,6 +111,7 @@ class Task:
         policy: An exported policy file for the learned planner (``PlanOptions.policy``).
         samples: Rollouts of the learned planner (``PlanOptions.samples``).
         guard: The learned planner's guard, ``none``, ``fifo`` or ``greedy`` (``PlanOptions.guard``).
+        deterministic_time: CP-SAT's deterministic-time limit (``PlanOptions.deterministic_time``).
         params: Extra plain values for a task function other than :func:`run_task`
             (a forecast error, a re-planning period).
     """
@@ -124,6 +125,7 @@ class Task:
     samples: int = PlanOptions.samples
     guard: str = str(PlanOptions.guard)
     params: dict[str, Any] = field(default_factory=dict)
+    deterministic_time: float | None = None
 
     @classmethod
     def make(
@@ -147,6 +149,7 @@ class Task:
             options.samples,
             str(options.guard),
             dict(params),
+            options.deterministic_time,
         )
 
     @property
@@ -166,6 +169,7 @@ class Task:
             policy=policy,
             samples=self.samples,
             guard=Guard(self.guard),
+            deterministic_time=self.deterministic_time,
         )
 
     def load(self) -> Scenario:

@@ -175,6 +175,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None, hint_source: st
         seed=options.seed,
         hint_source=hint_source,
         options=options,
+        deterministic_time=options.deterministic_time,
     )
     if result.plan is None:  # solve returns at least the hint; this is a bug
         raise RuntimeError("full mode returned no plan")

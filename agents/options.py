@@ -42,10 +42,14 @@ class PlanOptions:
             the most likely action at every step, the others sample from the policy.
         guard: The baseline the learned scheduler returns instead when it is
             worth more (a :class:`Guard` or its value: ``"none"``, ``"fifo"``, ``"greedy"``).
+        deterministic_time: Also stop the exact solver after this much CP-SAT
+            deterministic time (machine-independent work; None: no such limit). With one
+            worker and a seed, the same plan on any machine at any load, as long as
+            ``time_limit`` is not reached first: how tests make time a controlled input.
 
     Raises:
-        ValueError: ``samples`` is not an integer >= 1, or ``guard`` is not a guard's
-            name; the message names the field.
+        ValueError: ``samples`` is not an integer >= 1, ``guard`` is not a guard's
+            name, or ``deterministic_time`` is not a positive number; the message names the field.
     """
 
     time_limit: float = 10.0
@@ -54,6 +58,7 @@ class PlanOptions:
     policy: Path | None = None
     samples: int = DEFAULT_SAMPLES
     guard: Guard = DEFAULT_GUARD
+    deterministic_time: float | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -69,3 +74,6 @@ class PlanOptions:
             names = ", ".join(g.value for g in Guard)
             raise ValueError(f"guard: expected one of {names}, got {self.guard!r}") from None
         object.__setattr__(self, "guard", guard)
+        dtime = self.deterministic_time
+        if dtime is not None and (isinstance(dtime, bool) or not isinstance(dtime, int | float) or not dtime > 0):
+            raise ValueError(f"deterministic_time: expected a positive number or None, got {dtime!r}")
