@@ -60,6 +60,7 @@ from agents.report.evaluation import (
     run_evaluation,
 )
 from agents.report.outputs import write_outputs
+from gpu_env.files import OutputError
 from gpu_env.scenario import ScenarioError
 
 ROOT = Path(__file__).resolve().parent
@@ -183,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 timeout=args.task_timeout,
             )
             evaluation.sections.append(section)
-            evaluation.task_failures += run.failure_lines()
+            evaluation.task_failures += run.failure_lines(tracebacks=True)
     except FanoutError as exc:  # found only once the backend is up (a Ray node smaller than --workers)
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
         return 2
@@ -191,8 +192,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Report: plans, results.csv, results.json, figures and report.md.
     try:
         report = write_outputs(evaluation, args.out, figures=not args.no_figures, show_progress=not args.quiet)
-    except OSError as exc:
-        print(f"evaluate.py: error: cannot write under {args.out}: {exc}", file=sys.stderr)
+    except OutputError as exc:
+        print(f"evaluate.py: error: cannot write under {args.out}: {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 2
     return exit_status(evaluation, report)
 

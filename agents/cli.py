@@ -31,7 +31,8 @@ from typing import Any, NoReturn
 from agents.arguments import add_plan_options, int_at_least, plan_options, positive_float
 from agents.options import PlanOptions
 from agents.ppo import PolicyError
-from agents.registry import SCHEDULERS, UnknownSchedulerError, run_scheduler
+from agents.registry import SCHEDULERS, SchedulerUnavailableError, UnknownSchedulerError, run_scheduler
+from gpu_env.files import OutputError
 from gpu_env.metrics import Metrics, compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario, ScenarioError, dump_scenario, load_scenario, save_scenario
@@ -122,8 +123,8 @@ def _plan(args: argparse.Namespace) -> int:
         plan = run_scheduler(args.scheduler, scenario, options)
     except UnknownSchedulerError as exc:
         raise CliError(f"--scheduler: {exc}") from None
-    except ImportError as exc:
-        raise CliError(f"--scheduler: {args.scheduler!r} cannot be loaded here: {exc}") from None
+    except SchedulerUnavailableError as exc:
+        raise CliError(f"--scheduler: {exc}") from None
     except PolicyError as exc:
         raise CliError(f"--policy: {exc}") from None
     violations = validate(scenario, plan)
@@ -177,7 +178,7 @@ def _generate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
+    from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, DrawError, generate
     from gpu_env.traces import TRACE_FAMILIES
 
     if args.family not in FAMILIES and args.family not in TRACE_FAMILIES:
@@ -190,7 +191,7 @@ def _generate(args: argparse.Namespace) -> int:
         scenario = generate(args.family, seed, gpus=args.gpus, num_jobs=args.jobs, name=args.name)
     except ScenarioError as exc:
         raise CliError(f"--gpus/--jobs: the family cannot draw this size: {exc}") from None
-    except ValueError as exc:
+    except DrawError as exc:
         raise CliError(f"--gpus/--jobs: {exc}") from None
     if args.output is None:
         sys.stdout.write(dump_scenario(scenario))
@@ -277,8 +278,10 @@ def _simulate(args: argparse.Namespace) -> int:
         )
     except UnknownSchedulerError as exc:
         raise CliError(f"--scheduler: {exc}") from None
-    except ImportError as exc:
-        raise CliError(f"--scheduler: {args.scheduler!r} cannot be loaded here: {exc}") from None
+    except SchedulerUnavailableError as exc:
+        raise CliError(f"--scheduler: {exc}") from None
+    except PolicyError as exc:
+        raise CliError(f"--scheduler {args.scheduler}: {exc}") from None
     except rolling.RollingError as exc:
         print(f"gpualloc simulate: {exc}", file=sys.stderr)
         return EXIT_INVALID
@@ -392,9 +395,7 @@ def _from_trace(args: argparse.Namespace) -> int:
     )
     try:
         scenario, info = traces.from_trace(request)
-    except ValueError as exc:
-        if isinstance(exc, ScenarioError):
-            raise
+    except traces.TraceRequestError as exc:
         raise CliError(str(exc)) from None
     if args.output is None:
         sys.stdout.write(dump_scenario(scenario))
@@ -495,9 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except (CliError, ScenarioError) as exc:
         print(f"{prefix} {exc}", file=sys.stderr)
-    except OSError as exc:  # e.g. -o names a folder or an unwritable place
-        where = getattr(args, "output", None) or exc.filename or "output"
-        print(f"{prefix} {where}: {exc.strerror or exc}", file=sys.stderr)
+    except OutputError as exc:  # -o names a folder or an unwritable place; any other OSError is a bug: a traceback
+        print(f"{prefix} {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
     return EXIT_BAD_INPUT
 
 

@@ -55,6 +55,7 @@ import os
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -70,6 +71,7 @@ from gpu_env.validation import validate
 RAY_INSTALL_HINT = 'pip install -e ".[ray]"'
 LOCAL_RAY = "local"  # Backend.address for a Ray started here
 TIMING_FIELDS = ("solve_ms", "elapsed")  # what differs between two runs of the same task
+PLACE_FIELDS = ("traceback",)  # what names where a task ran (a worker's file paths, Ray's own frames)
 LEARNED = ("ppo", "full")  # planners that run the learned policy: warmed up once per process before timing
 
 BackendKind = Literal["serial", "pool", "ray"]
@@ -201,6 +203,8 @@ class TaskResult:
         violations: The rules the plan breaks (empty for a valid plan).
         solve_ms: The planner's own time in milliseconds; None when the task failed.
         error: ``Type: message`` when the task raised or timed out, else None.
+        traceback: The worker's formatted traceback when the task raised or timed out (where the
+            alarm found it), Ray's own report when a Ray task failed; None otherwise.
         elapsed: Seconds the task took where it ran, reading the scenario included.
         values: Plain values from a task function other than :func:`run_task`, which
             returns no plan (a rolling comparison's rows, a benchmark's numbers).
@@ -217,6 +221,7 @@ class TaskResult:
     error: str | None = None
     elapsed: float = 0.0
     values: dict[str, Any] = field(default_factory=dict)
+    traceback: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -232,9 +237,9 @@ class TaskResult:
         return asdict(self)
 
     def comparable(self) -> dict[str, Any]:
-        """The record without its timings: equal for two runs of a deterministic planner."""
+        """The record without its timings and traceback: equal for two runs of a deterministic planner."""
         data = self.to_dict()
-        for name in TIMING_FIELDS:
+        for name in (*TIMING_FIELDS, *PLACE_FIELDS):
             data.pop(name, None)
         return data
 
@@ -252,9 +257,9 @@ class TaskResult:
         return plan
 
     @classmethod
-    def failed(cls, task: Task, error: str, elapsed: float = 0.0) -> TaskResult:
+    def failed(cls, task: Task, error: str, elapsed: float = 0.0, traceback: str | None = None) -> TaskResult:
         """The record of a task that produced no plan."""
-        return cls(task.scenario_name, task.planner, task.seed, error=error, elapsed=elapsed)
+        return cls(task.scenario_name, task.planner, task.seed, error=error, elapsed=elapsed, traceback=traceback)
 
 
 TaskFunction = Callable[[Task], TaskResult]
@@ -264,7 +269,7 @@ def warm_up_learned(planner: str, options: PlanOptions) -> None:
     """Warm the learned policy up in this process before ``planner`` is timed (a no-op outside :data:`LEARNED`).
 
     Raises:
-        PolicyError, ImportError: For ``ppo``, no usable policy or runtime (``full`` falls back and says so).
+        PolicyError: For ``ppo``, no usable policy or runtime (``full`` falls back and says so).
     """
     if planner not in LEARNED:
         return
@@ -272,7 +277,7 @@ def warm_up_learned(planner: str, options: PlanOptions) -> None:
 
     try:
         ppo.warm_up(options.policy)
-    except (ImportError, ValueError):  # no usable policy or runtime: ppo fails, full falls back, each saying why
+    except ppo.PolicyError:  # no usable policy or runtime: ppo fails, full falls back, each saying why; a bug raises
         if planner == "ppo":
             raise
 
@@ -337,9 +342,11 @@ def execute(function: TaskFunction, task: Task, timeout: float | None = None) ->
                     left = outer[0] - (time.perf_counter() - started)
                     signal.setitimer(signal.ITIMER_REAL, max(left, 1e-3), outer[1])
     except TaskTimeout:
-        return TaskResult.failed(task, f"TaskTimeout: ran past {timeout:g} s", time.perf_counter() - started)
-    except Exception as exc:  # a failed task is reported, not fatal to the run
-        return TaskResult.failed(task, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        return TaskResult.failed(task, f"TaskTimeout: ran past {timeout:g} s", elapsed, traceback.format_exc())
+    except Exception as exc:  # a failed task is reported, not fatal to the run, with the worker's traceback
+        elapsed = time.perf_counter() - started
+        return TaskResult.failed(task, f"{type(exc).__name__}: {exc}", elapsed, traceback.format_exc())
 
 
 # ----------------------------------------------------------------------------- backends
@@ -519,7 +526,8 @@ def _ray(
                 try:
                     result = ray.get(ref)
                 except ray.exceptions.RayError as exc:  # the worker died twice, or the task could not run
-                    result = TaskResult.failed(tasks[index], f"{type(exc).__name__}: {_first_line(exc)}")
+                    why = f"{type(exc).__name__}: {_first_line(exc)}"
+                    result = TaskResult.failed(tasks[index], why, traceback=str(exc))  # Ray's report: the remote trace
                 yield index, result
     finally:
         if started_here:
@@ -561,12 +569,20 @@ class Run:
         """No task failed: a caller exits non-zero otherwise."""
         return not self.failures
 
-    def failure_lines(self) -> list[str]:
-        """One line per failed task, naming its scenario, planner and seed."""
+    def failure_lines(self, tracebacks: bool = False) -> list[str]:
+        """One entry per failed task, naming its scenario, planner and seed.
+
+        Args:
+            tracebacks: Follow each entry's line with the worker's traceback, indented (what a
+                command prints on stderr, so that a bug in a planner can be found from a run's log).
+        """
         lines = []
         for r in self.failures:
             why = r.error if r.error is not None else f"invalid plan: {'; '.join(r.violations)}"
-            lines.append(f"{r.describe()}: {why}")
+            line = f"{r.describe()}: {why}"
+            if tracebacks and r.traceback:
+                line += "\n" + "\n".join(f"    {text}" for text in r.traceback.rstrip().splitlines())
+            lines.append(line)
         return lines
 
     def table(self) -> list[dict[str, Any]]:
@@ -626,7 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from tqdm import tqdm
 
-    from agents.arguments import add_fanout_options, add_plan_options, fanout_backend, int_at_least
+    from agents.arguments import add_fanout_options, add_plan_options, fanout_backend, int_at_least, plan_options
     from agents.registry import SCHEDULERS
     from gpu_env.scenario import ScenarioError, write_text_atomic
 
@@ -659,7 +675,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FanoutError, ScenarioError) as exc:
         print(f"{parser.prog}: error: {exc}", file=sys.stderr)
         return 2
-    options = PlanOptions(time_limit=args.time_limit, workers=args.workers, policy=args.policy)
+    options = plan_options(args)
     tasks = [
         Task.make(sc, planner, replace(options, seed=seed))
         for sc in scenarios
@@ -677,7 +693,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             objective = "-" if r.objective is None else f"{r.objective:.4f}"
             print(f"{r.scenario:24} {r.planner:8} seed {r.seed:<3} objective {objective:>12}  {r.elapsed:8.3f} s")
     print(f"{len(tasks)} tasks, {len(run.failures)} failed, {run.wall_s:.2f} s wall, {run.backend}")
-    for line in run.failure_lines():
+    for line in run.failure_lines(tracebacks=True):
         print(f"failed: {line}", file=sys.stderr)
     if args.out is not None:
         document = {"backend": run.backend, "wall_s": run.wall_s, "results": [r.to_dict() for r in run.results]}

@@ -28,7 +28,8 @@ from typing import Any
 
 from agents import cpsat
 from agents.options import Guard, PlanOptions
-from agents.registry import get_scheduler
+from agents.ppo import PolicyError
+from agents.registry import SchedulerUnavailableError, get_scheduler
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
@@ -120,8 +121,9 @@ def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> t
 
     ``"auto"`` runs every scheduler of ``AUTO_HINT_SOURCES`` (``ppo`` with ``guard="none"``) and keeps the best
     plan (the first on a tie). A source that cannot run (no loadable policy file,
-    :class:`agents.ppo.PolicyError`, or a missing runtime) is skipped, and the
-    skip is said in one line on stderr.
+    :class:`agents.ppo.PolicyError`, or a missing package,
+    :class:`agents.registry.SchedulerUnavailableError`) is skipped, and the skip is said in one
+    line on stderr. Any other exception is a bug in a source and propagates.
 
     Returns:
         The plan, and ``{"scheduler", "candidates", "info"}``: the source used, the
@@ -129,7 +131,7 @@ def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> t
         ``"fallback"`` (``"name: reason"`` of each skipped source) when one failed.
 
     Raises:
-        ImportError, ValueError: No source could run (the last one's error).
+        PolicyError, SchedulerUnavailableError: No source could run (the last one's error).
     """
     if hint_source != "auto":
         hint = get_scheduler(hint_source)(scenario, options)
@@ -143,7 +145,7 @@ def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> t
         source_options = replace(options, guard=Guard.NONE) if name == "ppo" else options
         try:
             candidate = get_scheduler(name)(scenario, source_options)
-        except (ImportError, ValueError) as exc:  # no usable policy file (agents.ppo.PolicyError) or runtime
+        except (PolicyError, SchedulerUnavailableError) as exc:  # no usable policy file or runtime; a bug propagates
             if name == AUTO_HINT_SOURCES[-1] and best is None:
                 raise
             failures.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")

@@ -54,7 +54,7 @@ from agents import fifo
 from agents.options import PlanOptions
 from gpu_env import rules
 from gpu_env.objective import ramp_floors, realtime_curves, serving_order, shortfall_penalty, start_values
-from gpu_env.occupancy import FREE, Occupancy
+from gpu_env.occupancy import FREE, Occupancy, OverlapError
 from gpu_env.plan import Plan
 from gpu_env.scenario import Job, Scenario
 
@@ -357,7 +357,7 @@ class _Sweep:
                 if decision is not None:
                     self.apply(decision)
                 self.log.append(decision)
-        except ValueError:  # cells taken twice: not a plan this grid can hold
+        except OverlapError:  # cells taken twice: not a plan this grid can hold; any other error is a bug
             return False
         if (self.grid.slack() < 0).any():
             return False

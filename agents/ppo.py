@@ -68,8 +68,13 @@ INPUTS: tuple[str, ...] = ("jobs", "gpus", "slots", "apps", "app_info", "globals
 DEFAULT_POLICY = Path(str(resources.files("agents").joinpath("policies", "default.onnx")))
 
 
-class PolicyError(ValueError):
-    """A policy file that is missing, corrupt, or made for another environment."""
+class PolicyError(Exception):
+    """The learned planner cannot run here: no usable policy file, or no onnxruntime.
+
+    The policy file is missing, corrupt, or made for another environment, or onnxruntime does not import.
+    Not a ``ValueError``: a handler that falls back on a bad policy file must not also swallow a
+    ``ValueError`` raised by a bug inside the planner.
+    """
 
 
 def observation_spec() -> dict[str, Any]:
@@ -195,7 +200,10 @@ def _card_limits(card: dict[str, Any], card_file: Path) -> Limits:
 
 
 def _onnx_logits(onnx_path: Path, card: dict[str, Any]) -> LogitsFn:
-    import onnxruntime as ort
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:  # a core dependency, but a broken install is the user's to fix, in one line
+        raise PolicyError(f"{onnx_path}: onnxruntime does not import here ({exc}); pip install onnxruntime") from None
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1

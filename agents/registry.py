@@ -28,8 +28,15 @@ SCHEDULERS: dict[str, str] = {
 }
 
 
+OWN_PACKAGES = ("agents", "gpu_env")
+
+
 class UnknownSchedulerError(ValueError):
     """A scheduler name that is not in SCHEDULERS."""
+
+
+class SchedulerUnavailableError(Exception):
+    """A scheduler whose module needs a third-party package that is not installed here."""
 
 
 def get_scheduler(name: str) -> Scheduler:
@@ -37,11 +44,21 @@ def get_scheduler(name: str) -> Scheduler:
 
     Raises:
         UnknownSchedulerError: No scheduler has this name.
+        SchedulerUnavailableError: Its module needs a package that is not installed. Any other
+            ImportError (one of this project's own modules, a name missing from a module) is a bug
+            and propagates as it is.
     """
     if name not in SCHEDULERS:
         raise UnknownSchedulerError(f"unknown scheduler {name!r} (expected one of: {', '.join(SCHEDULERS)})")
     module, function = SCHEDULERS[name].split(":")
-    return getattr(importlib.import_module(module), function)
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if not missing or missing in OWN_PACKAGES:
+            raise
+        raise SchedulerUnavailableError(f"{name!r} needs the package {missing!r}, which is not installed") from exc
+    return getattr(loaded, function)
 
 
 def available_schedulers() -> list[str]:
@@ -50,7 +67,7 @@ def available_schedulers() -> list[str]:
     for name in SCHEDULERS:
         try:
             get_scheduler(name)
-        except ImportError:
+        except SchedulerUnavailableError:
             continue
         names.append(name)
     return names

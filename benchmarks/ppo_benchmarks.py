@@ -176,7 +176,7 @@ class Fanout:
                 tasks, self.backend, timeout=self.timeout, function=function, on_result=lambda i, r: bar.update()
             )
         print(f"{label}: {len(tasks)} tasks in {run.wall_s:.0f} s, {run.backend}", file=sys.stderr)
-        self.failed.extend(run.failure_lines())
+        self.failed.extend(run.failure_lines(tracebacks=True))
         return [r.values if r.ok else None for r in run.results]
 
     def exit_status(self) -> int:

@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, kwargs in ablations
     ]
     comparisons.run(backend, args.task_timeout)
-    for line in comparisons.done.failure_lines():
+    for line in comparisons.done.failure_lines(tracebacks=True):
         print(f"failed: {line}", file=sys.stderr)
 
     rows = [row for number in curve for row in comparisons.rows(number)]

@@ -32,6 +32,10 @@ class AppShape:
     ramp: float  # R as a fraction of G (at least 1 GPU)
 
 
+class DrawError(ValueError):
+    """Sizes a family cannot draw (a cluster of no GPUs)."""
+
+
 @dataclass(frozen=True)
 class Family:
     """How one family draws scenarios.
@@ -195,7 +199,7 @@ def generate(
 
     Raises:
         KeyError: Unknown family name.
-        ValueError: Sizes the family cannot draw.
+        DrawError: Sizes the family cannot draw.
     """
     if isinstance(family, str) and family.startswith("trace-"):  # drawn from real traces: gpu_env/traces.py
         from gpu_env import traces
@@ -204,7 +208,7 @@ def generate(
     fam = FAMILIES[family] if isinstance(family, str) else family
     if gpus is not None:
         if gpus < 1:
-            raise ValueError(f"gpus must be positive, got {gpus}")
+            raise DrawError(f"gpus must be positive, got {gpus}")
         fam = replace(fam, gpus=gpus, node_size=min(fam.node_size, gpus))
     rng = np.random.default_rng(seed)
     G, T = fam.gpus, fam.slots

@@ -19,6 +19,10 @@ from gpu_env.scenario import Job, Scenario
 FREE = -1  # sentinel in Occupancy.owner
 
 
+class OverlapError(ValueError):
+    """A job placed on GPU-slots that another job already holds (rule 1: one job per GPU per slot)."""
+
+
 @dataclass(frozen=True)
 class Slotting:
     """One placement of a job: its start slot and first GPU."""
@@ -154,7 +158,7 @@ class Occupancy:
         """Put a job on ``first_gpu..first_gpu+k-1`` from ``start`` for its duration.
 
         Raises:
-            ValueError: When the GPUs are not free (the caller asks ``feasible`` first).
+            OverlapError: When the GPUs are not free (the caller asks ``feasible`` first).
         """
         job = self.scenario.jobs[job_index]
         cells = self.owner[first_gpu : first_gpu + job.gpus, start : start + job.duration]
@@ -167,7 +171,7 @@ class Occupancy:
             self._bits = None  # an odd (negative) index: drop the bitmasks rather than mirror numpy's slicing
             overlap = bool((cells != FREE).any())
         if overlap:
-            raise ValueError(f"job {job.id!r} overlaps another job at start {start} on GPU {first_gpu}")
+            raise OverlapError(f"job {job.id!r} overlaps another job at start {start} on GPU {first_gpu}")
         cells[...] = job_index
         self._busy_csum = None
         if bits is not None:

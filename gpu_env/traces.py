@@ -41,6 +41,7 @@ import numpy as np
 
 from gpu_env import rules
 from gpu_env.files import write_text_atomic
+from gpu_env.generators import DrawError
 from gpu_env.scenario import JobType, Scenario, ScenarioError, scenario_from_dict
 
 STATS_PATH = Path(__file__).resolve().parent / "data" / "trace_stats.json"
@@ -56,6 +57,10 @@ APP_NAMES = {"lora": "imagegen", "helios-vc6YE": "vc6YE", "helios-vcvlY": "vcvlY
 # The trace has no priorities: its QoS classes stand in for them.
 QOS_PRIORITY = {"BE": 1.0, "Burstable": 2.0, "LS": 3.0, "Guaranteed": 4.0}
 DAY_SECONDS = 86_400
+
+
+class TraceRequestError(ValueError):
+    """A trace request that cannot be met: a day outside the trace, no complete window, a day that is not one."""
 
 
 # ----------------------------------------------------------------------------- records
@@ -125,12 +130,12 @@ class DemandSeries:
         """The ``slots`` values from the midnight of ``day`` (0 = the first whole day).
 
         Raises:
-            ValueError: The window runs past the series.
+            TraceRequestError: The window runs past the series.
         """
         first = day * self.slots_per_day
         if day < 0 or first + slots > self.values.size:
             last = (self.values.size - slots) // self.slots_per_day
-            raise ValueError(f"demand day {day} of {self.source} is outside the series (expected 0..{last})")
+            raise TraceRequestError(f"demand day {day} of {self.source} is outside the series (expected 0..{last})")
         return self.values[first : first + slots]
 
 
@@ -625,14 +630,14 @@ def from_trace(request: TraceRequest) -> tuple[Scenario, dict[str, Any]]:
 
     Raises:
         ScenarioError: A missing or malformed trace file, naming file and field.
-        ValueError: A day outside the trace or a spec that cannot hold the jobs.
+        TraceRequestError: A day outside the trace, or a trace without a complete window.
     """
     spec = request.spec
     pod_path = request.pods or _under(request.traces, POD_FILE, "--pods CSV")
     pods = read_pods(pod_path)
     days = pod_days(pods, spec.slots, spec.slot_minutes)
     if not len(days):
-        raise ValueError(f"{pod_path}: no complete window of {spec.slots} slots in the trace")
+        raise TraceRequestError(f"{pod_path}: no complete window of {spec.slots} slots in the trace")
     series_list = []
     for source in spec.apps:
         path = request.demand_paths.get(source)
@@ -642,7 +647,7 @@ def from_trace(request: TraceRequest) -> tuple[Scenario, dict[str, Any]]:
     elif isinstance(request.demand_day, int):
         demand_day = request.demand_day
     else:
-        raise ValueError(f"demand day must be a whole number or 'busiest', got {request.demand_day!r}")
+        raise TraceRequestError(f"demand day must be a whole number or 'busiest', got {request.demand_day!r}")
     demands = [(series, demand_day) for series in series_list]
 
     def build(day: int) -> tuple[Scenario, dict[str, Any], Counter[str]]:
@@ -659,9 +664,11 @@ def from_trace(request: TraceRequest) -> tuple[Scenario, dict[str, Any]]:
     elif isinstance(request.job_day, int):
         job_day = request.job_day
     else:
-        raise ValueError(f"job day must be a whole number or 'most-loaded', got {request.job_day!r}")
+        raise TraceRequestError(f"job day must be a whole number or 'most-loaded', got {request.job_day!r}")
     if job_day not in days:
-        raise ValueError(f"{pod_path}: job day {job_day} is not a complete window (expected {days.start}..{days[-1]})")
+        raise TraceRequestError(
+            f"{pod_path}: job day {job_day} is not a complete window (expected {days.start}..{days[-1]})"
+        )
     scenario, summary, skipped = build(job_day)
     summary = {
         "pods": str(pod_path),
@@ -766,7 +773,7 @@ def generate(
     spec = TRACE_FAMILIES[family]
     if gpus is not None:
         if gpus < 1:
-            raise ValueError(f"gpus must be positive, got {gpus}")
+            raise DrawError(f"gpus must be positive, got {gpus}")
         spec = replace(spec, gpus=gpus, node_size=min(spec.node_size, gpus))
     if name is not None:
         spec = replace(spec, name=name)
@@ -813,7 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         stats = extract_stats(args.traces)
-    except (ScenarioError, ValueError) as exc:
+    except (ScenarioError, TraceRequestError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     text = json.dumps(stats, separators=(",", ":"))

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import re
 import sys
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agents.fanout import Backend, Task, TaskResult, run_tasks
 from agents.options import PlanOptions
-from agents.registry import UnknownSchedulerError, available_schedulers, get_scheduler
+from agents.registry import SchedulerUnavailableError, UnknownSchedulerError, available_schedulers, get_scheduler
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario, load_scenario
 from gpu_env.validation import Violation, validate
@@ -40,12 +41,14 @@ class Outcome:
         plan: The plan, with metrics and plan time; None when the scheduler failed.
         violations: What the validator found (empty for a valid plan).
         error: ``Type: message`` when the scheduler raised, else None.
+        traceback: The worker's traceback when the scheduler raised, else None.
     """
 
     scheduler: str
     plan: Plan | None
     violations: list[Violation] = field(default_factory=list)
     error: str | None = None
+    traceback: str | None = None
 
     @property
     def valid(self) -> bool:
@@ -161,8 +164,8 @@ def pick_schedulers(spec: str | None) -> list[str]:
             get_scheduler(name)
         except UnknownSchedulerError as exc:
             raise InputError(f"--schedulers: {exc}") from None
-        except ImportError as exc:
-            raise InputError(f"--schedulers: scheduler {name!r} cannot be loaded here: {exc}") from None
+        except SchedulerUnavailableError as exc:
+            raise InputError(f"--schedulers: {exc}") from None
     if BASELINE not in names:
         names.insert(0, BASELINE)
     else:
@@ -187,7 +190,7 @@ def plan_tasks(
 def outcome_from(result: TaskResult, scenario: Scenario) -> Outcome:
     """The outcome of one task, its plan rebuilt and validated again here against the loaded scenario."""
     if result.error is not None:
-        return Outcome(result.planner, None, error=result.error)
+        return Outcome(result.planner, None, error=result.error, traceback=result.traceback)
     plan = result.to_plan(scenario)
     if plan is None:
         return Outcome(result.planner, None, error="no plan came back")
@@ -272,6 +275,8 @@ def exit_status(evaluation: Evaluation, report: Path) -> int:
             what = outcome.error or f"{len(outcome.violations)} violation(s), first: {outcome.violations[0]}"
             task = f"scenario {scenario!r}, planner {outcome.scheduler!r}, seed {evaluation.options.seed}"
             print(f"  {task}: {what}", file=sys.stderr)
+            if outcome.traceback:
+                print(textwrap.indent(outcome.traceback.rstrip(), "      "), file=sys.stderr)
         for line in evaluation.task_failures:
             print(f"  {line}", file=sys.stderr)
         return 1

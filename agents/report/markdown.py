@@ -91,7 +91,8 @@ def _report_failures(evaluation: Evaluation) -> str:
     if not failures and not evaluation.task_failures:
         return ""
     lines = [f"## ⚠ INVALID OR FAILED PLANS: {len(failures) + len(evaluation.task_failures)}", ""]
-    lines += [f"- **a task of another section failed**: {line}" for line in evaluation.task_failures]
+    # An entry's first line names the task; the traceback under it is for stderr, not the report.
+    lines += [f"- **a task of another section failed**: {e.splitlines()[0]}" for e in evaluation.task_failures]
     for scenario, outcome in failures:
         if outcome.error is not None:
             lines.append(f"- **{scenario} / {outcome.scheduler}: the scheduler failed**: `{outcome.error}`")
