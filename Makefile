@@ -8,14 +8,15 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: evaluate test lint clean
 
-# The venv is rebuilt when pyproject.toml changes. torch is pinned to the CPU
-# build that lies on local disk; see the README for a CUDA build. The ray extra
+# The venv is rebuilt when pyproject.toml or constraints.txt changes. torch is pinned to the CPU
+# build that lies on local disk; see the README for a CUDA build. constraints.txt pins the packages
+# whose versions the tests' golden values depend on (onnxruntime, numpy, numba, hypothesis). The ray extra
 # is installed so that `make test` runs the Ray tests too (they start a local
 # Ray and a two-node cluster on this machine and stop them; docs/fanout.md).
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,ray]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev,ray]"
 	touch $(STAMP)
 
 evaluate: $(STAMP)

@@ -29,6 +29,7 @@ from gpu_env.rules import Rule
 from gpu_env.sampler import ScenarioSampler, resolve_source
 from gpu_env.scenario import Scenario, ScenarioError, save_scenario, scenario_from_dict
 from gpu_env.validation import validate
+from tests.conftest import kill_after
 
 
 def quiet(examples: int) -> settings:
@@ -196,27 +197,36 @@ def test_stable_baselines3_check_env(actions):
 
 def test_maskable_ppo_reads_masks_through_subproc_vec_env():
     pytest.importorskip("sb3_contrib")
-    from sb3_contrib.common.maskable.utils import get_action_masks
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
     sc = generate("mixed-control", 1)
-    for cls, kwargs, actions in ((DummyVecEnv, {}, "block"), (SubprocVecEnv, {"start_method": "fork"}, "fit")):
+    # forkserver, never fork: this process already runs torch, onnxruntime and numba threads, and a forked
+    # child inherits their locks in whatever state they were. The watchdog stops the workers if a step
+    # hangs (the test then fails on a closed pipe instead of waiting for ever).
+    for cls, kwargs, actions in ((DummyVecEnv, {}, "block"), (SubprocVecEnv, {"start_method": "forkserver"}, "fit")):
         venv = cls([lambda a=actions: GpuClusterEnv(sc, actions=a)] * 2, **kwargs)
-        venv.reset()
-        rng = np.random.default_rng(0)
-        ends = 0
-        for _ in range(80):
-            masks = get_action_masks(venv)
-            assert masks.shape[0] == 2 and masks.any(axis=1).all()
-            actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
-            _, _, dones, infos = venv.step(actions)
-            for done, info in zip(dones, infos, strict=True):
-                assert "invalid_action" not in info
-                if done:
-                    ends += 1
-                    assert validate(sc, Plan.from_dict(info["plan"])) == []
-        assert ends >= 2
+        with kill_after(300, getattr(venv, "processes", [])):
+            _masked_random_steps(venv, sc)
         venv.close()
+
+
+def _masked_random_steps(venv: Any, sc: Scenario) -> None:
+    from sb3_contrib.common.maskable.utils import get_action_masks
+
+    venv.reset()
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(80):
+        masks = get_action_masks(venv)
+        assert masks.shape[0] == 2 and masks.any(axis=1).all()
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in masks])
+        _, _, dones, infos = venv.step(actions)
+        for done, info in zip(dones, infos, strict=True):
+            assert "invalid_action" not in info
+            if done:
+                ends += 1
+                assert validate(sc, Plan.from_dict(info["plan"])) == []
+    assert ends >= 2
 
 
 # ----------------------------------------------------------------------------- rewards, validity, determinism

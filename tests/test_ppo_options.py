@@ -31,6 +31,7 @@ SCENARIOS = ROOT / "configs" / "scenarios"
 # The shipped configuration's plans (8 rollouts, seed 0, greedy guard), measured with `ppo.plan(sc)`:
 # (objective, winner: the winning rollout, or "greedy" where greedy's plan is worth more than every rollout). These
 # are the shipped policy's numbers: a retrained policy needs them measured again (SHIPPED_SHA256 says which policy).
+# They are onnxruntime's and numpy's arithmetic too: measured with the versions pinned in constraints.txt.
 # Measured for the RL policy of configs/train/rl.yaml with the rollouts as one batch of the numpy engine
 # (agents.ppo.rollout_batch); with the FIFO guard (shipped before) the three greedy rows were the policy's own
 # 840.52 (0), 1206.93 (0), 165.33 (7). The DAgger policy before it, on the per-episode loop, gave 497.24 (5),
