@@ -21,6 +21,10 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("explore", derandomize=False, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
+HANG_GUARD_S = 900
+"""The timeout of every subprocess a test starts: a guard against a hang, far above any machine's time for the work
+(a test never asserts that something finishes in a given time; CI's own limit is 90 minutes)."""
+
 
 def make_scenario(**overrides: Any) -> Scenario:
     """A scenario from a dict, with a small default cluster; overrides replace top-level keys."""

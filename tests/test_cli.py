@@ -15,6 +15,7 @@ from gpu_env.generators import generate
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import load_scenario, save_scenario, scenario_from_dict
 from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -290,7 +291,7 @@ def _run_cli(tmp_path: Path, command: str, kind: str) -> tuple[subprocess.Comple
         text=True,
         cwd=ROOT,
         check=False,
-        timeout=120,
+        timeout=HANG_GUARD_S,
     )
     return result, scenario, field
 

@@ -24,6 +24,7 @@ from gpu_env.files import OutputError, atomic_path, write_text_atomic
 from gpu_env.generators import generate
 from gpu_env.occupancy import OverlapError
 from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "configs" / "scenarios" / "mixed-control.yaml"
@@ -31,7 +32,9 @@ SCENARIO = ROOT / "configs" / "scenarios" / "mixed-control.yaml"
 
 def run_python(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """``python -c CODE ARGS`` in the repository, as a user's shell runs a command."""
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
 
 
 def gpualloc(prelude: str, *args: str) -> subprocess.CompletedProcess[str]:

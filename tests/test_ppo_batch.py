@@ -21,6 +21,7 @@ from gpu_env.batch.engine import BatchEngine
 from gpu_env.generators import generate
 from gpu_env.scenario import load_scenario
 from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parent.parent
 SEVEN = (
@@ -181,6 +182,8 @@ def test_planning_runs_on_the_batched_engine_without_torch():
         "print(plan.info['samples'], bad)\n"
         "sys.exit(1 if bad else 0)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.startswith("8 []")

@@ -24,6 +24,7 @@ from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import load_scenario
 from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "configs" / "scenarios"
@@ -226,7 +227,7 @@ def test_evaluate_takes_the_options_and_refuses_bad_ones(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=HANG_GUARD_S,
     )
     assert bad.returncode == 2 and "--samples" in bad.stderr and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
@@ -238,7 +239,7 @@ def test_evaluate_takes_the_options_and_refuses_bad_ones(tmp_path):
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=HANG_GUARD_S,
     )
     assert good.returncode == 0, good.stderr
     document = json.loads((tmp_path / "out" / "results.json").read_text())

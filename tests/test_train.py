@@ -23,6 +23,7 @@ from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.episode import ActionLayout, ActionMode, Episode  # noqa: E402
 from gpu_env.generators import generate  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
+from tests.conftest import HANG_GUARD_S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SMOKE = ROOT / "configs" / "train" / "smoke.yaml"
@@ -79,7 +80,11 @@ def test_bad_config_exits_2_without_traceback(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text("seed: [1\n")
     result = subprocess.run(
-        [sys.executable, "train.py", "--config", str(path)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "train.py", "--config", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
     )
     assert result.returncode == 2
     assert "bad.yaml: not valid YAML" in result.stderr and "Traceback" not in result.stderr
@@ -153,7 +158,9 @@ def smoke_run(tmp_path_factory):
 
 def run_train(*args: str) -> subprocess.CompletedProcess:
     """train.py in a subprocess, as a user runs it; it must succeed."""
-    result = subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "train.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
