@@ -301,27 +301,43 @@ def test_vector_env_draws_scenarios_from_families() -> None:
 
     venv = gym.make_vec("GpuCluster-v0", num_envs=8, vectorization_mode="vector_entry_point", scenario=list(FAMILIES))
     venv.reset(seed=1)
+    rng = np.random.default_rng(0)  # one stream: fresh draws every step
     ended = 0
+    seen: set[str] = set()
     for _ in range(80):
         masks = venv.action_masks()
-        actions = np.where(masks, np.random.default_rng(0).random(masks.shape), -1).argmax(axis=1)
+        actions = np.where(masks, rng.random(masks.shape), -1).argmax(axis=1)
+        live = masks.any(axis=1)  # an episode that ended last step restarts now, its action ignored
+        assert masks[np.arange(8), actions][live].all()
         _, rewards, terminated, truncated, infos = venv.step(actions)
         assert np.isfinite(rewards).all() and not truncated.any()
         if terminated.any():
             ended += int(terminated.sum())
             for i in np.flatnonzero(terminated):
                 assert infos["plan"][i]["placements"] is not None
+                seen.add(infos["plan"][i]["scenario"])
     assert ended > 8
-    import torch
+    assert len(seen) > 1  # the episodes were drawn from several families, not one scenario
 
-    if not torch.cuda.is_available():
-        with pytest.raises(ValueError, match="no CUDA"):
-            gym.make_vec(
-                "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="cuda"
-            )
+
+def test_vector_env_refuses_unknown_devices() -> None:
+    import gymnasium as gym
+
     with pytest.raises(ValueError, match="device"):
         gym.make_vec(
             "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="tpu"
+        )
+
+
+def test_vector_env_refuses_cuda_without_a_device() -> None:
+    import gymnasium as gym
+
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA device is present")
+    with pytest.raises(ValueError, match="no CUDA"):
+        gym.make_vec(
+            "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="cuda"
         )
 
 
@@ -358,26 +374,68 @@ def sc_small() -> Scenario:
 
 
 def test_maskable_ppo_trains_on_the_sb3_adapter() -> None:
-    import torch
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("sb3_contrib")
     from sb3_contrib import MaskablePPO
     from sb3_contrib.common.maskable.utils import get_action_masks
 
     from gpu_env.batch.sb3 import BatchVecEnv
     from gpu_env.batch.vector_env import GpuClusterVectorEnv
 
+    class Recording(BatchVecEnv):
+        """The adapter, keeping the engine's masks and the actions of every step, and counting engine steps."""
+
+        def __init__(self, venv: GpuClusterVectorEnv) -> None:
+            super().__init__(venv)
+            self.steps: list[tuple[np.ndarray, np.ndarray]] = []  # (the engine's masks before the step, actions)
+            self.engine_steps = 0
+            engine_step = venv.engine.step
+
+            def counted(actions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                self.engine_steps += 1
+                return engine_step(actions)
+
+            venv.engine.step = counted  # type: ignore[method-assign]
+
+        def step_wait(self):  # type: ignore[no-untyped-def]
+            self.steps.append((self.venv.engine.action_masks(), self._actions.copy()))
+            return super().step_wait()
+
     torch.set_num_threads(1)
-    venv = BatchVecEnv(GpuClusterVectorEnv(4, generate("training-heavy", 0)))
+    N = 4
+    venv = Recording(GpuClusterVectorEnv(N, generate("training-heavy", 0)))
     venv.reset()
     masks = get_action_masks(venv)
-    assert masks.shape == (4, venv.action_space.n) and masks.all(axis=0).any()
+    assert masks.shape == (N, venv.action_space.n) and masks.all(axis=0).any()
+    rng = np.random.default_rng(1)
     ended = 0
     for _ in range(40):
-        actions = np.where(venv.action_masks(), np.random.default_rng(1).random(masks.shape), -1).argmax(axis=1)
+        actions = np.where(venv.action_masks(), rng.random(masks.shape), -1).argmax(axis=1)
         _, _, dones, infos = venv.step(actions)
         for i in np.flatnonzero(dones):
             assert "terminal_observation" in infos[i] and infos[i]["plan"]["scheduler"] == "env"
             ended += 1
     assert ended >= 4 and venv.action_masks().any(axis=1).all()  # restarted episodes have moves at once
+    venv.steps.clear()
+    venv.engine_steps = 0
+
     model = MaskablePPO("MultiInputPolicy", venv, n_steps=64, batch_size=64, n_epochs=1, seed=0, device="cpu")
+    before = [p.detach().clone() for p in model.policy.parameters()]
     model.learn(256)
-    assert model.num_timesteps >= 256
+    # One rollout of 64 steps in each of the 4 episodes: SB3 counts what the adapter was stepped.
+    assert len(venv.steps) == venv.engine_steps == 64 and model.num_timesteps == N * venv.engine_steps == 256
+    # Every action SB3 sent was allowed by the engine's mask at that step ...
+    for step_masks, actions in venv.steps:
+        assert step_masks[np.arange(N), actions].all()
+    # ... and the rollout buffer trained on exactly those masks and actions.
+    buffer = model.rollout_buffer
+    recorded_masks = np.stack([m for m, _ in venv.steps])  # (n_steps, N, A)
+    recorded_actions = np.stack([a for _, a in venv.steps])  # (n_steps, N)
+    stored_masks = buffer.swap_and_flatten(recorded_masks) if buffer.generator_ready else recorded_masks
+    stored_actions = buffer.swap_and_flatten(recorded_actions) if buffer.generator_ready else recorded_actions
+    assert np.array_equal(buffer.action_masks.reshape(stored_masks.shape).astype(bool), stored_masks)
+    assert np.array_equal(buffer.actions.reshape(stored_actions.shape).astype(np.int64), stored_actions)
+    # The update changed the policy, and left it finite.
+    after = list(model.policy.parameters())
+    assert any(not torch.equal(b, a.detach()) for b, a in zip(before, after, strict=True))
+    assert all(torch.isfinite(a).all() for a in after)
