@@ -18,9 +18,11 @@ from agents.options import Guard, PlanOptions
 from agents.registry import SCHEDULERS, run_scheduler
 from gpu_env.episode import ActionLayout, ActionMode, Episode
 from gpu_env.generators import FAMILIES, generate
+from gpu_env.metrics import compute_metrics
 from gpu_env.observation import Encoder
 from gpu_env.scenario import save_scenario
 from gpu_env.validation import validate
+from tests.conftest import make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 torch = pytest.importorskip("torch")
@@ -110,7 +112,12 @@ def test_plans_validate_on_every_family(exported, family):
     plan = ppo.plan(sc, PlanOptions(policy=path, samples=3, guard="none"))  # the policy's own plans
     assert plan.scheduler == "ppo" and plan.info["winner"] in range(3)
     assert validate(sc, plan) == []
-    assert plan.metrics.objective == pytest.approx(plan.metrics.job_value - _penalty(sc, plan))
+    # The plan carries its own metrics (SPEC section 3, gpu_env.metrics), and they are those of the winning
+    # rollout: the engine's objective of that rollout, the best of the three.
+    assert plan.metrics == compute_metrics(sc, plan)
+    objectives = plan.info["objectives"]
+    assert len(objectives) == 3 and objectives[plan.info["winner"]] == max(objectives)
+    assert plan.metrics.objective == pytest.approx(max(objectives), abs=1e-6)
     assert validate(sc, run_scheduler("ppo", sc, PlanOptions(policy=path))) == []
 
 
@@ -129,6 +136,7 @@ def test_guards_keep_their_baseline_and_no_guard_keeps_the_policy(exported):
             baseline = run_scheduler(guard, sc)
             assert guarded.metrics.objective == pytest.approx(max(raw.metrics.objective, baseline.metrics.objective))
             assert validate(sc, guarded) == [] and guarded.scheduler == "ppo"
+            assert guarded.metrics == compute_metrics(sc, guarded)
             assert guarded.info["guard_objective"] == pytest.approx(baseline.metrics.objective)
             if guarded.info["winner"] == guard:
                 assert guarded.placements == baseline.placements
@@ -139,11 +147,30 @@ def test_guards_keep_their_baseline_and_no_guard_keeps_the_policy(exported):
     assert fired["fifo"] > 0 and fired["greedy"] > fired["fifo"]
 
 
-def _penalty(sc, plan):
-    total = 0.0
-    for app, demand in zip(sc.apps, sc.demand, strict=True):
-        total += app.penalty * np.maximum(0, demand - np.asarray(plan.curves[app.name])).sum()
-    return total
+def test_metrics_of_a_forced_plan_by_hand(exported):
+    """Only inherited work, so every rollout ends with the same plan, whose worth is worked by hand.
+
+    G = 4, T = 4, decay 0.5; ``inh`` holds GPUs 2-3 for slots 0-2 (worth 1 * 2 * (1 + 0.5 + 0.25) = 3.5);
+    ``chat`` wants 3, 3, 0, 0 from an initial 3 with ramp 1, but jobs leave only 2 GPUs in slots 0-2, and
+    from 2 the ramp comes down to 1 in slot 2 at the least, so the least-shortfall curve is 2, 2, 1, 0:
+    shortfall 2, penalty 5 * 2 = 10, objective 3.5 - 10 = -6.5; the GPU reserved in slot 2 serves nothing,
+    so utilisation is (6 job GPU-slots + 2 + 2 served) / 16 = 10/16.
+    """
+    _, _, path = exported
+    sc = make_scenario(
+        cluster={"gpus": 4, "node_size": 2},
+        horizon={"slots": 4, "decay": 0.5},
+        realtime=[{"name": "chat", "demand": [3, 3, 0, 0], "ramp": 1, "initial": 3, "penalty": 5}],
+        jobs=[{"id": "inh", "type": "batch_inference", "gpus": 2, "duration": 3, "running_on": [2, 3]}],
+    )
+    plan = ppo.plan(sc, PlanOptions(policy=path, samples=3, guard="none"))
+    assert [(p.job, p.start, tuple(p.gpus)) for p in plan.placements] == [("inh", 0, (2, 3))]
+    assert plan.curves == {"chat": [2, 2, 1, 0]}
+    m = plan.metrics
+    assert (m.job_value, m.shortfall, m.objective) == (3.5, 2, -6.5)
+    assert m.utilization == 10 / 16 and (m.placed, m.completed, m.jobs) == (1, 1, 1)
+    assert plan.info["objectives"] == [-6.5] * 3 and plan.info["winner"] == 0
+    assert validate(sc, plan) == []
 
 
 def test_larger_clusters_and_queues_than_in_training(exported):
