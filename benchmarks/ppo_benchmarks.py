@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/ppo_benchmarks.py                  # the full run: benchmarks/results/ppo.md
         [--policy agents/policies/default.onnx] [--instances 50] [--best-time-limit 1] [--seven-time-limit 30]
         [--rounds 50] [--samples 8] [--scale-families ...] [--scale-sizes 128,256,1024] [--skip ...]
+        [--deterministic-time D]                                      # full mode also stops after D work units
     .venv/bin/python benchmarks/ppo_benchmarks.py --seven-only     # the seven scenarios' table only
         [--parallel N | --ray [ADDRESS]] [--task-timeout S]            # any of them, fanned out
 
@@ -48,7 +49,9 @@ finished tasks and their rows put back in input order: serially by default,
 ``--ray ADDRESS`` on a running cluster; ``--task-timeout S`` reports a task
 still running after S seconds as failed (keep S above the full-mode limits).
 Every planner here is deterministic, so the tables are those of a serial run
-wherever full mode proves the optimum (``--seven-only`` is byte-identical); (c)'s
+wherever full mode proves the optimum (``--seven-only`` is byte-identical), and
+everywhere when full mode stops at ``--deterministic-time D`` (CP-SAT's
+machine-independent work, one worker) before any time limit; (c)'s
 plan times are then measured beside other tasks. (b) always runs serially in
 this process, pinned to one core, and gives the CPUs back afterwards. A failed
 task is named (scenario, planner, seed) on stderr and in the report, the others
@@ -213,8 +216,13 @@ def _checked(sc: Scenario, plan: Plan) -> Plan:
     return plan
 
 
-def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: float) -> Row:
-    """Every planner on one instance, and the best known (full mode for ``best_time`` s, 0: none)."""
+def measure(
+    sc: Scenario, family: str, policy: Path, samples: int, best_time: float, deterministic_time: float | None = None
+) -> Row:
+    """Every planner on one instance, and the best known (full mode for ``best_time`` s, 0: none).
+
+    ``deterministic_time`` also stops full mode's CP-SAT after that much deterministic time.
+    """
     fifo = _checked(sc, run_scheduler("fifo", sc)).metrics.objective
     greedy = _checked(sc, run_scheduler("greedy", sc)).metrics.objective
     shipped = _checked(sc, run_scheduler("ppo", sc, PlanOptions(policy=policy, samples=samples)))
@@ -226,7 +234,12 @@ def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: fl
     values = (fifo, greedy, alone.metrics.objective, shipped.metrics.objective, guard_fifo)
     best, proven = max(values), False
     if best_time > 0:
-        result = full.solve(sc, time_limit=best_time, options=PlanOptions(time_limit=best_time, policy=policy))
+        result = full.solve(
+            sc,
+            time_limit=best_time,
+            options=PlanOptions(time_limit=best_time, policy=policy),
+            deterministic_time=deterministic_time,
+        )
         if result.objective is not None:
             best = max(best, result.objective)
         proven = result.status.value == "optimal" and result.objective is not None and result.objective >= best - EPS
@@ -248,33 +261,45 @@ def measure(sc: Scenario, family: str, policy: Path, samples: int, best_time: fl
 def measure_task(task: Task) -> TaskResult:
     """:func:`measure` on one instance where the task landed (a task function of :mod:`agents.fanout`).
 
-    The task: the instance, ``policy`` and ``samples``; ``params``: ``family`` and ``best_time``.
+    The task: the instance, ``policy``, ``samples`` and ``deterministic_time``; ``params``: ``family`` and
+    ``best_time``.
     """
     sc = task.load()
-    row = measure(
-        sc, task.params["family"], Path(task.policy or ppo.DEFAULT_POLICY), task.samples, task.params["best_time"]
-    )
+    policy = Path(task.policy or ppo.DEFAULT_POLICY)
+    row = measure(sc, task.params["family"], policy, task.samples, task.params["best_time"], task.deterministic_time)
     return TaskResult(sc.name, task.planner, task.seed, values=asdict(row))
 
 
 def measure_all(
-    instances: list[tuple[Scenario, str, float]], policy: Path, samples: int, fan: Fanout, label: str
+    instances: list[tuple[Scenario, str, float]],
+    policy: Path,
+    samples: int,
+    fan: Fanout,
+    label: str,
+    deterministic_time: float | None = None,
 ) -> list[Row | None]:
     """:func:`measure` on every (scenario, family, full-mode seconds), one task each.
 
     Rows in input order; None where the task failed (named in ``fan.failed``).
     """
-    options = PlanOptions(policy=policy, samples=samples)
+    options = PlanOptions(policy=policy, samples=samples, deterministic_time=deterministic_time)
     tasks = [Task.make(sc, "ppo", options, family=f, best_time=t) for sc, f, t in instances]
     return [None if v is None else Row(**v) for v in fan.run(tasks, measure_task, label)]
 
 
 def quality(
-    policy: Path, seeds: list[int], samples: int, best_time: float, seven_time: float, fan: Fanout | None = None
+    policy: Path,
+    seeds: list[int],
+    samples: int,
+    best_time: float,
+    seven_time: float,
+    fan: Fanout | None = None,
+    deterministic_time: float | None = None,
 ) -> list[Row]:
     """Each family's benchmark scenario (full mode ``seven_time`` s) and one fresh instance per seed (``best_time``).
 
     One task per instance over ``fan`` (serial when None); the rows of failed tasks are left out.
+    ``deterministic_time`` also stops full mode's CP-SAT after that much deterministic time.
     """
     todo = []
     for family in FAMILIES:
@@ -282,7 +307,7 @@ def quality(
         todo.append((benchmark, family, max(best_time, seven_time)))
         for seed in seeds:
             todo.append((generate(family, seed, name=f"{family}-{seed}"), family, best_time))
-    rows = measure_all(todo, policy, samples, fan or Fanout(), "quality")
+    rows = measure_all(todo, policy, samples, fan or Fanout(), "quality", deterministic_time)
     return [row for row in rows if row is not None]
 
 
@@ -499,7 +524,12 @@ def scale_task(task: Task) -> TaskResult:
     shipped = _checked(sc, run_scheduler("ppo", sc, PlanOptions(policy=policy, samples=samples)))
     reference_ms = _time("reference", sc, PlanOptions(policy=policy, samples=samples))
     started = time.perf_counter()
-    result = full.solve(sc, time_limit=time_limit, options=PlanOptions(time_limit=time_limit, policy=policy))
+    result = full.solve(
+        sc,
+        time_limit=time_limit,
+        options=PlanOptions(time_limit=time_limit, policy=policy),
+        deterministic_time=task.deterministic_time,
+    )
     full_s = time.perf_counter() - started
     if result.plan is not None:
         _checked(sc, result.plan)
@@ -521,7 +551,13 @@ def scale_task(task: Task) -> TaskResult:
 
 
 def large_clusters(
-    policy: Path, samples: int, families: list[str], sizes: list[int], time_limit: float, fan: Fanout | None = None
+    policy: Path,
+    samples: int,
+    families: list[str],
+    sizes: list[int],
+    time_limit: float,
+    fan: Fanout | None = None,
+    deterministic_time: float | None = None,
 ) -> list[str]:
     """One instance per family and size: greedy, ppo (shipped and alone), full mode; objectives and plan times.
 
@@ -532,7 +568,7 @@ def large_clusters(
         "| greedy s | shipped s (/ greedy) | reference s (/ greedy) | full s |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    options = PlanOptions(policy=policy, samples=samples)
+    options = PlanOptions(policy=policy, samples=samples, deterministic_time=deterministic_time)
     todo = [
         (family, generate(family, SCALE_SEED, gpus=gpus, name=f"{family}-{gpus}"))
         for family in families
@@ -558,7 +594,12 @@ def large_clusters(
 
 
 def generalisation(
-    policy: Path, instances: int, samples: int, best_time: float, fan: Fanout | None = None
+    policy: Path,
+    instances: int,
+    samples: int,
+    best_time: float,
+    fan: Fanout | None = None,
+    deterministic_time: float | None = None,
 ) -> list[str]:
     """16-GPU instances of the families trained at another size (seeds 20500...), one task each over ``fan``."""
     lines = [
@@ -579,7 +620,7 @@ def generalisation(
             todo.append((generate(family, seed, gpus=16, name=f"{family}-16-{seed}"), family, best_time))
             indices.append(len(todo) - 1)
         groups.append((family, len(todo[-1][0].jobs), indices))
-    measured = measure_all(todo, policy, samples, fan or Fanout(), "generalisation")
+    measured = measure_all(todo, policy, samples, fan or Fanout(), "generalisation", deterministic_time)
     for family, jobs, indices in groups:
         rows = [r for r in (measured[i] for i in indices) if r is not None]
         if not rows:
@@ -636,7 +677,7 @@ def _sizes(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agents.arguments import int_at_least
+    from agents.arguments import int_at_least, positive_float
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run of every section (about 2 minutes)")
@@ -655,6 +696,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--scale-families", type=_names, help="families at the large sizes (all; quick scale-64x30)")
     parser.add_argument("--scale-sizes", type=_sizes, default=[128, 256, 1024], help="GPU counts (128,256,1024)")
     parser.add_argument("--scale-time-limit", type=float, help="full-mode seconds at the large sizes (10; quick 3)")
+    parser.add_argument(
+        "--deterministic-time",
+        type=positive_float,
+        metavar="D",
+        help="also stop full mode's CP-SAT after D units of its deterministic time (machine-independent work): "
+        "with a --*-time-limit never reached, the same tables at any machine load (default: none)",
+    )
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: quality,time,scale,general")
     parser.add_argument("--out", type=Path, help="output file (default: results/ppo.md; quick: results/ppo_quick.md)")
     add_fanout_options(parser)  # --parallel N, --ray [ADDRESS], --task-timeout S: where (a), (c) and general run
@@ -682,7 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     policy = args.policy.resolve()
     started = time.perf_counter()
     if args.seven_only:
-        rows = quality(policy, [], samples, args.best_time_limit, seven_time, fan)
+        rows = quality(policy, [], samples, args.best_time_limit, seven_time, fan, args.deterministic_time)
         text = "\n".join(seven_table(rows)) + "\n"
         if args.out is not None:
             write_text_atomic(args.out, text)
@@ -707,7 +755,7 @@ def main(argv: list[str] | None = None) -> int:
         *training_section(policy),
     ]
     if "quality" not in skip:
-        rows = quality(policy, seeds, samples, args.best_time_limit, seven_time, fan)
+        rows = quality(policy, seeds, samples, args.best_time_limit, seven_time, fan, args.deterministic_time)
         seed_text = f"seeds {seeds[0]}..{seeds[-1]}" if seeds else "none"
         out += [
             "",
@@ -761,7 +809,9 @@ def main(argv: list[str] | None = None) -> int:
             f"full mode with {scale_time:g} s (its time includes its greedy and ppo hints and the model build). "
             "Plan times are one run each; 'reference': `reference_plan`, the per-episode loop, after ppo.",
             "",
-            *large_clusters(policy, samples, scale_families, args.scale_sizes, scale_time, fan),
+            *large_clusters(
+                policy, samples, scale_families, args.scale_sizes, scale_time, fan, args.deterministic_time
+            ),
         ]
     if "general" not in skip:
         out += [
@@ -771,7 +821,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.general_instances} instances per family at 16 GPUs (seeds {FRESH_SEED + 500}...), a size the "
             f"policy never saw in training; best known: full mode with {args.best_time_limit:g} s.",
             "",
-            *generalisation(policy, args.general_instances, samples, args.best_time_limit, fan),
+            *generalisation(
+                policy, args.general_instances, samples, args.best_time_limit, fan, args.deterministic_time
+            ),
         ]
     if fan.failed:
         out += ["", "## Failed tasks", "", "Left out of the tables above:", "", *(f"- {line}" for line in fan.failed)]

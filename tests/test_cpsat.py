@@ -6,6 +6,7 @@ import dataclasses
 import itertools
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,12 @@ from gpu_env.scenario import MAX_WEIGHT, Scenario, save_scenario, scenario_from_
 from gpu_env.validation import validate
 
 KNAPSACK = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "2kp"
+# Time is a controlled input here: the wall limit is never reached (NO_WALL) and CP-SAT's deterministic time
+# (machine-independent work, repeatable with one worker and a seed) bounds each search, so a status is the same
+# at any machine speed or load. PROVE is far above what the small models here take to prove (0.03 at most).
+NO_WALL = 10_000.0
+PROVE = 10.0
+EXACT: dict[str, Any] = {"time_limit": NO_WALL, "workers": 1, "deterministic_time": PROVE}
 
 
 def scenario(gpus: int, slots: int, jobs: list[dict[str, Any]], **extra: Any) -> Scenario:
@@ -130,7 +137,7 @@ def random_tiny(seed: int) -> Scenario:
 @pytest.mark.parametrize("seed", range(10))
 def test_model_finds_the_brute_force_optimum(seed):
     sc = random_tiny(seed)
-    result = cpsat.solve(sc, time_limit=10, workers=1)
+    result = cpsat.solve(sc, **EXACT)
     assert result.status is cpsat.Status.OPTIMAL
     assert_valid(sc, result.plan)
     best = brute_force(sc)
@@ -145,7 +152,7 @@ def test_two_jobs_one_block_higher_value_first():
     # 2 GPUs, 3 slots, both jobs take both GPUs for 2 slots. B (w=3) at 0 earns 12; A then starts at 2 and
     # runs past the horizon, earning 1 slot: 2. The other order earns 4 + 6. Optimum 14.
     sc = scenario(2, 3, [{"id": "A", "gpus": 2, "duration": 2}, {"id": "B", "gpus": 2, "duration": 2, "priority": 3}])
-    result = cpsat.solve(sc, time_limit=5)
+    result = cpsat.solve(sc, **EXACT)
     assert result.objective == pytest.approx(14.0)
     starts = {p.job: p.start for p in result.plan.placements}
     assert starts == {"B": 0, "A": 2}
@@ -164,7 +171,7 @@ def test_node_rule_forces_a_later_start():
         ],
         node_size=2,
     )
-    result = cpsat.solve(sc, time_limit=5)
+    result = cpsat.solve(sc, **EXACT)
     assert result.objective == pytest.approx(2 + 6 + 2)  # the running job earns 1*1*2
     assert_valid(sc, result.plan)
 
@@ -177,9 +184,9 @@ def test_shortfall_penalty_is_traded_against_job_value():
         rt = [{"name": "chat", "demand": [1, 1], "ramp": 1, "initial": 1, "penalty": penalty}]
         return scenario(2, 2, [{"id": "j", "gpus": 2, "duration": 2, "priority": 3}], realtime=rt)
 
-    cheap = cpsat.solve(make(5), time_limit=5)
+    cheap = cpsat.solve(make(5), **EXACT)
     assert cheap.objective == pytest.approx(2.0) and cheap.plan.curves["chat"] == [0, 0]
-    dear = cpsat.solve(make(7), time_limit=5)
+    dear = cpsat.solve(make(7), **EXACT)
     assert dear.objective == pytest.approx(0.0) and dear.plan.curves["chat"] == [1, 1]
     assert_valid(make(7), dear.plan)
 
@@ -194,7 +201,7 @@ def test_no_realtime_and_room_for_all_places_every_job_at_its_release():
         {"id": "f", "gpus": 2, "duration": 2, "release": 2},
     ]
     sc = scenario(8, 10, jobs, node_size=4, decay=0.95)
-    result = cpsat.solve(sc, time_limit=10)
+    result = cpsat.solve(sc, **EXACT)
     assert result.status is cpsat.Status.OPTIMAL
     assert_valid(sc, result.plan)
     assert {p.job: p.start for p in result.plan.placements} == {j["id"]: j["release"] for j in jobs}
@@ -259,8 +266,8 @@ def test_a_knapsack_hint_is_compacted_onto_normal_patterns(name):
 )
 def test_formulations_agree_on_the_optimum(formulation):
     sc = random_tiny(8)  # two nodes, a running job, a real-time app
-    base = cpsat.solve(sc, time_limit=10)
-    other = cpsat.solve(sc, time_limit=10, formulation=formulation)
+    base = cpsat.solve(sc, **EXACT)
+    other = cpsat.solve(sc, **EXACT, formulation=formulation)
     assert other.status is cpsat.Status.OPTIMAL
     assert other.objective == pytest.approx(base.objective, abs=1e-6)
     assert_valid(sc, other.plan)
@@ -270,21 +277,22 @@ def test_identical_jobs_are_capped_by_what_fits():
     # 3x3 GPU-slots, five identical 2x2 jobs (deadline 3): exactly one fits (floor(3/2) * floor(3/2)).
     jobs = [{"id": f"j{i}", "gpus": 2, "duration": 2, "deadline": 3, "value": 4} for i in range(5)]
     sc = scenario(3, 3, jobs)
-    result = cpsat.solve(sc, time_limit=5)
+    result = cpsat.solve(sc, **EXACT)
     assert result.objective == pytest.approx(4.0) and len(result.plan.placements) == 1
 
 
 # ----------------------------------------------------------------------------- anytime behaviour
 
 
-def test_time_limit_is_honoured_and_the_answer_is_valid():
-    # One worker proves this scenario in about 8 s (2 cores, shared), so 0.5 s cannot prove it; the
-    # greedy hint is a complete solution that CP-SAT takes at about 0.04 s. The status is FEASIBLE.
+def test_a_cut_search_returns_a_valid_plan_no_worse_than_its_hint():
+    # 0.1 units of deterministic time take the greedy hint (CP-SAT's first solution, at about 0.001) and improve
+    # on it, but proving this scenario needs over 2 units (measured: still FEASIBLE at 2.0). No wall limit is ever
+    # reached, so the search is cut by its work alone: FEASIBLE, not proven, at any machine speed.
     sc = generate("priority-inversion", seed=4)
     hint = run_scheduler("greedy", sc)
-    result = cpsat.solve(sc, time_limit=0.5, workers=1, hint=hint)
-    assert result.runtime <= 0.5 + 1.0  # the contract: never more than a second over
+    result = cpsat.solve(sc, time_limit=NO_WALL, workers=1, hint=hint, deterministic_time=0.1)
     assert result.status == cpsat.Status.FEASIBLE
+    assert result.deterministic_time == pytest.approx(0.1, abs=0.01)  # stopped by the work limit
     assert result.plan is not None
     assert_valid(sc, result.plan)
     assert compute_metrics(sc, result.plan).objective == pytest.approx(result.objective, abs=1e-6)
@@ -294,9 +302,25 @@ def test_time_limit_is_honoured_and_the_answer_is_valid():
     assert result.trace[-1].objective == pytest.approx(result.objective, abs=1e-2)
 
 
+def test_the_wall_limit_reaches_the_solver_less_the_model_build(monkeypatch):
+    # The wall-clock contract (never much past time_limit) is a benchmark's to measure; here: what CP-SAT is told.
+    # The clock is a controlled input too: each reading is 2 s after the one before, so the model build "takes" 2 s.
+    seen: list[float] = []
+    real = cpsat._solver
+    ticks = itertools.count(100.0, 2.0)
+    monkeypatch.setattr(cpsat, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
+    monkeypatch.setattr(cpsat, "_solver", lambda f, seconds, *rest: seen.append(seconds) or real(f, seconds, *rest))
+    sc = random_tiny(0)
+    result = cpsat.solve(sc, time_limit=60.0, workers=1)
+    assert seen == [60.0 - 2.0]  # the model build's time is taken off the solver's limit
+    assert_valid(sc, result.plan)
+    solver = real(cpsat.Formulation(), 7.0, 1, 3, 0.25, False)
+    assert solver.parameters.max_time_in_seconds == 7.0 and solver.parameters.max_deterministic_time == 0.25
+
+
 def test_same_seed_one_worker_same_plan():
     sc = generate("batch-fragmentation", seed=5)  # not solved within the deterministic limit: the search is cut
-    runs = [cpsat.solve(sc, time_limit=30, workers=1, seed=7, deterministic_time=0.15) for _ in range(2)]
+    runs = [cpsat.solve(sc, time_limit=NO_WALL, workers=1, seed=7, deterministic_time=0.15) for _ in range(2)]
     assert runs[0].plan is not None
     assert runs[0].plan.to_dict() == runs[1].plan.to_dict()
 
@@ -317,7 +341,7 @@ def test_registered_after_greedy():
 @pytest.mark.parametrize("name", ["cpsat", "full"])
 def test_schedulers_return_valid_plans_with_status_bound_gap(name):
     sc = generate("training-heavy", seed=4)
-    plan = run_scheduler(name, sc, PlanOptions(time_limit=5, workers=1))
+    plan = run_scheduler(name, sc, PlanOptions(**EXACT))
     assert_valid(sc, plan)
     assert plan.scheduler == name
     assert set(plan.info) == {"status", "bound", "gap"} | ({"hint"} if name == "full" else set())
@@ -334,11 +358,11 @@ def test_full_mode_is_never_worse_than_its_hint(source):
     frozen = full.solve(sc, hint_source=source, deterministic_time=0.0)
     assert frozen.objective >= hint.metrics.objective - 1e-9
     assert_valid(sc, frozen.plan)
-    improved = full.solve(sc, hint_source=source, time_limit=10)
+    improved = full.solve(sc, hint_source=source, **EXACT)
     assert improved.objective >= hint.metrics.objective - 1e-9
     assert improved.trace[0].objective == pytest.approx(hint.metrics.objective)
     assert_valid(sc, improved.plan)
-    cut = full.solve(sc, hint_source=source, time_limit=10, use_hint=False, use_cutoff=True)
+    cut = full.solve(sc, hint_source=source, **EXACT, use_hint=False, use_cutoff=True)
     assert cut.objective >= hint.metrics.objective - 1e-9
     assert_valid(sc, cut.plan)
 
@@ -348,7 +372,7 @@ def test_full_mode_is_never_worse_than_its_hint(source):
 
 def test_small_2kp_instance_reaches_its_literature_optimum():
     sc = convert_2kp(KNAPSACK / "ngcut1.json")
-    result = cpsat.solve(sc, time_limit=20, workers=1)
+    result = cpsat.solve(sc, **EXACT)
     assert result.status is cpsat.Status.OPTIMAL
     assert result.objective == pytest.approx(164) and result.bound == pytest.approx(164)
     assert_valid(sc, result.plan)
@@ -363,8 +387,8 @@ def test_normal_patterns_keep_the_optimum_of_a_small_knapsack():
         {"id": "c", "gpus": 5, "duration": 1, "deadline": 4, "value": 4},
     ]
     sc = scenario(5, 4, jobs)
-    on = cpsat.solve(sc, time_limit=5)
-    off = cpsat.solve(sc, time_limit=5, formulation=cpsat.Formulation(normal_patterns=False, symmetry=False))
+    on = cpsat.solve(sc, **EXACT)
+    off = cpsat.solve(sc, **EXACT, formulation=cpsat.Formulation(normal_patterns=False, symmetry=False))
     assert on.objective == off.objective == pytest.approx(brute_force(sc)) == pytest.approx(21)
 
 
@@ -374,7 +398,8 @@ def test_cli_plan_with_exact_modes(tmp_path, name):
     path = tmp_path / "tiny.yaml"
     save_scenario(sc, path)
     out = tmp_path / "plan.json"
-    args = ["plan", str(path), "--scheduler", name, "--time-limit", "5", "--workers", "1", "-o", str(out)]
+    limits = ["--time-limit", str(NO_WALL), "--deterministic-time", str(PROVE), "--workers", "1"]
+    args = ["plan", str(path), "--scheduler", name, *limits, "-o", str(out)]
     assert main(args) == 0
     data = json.loads(out.read_text(encoding="utf-8"))
     assert data["scheduler"] == name and data["info"]["status"] == "optimal"
@@ -391,7 +416,7 @@ def test_weights_at_the_format_limit_fit_the_integer_objective():
         jobs=tuple(dataclasses.replace(j, priority=MAX_WEIGHT, value=None) for j in sc.jobs),
         apps=tuple(dataclasses.replace(a, penalty=MAX_WEIGHT) for a in sc.apps),
     )
-    plan = run_scheduler("cpsat", sc, PlanOptions(time_limit=5, workers=1))
+    plan = run_scheduler("cpsat", sc, PlanOptions(time_limit=NO_WALL, workers=1, deterministic_time=1.0))
     assert validate(sc, plan) == []
     assert plan.info["status"] in ("optimal", "feasible")
     assert plan.metrics.objective <= plan.info["bound"] * (1 + 1e-9)

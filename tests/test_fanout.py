@@ -31,6 +31,7 @@ from gpu_env.generators import generate
 from gpu_env.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
+HANG_GUARD_S = 900  # a subprocess's timeout: a guard against a hang, never a limit on the work
 SEVEN = (
     "mixed-control",
     "training-heavy",
@@ -42,6 +43,13 @@ SEVEN = (
 )
 DETERMINISTIC = ("fifo", "greedy", "ppo")
 SEED = 3
+# Time is a controlled input: no wall limit is ever reached (NO_WALL) and CP-SAT stops at a deterministic-time
+# limit (machine-independent work; with one worker the same search on any machine) far above the 0.03 that
+# proving proven_tasks' scenario takes. A timed-out task sleeps far past its timeout (HANG) while the other
+# tasks of a timeout test do no work under the timeout at all.
+NO_WALL = 10_000.0
+PROVE = 10.0
+HANG = 600.0
 
 
 def seven_tasks() -> list[Task]:
@@ -51,9 +59,13 @@ def seven_tasks() -> list[Task]:
 
 
 def proven_tasks() -> list[Task]:
-    """cpsat and full on a scenario whose optimum they prove in well under a second, one worker each."""
+    """cpsat and full on a scenario whose optimum they prove with little work (0.03 of CP-SAT's deterministic time).
+
+    One worker, no reachable wall limit, a deterministic limit: proven, or not, the same at any machine speed.
+    """
     sc = generate("training-heavy", seed=4)
-    return [Task.make(sc, planner, PlanOptions(time_limit=20, workers=1)) for planner in ("cpsat", "full")]
+    options = PlanOptions(time_limit=NO_WALL, workers=1, deterministic_time=PROVE)
+    return [Task.make(sc, planner, options) for planner in ("cpsat", "full")]
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +94,11 @@ def raise_on_greedy(task: Task) -> TaskResult:
 
 
 def hang_on_greedy(task: Task) -> TaskResult:
+    """Greedy never finishes (it sleeps far past any timeout here); every other task returns at once, planning
+    nothing, so that the timeout bounds no real work: what is tested is the fan-out, at any machine speed."""
     if task.planner == "greedy":
-        time.sleep(60)
-    return run_task(task)
+        time.sleep(HANG)
+    return TaskResult(task.scenario_name, task.planner, task.seed, values={"finished": True})
 
 
 def crash_once(task: Task) -> TaskResult:
@@ -164,7 +178,7 @@ def test_warm_up_plans_once_per_process_and_policy(monkeypatch):
 def test_full_with_a_missing_policy_still_falls_back_after_the_warm_up(tmp_path):
     sc = generate("training-heavy", seed=0)
     missing = tmp_path / "no-such-policy.onnx"
-    result = run_task(Task.make(sc, "full", PlanOptions(policy=missing, time_limit=1)))
+    result = run_task(Task.make(sc, "full", PlanOptions(policy=missing, time_limit=NO_WALL, deterministic_time=0.1)))
     assert result.ok and result.violations == []
     hint = result.plan["info"]["hint"]
     assert hint["scheduler"] == "greedy" and "policy file not found" in hint["fallback"]
@@ -223,9 +237,7 @@ def test_a_task_past_its_timeout_is_reported_and_the_others_complete(backend):
     sc = generate("training-heavy", seed=0)
     tasks = [Task.make(sc, planner) for planner in ("fifo", "greedy", "ppo")]
     before = signal.getsignal(signal.SIGALRM)
-    started = time.perf_counter()
-    run = run_tasks(tasks, backend, timeout=1.0, function=hang_on_greedy)
-    assert time.perf_counter() - started < 30
+    run = run_tasks(tasks, backend, timeout=1.0, function=hang_on_greedy)  # greedy would sleep HANG s without it
     assert run.failure_lines() == [f"scenario {sc.name!r}, planner 'greedy', seed 0: TaskTimeout: ran past 1 s"]
     assert run.results[0].ok and run.results[2].ok
     assert signal.getsignal(signal.SIGALRM) == before
@@ -238,10 +250,11 @@ def test_a_timer_set_outside_the_task_is_restored():
 
     before = signal.signal(signal.SIGALRM, outer)
     try:
-        signal.setitimer(signal.ITIMER_REAL, 100.0)
-        run = run_tasks([Task.make(generate("training-heavy", seed=0), "fifo")], timeout=5.0)
+        # Far apart, and far above what the task takes: the outer timer, not the task's, is left running.
+        signal.setitimer(signal.ITIMER_REAL, NO_WALL)
+        run = run_tasks([Task.make(generate("training-heavy", seed=0), "fifo")], timeout=HANG)
         left, _ = signal.getitimer(signal.ITIMER_REAL)
-        assert run.ok and 90.0 < left <= 100.0
+        assert run.ok and HANG < left <= NO_WALL
         assert signal.getsignal(signal.SIGALRM) is outer
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
@@ -261,7 +274,7 @@ def test_an_invalid_plan_fails_the_run():
 def test_a_dead_pool_worker_is_reported_not_hung(tmp_path):
     sc = generate("training-heavy", seed=0)
     tasks = [Task.make(sc, planner) for planner in ("greedy", "fifo")]
-    run = run_tasks(tasks, Backend.pool(2), function=crash_always, timeout=30)
+    run = run_tasks(tasks, Backend.pool(2), function=crash_always, timeout=HANG)
     assert "greedy" in [r.planner for r in run.failures]
     assert all("BrokenProcessPool" in r.error for r in run.failures)
 
@@ -289,7 +302,7 @@ def test_fan_out_refuses_before_any_task_runs():
 def cli(*args: str, env: dict[str, str] | None = None, prelude: str = "") -> subprocess.CompletedProcess[str]:
     code = f"import sys; {prelude}from agents.fanout import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT, env=env, timeout=HANG_GUARD_S
     )
 
 
@@ -386,7 +399,12 @@ class TestLocalRay:
             run_tasks(tasks, Backend.ray())
 
 
-def _free_port() -> int:
+def _unused_port() -> int:
+    """A port nothing listens on now: for Ray's client server only, where a later collision is harmless.
+
+    Another process may take it before Ray binds it; then only the client server (which no test here uses) exits,
+    and the cluster runs: ``ray start`` succeeds either way. The head's own port is chosen by Ray (``--port 0``).
+    """
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -431,29 +449,36 @@ def _stop_cluster(folder: str) -> None:
 def two_node_cluster():
     """A head and a second node of one CPU each on this machine, stopped afterwards whatever happened.
 
-    Token authentication and loopback addresses, as /work/shared/API-NOTES.md found necessary for Ray 2.60.
-    The cluster has a temp dir of its own, by which teardown finds its processes (and only them).
+    Token authentication (a token of its own, in the environment of every process) and loopback addresses,
+    as Ray 2.60 needs. The cluster has a temp dir of its own, by which teardown finds its processes (and only
+    them). No port is picked here and used later (another process could take it meanwhile): the head binds a
+    port of Ray's choice (``--port 0``) and ``ray start`` writes the address it bound into the temp dir
+    (``ray_current_cluster``), which the second node and the driver are given.
     """
+    import secrets
     import shutil
     import tempfile
 
     ray = pytest.importorskip("ray")
     ray.shutdown()  # no driver of this process may be connected elsewhere
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_USAGE_STATS_ENABLED": "0"}
+    token = secrets.token_hex(32)  # as `ray get-auth-token --generate` makes one, without writing ~/.ray
+    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": token, "RAY_USAGE_STATS_ENABLED": "0"}
     ray_cli = [sys.executable, "-m", "ray.scripts.scripts"]
-    address = f"127.0.0.1:{_free_port()}"
     folder = tempfile.mkdtemp(prefix="ray-gpualloc-", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
 
     def start(*args: str) -> None:
         command = [*ray_cli, "start", *args, "--node-ip-address", "127.0.0.1", "--num-cpus", "1", "--temp-dir", folder]
         # A session of its own: the daemons it leaves inherit its process group, which teardown stops.
-        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
+        done = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S, start_new_session=True
+        )
         assert done.returncode == 0, done.stdout + done.stderr
 
     try:
-        head_port = address.rsplit(":", 1)[1]
-        client_port = str(_free_port())
-        start("--head", "--port", head_port, "--ray-client-server-port", client_port, "--include-dashboard", "false")
+        client_port = str(_unused_port())
+        start("--head", "--port", "0", "--ray-client-server-port", client_port, "--include-dashboard", "false")
+        address = (Path(folder) / "ray_current_cluster").read_text().strip()  # HOST:PORT as the head bound it
+        assert address.rsplit(":", 1)[-1].isdigit() and not address.endswith(":0"), address
         start("--address", address)
         yield address, env
     finally:
