@@ -24,9 +24,9 @@ from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import load_scenario, save_scenario
 from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
-HANG_GUARD_S = 900  # a subprocess's timeout: a guard against a hang, never a limit on the work
 # Time is a controlled input: no wall limit is ever reached (NO_WALL s) and CP-SAT stops after a deterministic time
 # (machine-independent work; with one worker, the same search and the same status on any machine at any load).
 NO_WALL = "10000"

@@ -29,9 +29,9 @@ from agents.fanout import (
 from agents.options import PlanOptions
 from gpu_env.generators import generate
 from gpu_env.scenario import load_scenario
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
-HANG_GUARD_S = 900  # a subprocess's timeout: a guard against a hang, never a limit on the work
 SEVEN = (
     "mixed-control",
     "training-heavy",

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from agents.fanout import available_cpus
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
-HANG_GUARD_S = 900  # a subprocess's timeout: a guard against a hang, never a limit on the work
 # Full mode proves each of the seven optima within 1.31 units of deterministic time (measured: mixed-control 0.08,
 # priority-inversion 1.31): 5 proves them all, at any machine speed, with no wall limit (10,000 s) ever reached.
 NO_WALL = ("--seven-time-limit", "10000", "--deterministic-time", "5")
