@@ -65,7 +65,7 @@ def _corrupt_policy(tmp_path: Path) -> Path:
     ids=["corrupt", "missing"],
 )
 def test_no_loadable_policy_falls_back_to_greedy_and_says_so(scenario, tmp_path, capsys, make, reason):
-    options = PlanOptions(time_limit=1.0, policy=make(tmp_path))
+    options = PlanOptions(time_limit=10_000, deterministic_time=0.5, policy=make(tmp_path))
     plan = run_scheduler("full", scenario, options)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1  # one line, naming the hint used and why
@@ -112,7 +112,7 @@ def test_an_invalid_hint_is_refused(scenario, monkeypatch, source):
     with pytest.raises(full.InvalidHintError, match=r"greedy returned an invalid plan: rule 1"):
         full.solve(scenario, hint_source=source, options=options, deterministic_time=0.0)
     with pytest.raises(full.InvalidHintError):
-        full.plan(scenario, PlanOptions(time_limit=1.0, policy=Path("missing.onnx")), hint_source=source)
+        full.plan(scenario, PlanOptions(policy=Path("missing.onnx"), deterministic_time=0.5), hint_source=source)
 
 
 # ----------------------------------------------------------------------------- (c) CP-SAT ends below its hint

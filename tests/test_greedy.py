@@ -73,7 +73,7 @@ def test_plan_through_the_registry_round_trips():
     assert plan.placements == expected.plan.placements
     assert plan.metrics is not None and plan.metrics.objective == pytest.approx(expected.objective, abs=1e-6)
     assert plan.metrics == compute_metrics(scenario, expected.plan)
-    assert plan.solve_ms is not None and plan.solve_ms > 0
+    assert plan.solve_ms is not None and plan.solve_ms >= 0  # measured; its size belongs to the benchmarks
     again = Plan.from_dict(plan.to_dict())
     assert again.placements == plan.placements and again.curves == plan.curves
     assert again.scheduler == "greedy" and compute_metrics(scenario, again) == plan.metrics

@@ -22,7 +22,7 @@ from gpu_env.metrics import compute_metrics
 from gpu_env.observation import Encoder
 from gpu_env.scenario import save_scenario
 from gpu_env.validation import validate
-from tests.conftest import make_scenario
+from tests.conftest import HANG_GUARD_S, make_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 torch = pytest.importorskip("torch")
@@ -209,7 +209,9 @@ def test_planning_imports_neither_torch_nor_stable_baselines(exported):
         "print(plan.metrics.placed, bad)\n"
         "sys.exit(1 if bad else 0)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
