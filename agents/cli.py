@@ -5,6 +5,7 @@
     gpualloc generate training-heavy --seed 7 -o my.yaml
     gpualloc render configs/scenarios/mixed-control.yaml plan.json -o plan.png
     gpualloc convert-2kp benchmarks/data/2kp/ngcut1.json -o ngcut1.yaml
+    gpualloc slurm cycle --config slurm.yaml --scheduler greedy --dry-run
 
 Exit status: 0 ok, 1 an invalid plan, 2 bad input (a malformed scenario or plan
 file, an unknown scheduler or family, bad arguments). Bad input prints one line
@@ -441,6 +442,21 @@ def _convert_2kp(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# ----------------------------------------------------------------------------- slurm (docs/slurm.md)
+
+
+def _slurm_arguments(p: argparse.ArgumentParser) -> None:
+    from agents.slurm import cli as slurm_cli
+
+    slurm_cli.arguments(p)
+
+
+def _slurm(args: argparse.Namespace) -> int:
+    from agents.slurm import cli as slurm_cli
+
+    return slurm_cli.run(args)
+
+
 # ----------------------------------------------------------------------------- the table and main
 
 COMMANDS: list[Command] = [
@@ -451,6 +467,7 @@ COMMANDS: list[Command] = [
     Command("simulate", "simulate the rolling horizon under forecast error", _simulate_arguments, _simulate),
     Command("from-trace", "build a scenario from the public traces", _from_trace_arguments, _from_trace),
     Command("convert-2kp", "turn a 2D-knapsack instance into a scenario", _convert_2kp_arguments, _convert_2kp),
+    Command("slurm", "drive a Slurm cluster: snapshot, cycle (plan, commit now), run", _slurm_arguments, _slurm),
 ]
 
 

@@ -1,0 +1,206 @@
+"""``gpualloc slurm snapshot | cycle | run``: the allocator driving a real Slurm (docs/slurm.md).
+
+    gpualloc slurm snapshot --config slurm.yaml -o now.yaml
+    gpualloc slurm cycle --config slurm.yaml --scheduler greedy --dry-run -o plan.png
+    gpualloc slurm cycle --config slurm.yaml --scheduler greedy
+    gpualloc slurm run --config slurm.yaml --scheduler greedy --every 60 --log cycles.jsonl
+
+Every command talks to the cluster that ``SLURM_CONF`` (or Slurm's default)
+names. Decisions are printed as one JSON line each on stdout; notes for the
+operator (what was left alone) on stderr. Exit status: 0 ok, 1 a change that
+failed (named on stderr), 2 bad input (the configuration, an unknown scheduler)
+or a cluster that cannot be read: nothing was changed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG = "/etc/gpualloc/slurm.yaml"
+
+
+def arguments(p: argparse.ArgumentParser) -> None:
+    """Declare ``gpualloc slurm``'s subcommands on its parser."""
+    from agents.arguments import add_plan_options, positive_float
+
+    sub = p.add_subparsers(dest="slurm_command", metavar="SUBCOMMAND", parser_class=type(p))
+    sub.required = True
+
+    def common(q: argparse.ArgumentParser) -> None:
+        q.add_argument(
+            "--config",
+            type=Path,
+            default=Path(os.environ.get("GPUALLOC_SLURM_CONFIG", DEFAULT_CONFIG)),
+            metavar="FILE",
+            help=f"the allocator's Slurm configuration (default: $GPUALLOC_SLURM_CONFIG or {DEFAULT_CONFIG})",
+        )
+
+    s = sub.add_parser("snapshot", help="write the cluster now as a scenario (slot 0 = now)")
+    common(s)
+    s.add_argument("-o", "--output", type=Path, metavar="FILE", help="write .yaml/.yml or .json (default: stdout)")
+
+    c = sub.add_parser("cycle", help="snapshot, plan, commit what starts now (or --dry-run: change nothing)")
+    common(c)
+    c.add_argument("--scheduler", "-s", default="greedy", metavar="NAME", help="any planner (default: greedy)")
+    c.add_argument("--dry-run", action="store_true", help="print the decisions and change nothing (the what-if)")
+    c.add_argument("-o", "--output", type=Path, metavar="PLAN.png|PLAN.json", help="draw the plan or write it")
+    add_plan_options(c)
+
+    r = sub.add_parser("run", help="repeat the cycle every --every minutes")
+    common(r)
+    r.add_argument("--scheduler", "-s", default="greedy", metavar="NAME", help="the fast mode (default: greedy)")
+    r.add_argument("--every", type=positive_float, required=True, metavar="MINUTES", help="minutes between cycles")
+    r.add_argument(
+        "--budget",
+        type=float,
+        metavar="S",
+        help="seconds of planning per cycle; `full` runs when it is at least 2 (default: a tenth of --every, <= 60)",
+    )
+    r.add_argument("--cycles", type=int, metavar="N", help="stop after N cycles (default: run until stopped)")
+    r.add_argument("--log", type=Path, metavar="FILE", help="append every cycle's lines here (JSON lines)")
+    add_plan_options(r)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the chosen subcommand; bad input raises the CLI's own error type (exit 2)."""
+    from agents.cli import CliError
+    from agents.slurm.errors import CommandError, ConfigError, SlurmError
+
+    try:
+        return _COMMANDS[args.slurm_command](args)
+    except ConfigError as exc:
+        raise CliError(f"--config: {exc}") from None
+    except CommandError as exc:
+        raise CliError(f"Slurm: {exc} (nothing changed)") from None
+    except SlurmError as exc:
+        raise CliError(f"{exc} (nothing changed)") from None
+
+
+def _setup(args: argparse.Namespace) -> tuple[Any, Any]:
+    from agents.slurm.client import SlurmClient
+    from agents.slurm.config import load_config
+
+    config = load_config(args.config)
+    client = SlurmClient(bin_dir=config.bin_dir, timeout=config.timeout, retries=config.retries)
+    return config, client
+
+
+def _print_notes(notes: Any) -> None:
+    for note in notes:
+        print(f"gpualloc slurm: {note}", file=sys.stderr)
+
+
+def _snapshot(args: argparse.Namespace) -> int:
+    from agents.cli import _check_output
+    from agents.slurm import snapshot
+    from gpu_env.scenario import dump_scenario, save_scenario
+
+    if args.output is not None:
+        _check_output(args.output, (".yaml", ".yml", ".json"))
+    config, client = _setup(args)
+    snap = snapshot.take(client, config)
+    _print_notes(snap.notes)
+    if args.output is None:
+        sys.stdout.write(dump_scenario(snap.scenario))
+    else:
+        save_scenario(snap.scenario, args.output)
+    sc = snap.scenario
+    running = len(snap.running)
+    print(
+        f"slurm now: {len(snap.nodes)} nodes x {snap.node_size} GPUs ({', '.join(snap.nodes)}), {running} running, "
+        f"{len(snap.owned)} owned pending, {len(snap.notes)} left alone; {sc.slots} slots of {sc.slot_minutes:g} min"
+        + (f" -> {args.output}" if args.output is not None else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _cycle(args: argparse.Namespace) -> int:
+    from agents.arguments import plan_options
+    from agents.cli import CliError, _check_output
+    from agents.registry import UnknownSchedulerError
+    from agents.slurm.loop import cycle
+
+    if args.output is not None:
+        _check_output(args.output, (".png", ".json"))
+    config, client = _setup(args)
+    try:
+        result = cycle(config, client, args.scheduler, plan_options(args), dry_run=args.dry_run)
+    except UnknownSchedulerError as exc:
+        raise CliError(f"--scheduler: {exc}") from None
+    for line in result.lines:
+        print(json.dumps(line))
+    _print_notes(result.snapshot.notes)
+    if args.output is not None:
+        if args.output.suffix.lower() == ".json":
+            result.decision.plan.save(args.output)
+        else:
+            draw(result, args.output)
+    if result.commit is not None:
+        for change, why in result.commit.failed:
+            print(f"gpualloc slurm: {change.kind} {change.target} failed: {why}", file=sys.stderr)
+        return 1 if result.commit.failed else 0
+    return 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    from agents.arguments import plan_options
+    from agents.cli import CliError
+    from agents.registry import SCHEDULERS
+    from agents.slurm.loop import run_loop
+
+    if args.scheduler not in SCHEDULERS:
+        raise CliError(f"--scheduler: unknown scheduler {args.scheduler!r} (expected one of: {', '.join(SCHEDULERS)})")
+    if args.cycles is not None and args.cycles < 1:
+        raise CliError(f"--cycles: expected an integer >= 1, got {args.cycles}")
+    config, client = _setup(args)
+    stop = {"now": False}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop["now"] = True
+
+    old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        failures = run_loop(
+            config,
+            client,
+            args.scheduler,
+            args.every,
+            plan_options(args),
+            budget=args.budget,
+            cycles=args.cycles,
+            log=args.log,
+            out=sys.stdout,
+            should_stop=lambda: stop["now"],
+        )
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    return 1 if failures else 0
+
+
+def draw(result: Any, path: Path) -> None:
+    """The plan over the cluster's nodes, each job labelled with its Slurm id (``*``: running now)."""
+    from gpu_env import render
+
+    snap = result.snapshot
+    plan = result.decision.plan
+    m = plan.metrics
+    title = (
+        f"Slurm plan by {plan.scheduler} from {result.lines[-1]['time']}: objective {m.objective:.1f}, "
+        f"utilisation {100 * m.utilization:.1f} %"
+    )
+    ax = render.plot_allocation(snap.scenario, plan, title=title)
+    ns = snap.node_size
+    ax.set_yticks([i * ns + ns / 2 for i in range(len(snap.nodes))], list(snap.nodes))
+    ax.set_ylabel(f"node ({ns} GPUs each)")
+    render.save_figure(ax.figure, path)
+
+
+_COMMANDS = {"snapshot": _snapshot, "cycle": _cycle, "run": _run}

@@ -1,0 +1,145 @@
+"""Slurm's command-line tools, called with a timeout and retried: the only place that runs them.
+
+:class:`SlurmClient` reads (``squeue --json``, ``sinfo --json``,
+``scontrol -d -o show reservation``) and changes (``scontrol hold``, ``release``,
+``update JobId=N NodeList=...``, ``create``/``delete reservation``). Every call
+has a timeout; a call that fails (Slurm's controller restarting, a timeout) is
+tried again after a pause that doubles, and raises :class:`CommandError` naming
+the command and Slurm's last answer when every try failed. Every change is
+recorded in :attr:`SlurmClient.changes` so that a caller can say what it did.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from agents.slurm import jsonread
+from agents.slurm.errors import CommandError, UnreadableError
+
+
+@dataclass
+class SlurmClient:
+    """Runs Slurm's tools.
+
+    Attributes:
+        bin_dir: Folder of the tools ("" : PATH, then /usr/sbin).
+        timeout: Seconds per call.
+        retries: Tries per call.
+        retry_delay: Seconds before the second try (doubled for each further one).
+        env: Environment of the calls (default: this process's; ``SLURM_CONF`` picks the cluster).
+        changes: Every changing command that succeeded, in order.
+        failures: Every try that failed, as one line each (for the cycle's report).
+    """
+
+    bin_dir: str = ""
+    timeout: float = 30.0
+    retries: int = 3
+    retry_delay: float = 1.0
+    env: Mapping[str, str] | None = None
+    changes: list[list[str]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    sleep: Callable[[float], None] = time.sleep
+
+    def _tool(self, name: str) -> str:
+        if self.bin_dir:
+            return os.path.join(self.bin_dir, name)
+        path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin"
+        return shutil.which(name, path=path) or name
+
+    def call(self, argv: Sequence[str], *, change: bool = False) -> str:
+        """Run one command with retries; returns its stdout.
+
+        Raises:
+            CommandError: Every try failed (exit status, timeout, or the tool is missing).
+        """
+        command = [self._tool(argv[0]), *argv[1:]]
+        delay = self.retry_delay
+        last = ""
+        for attempt in range(1, self.retries + 1):
+            try:
+                proc = subprocess.run(
+                    command, capture_output=True, text=True, timeout=self.timeout, env=dict(self.env or os.environ)
+                )
+            except subprocess.TimeoutExpired:
+                last = f"no answer within {self.timeout:g} s"
+            except FileNotFoundError:
+                raise CommandError(f"{argv[0]}: not installed (or slurm.bin is wrong)") from None
+            else:
+                if proc.returncode == 0:
+                    if change:
+                        self.changes.append(list(argv))
+                    return proc.stdout
+                last = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[-1]
+            self.failures.append(f"{' '.join(argv)}: try {attempt}/{self.retries}: {last}")
+            if attempt < self.retries:
+                self.sleep(delay)
+                delay *= 2
+        raise CommandError(f"{' '.join(argv)}: failed {self.retries} times: {last}")
+
+    # ------------------------------------------------------------------ reading
+
+    def _json(self, argv: Sequence[str]) -> dict:
+        text = self.call(argv)
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UnreadableError(f"{' '.join(argv)}: not JSON ({exc.msg} at line {exc.lineno})") from None
+        if not isinstance(data, dict):
+            raise UnreadableError(f"{' '.join(argv)}: expected a JSON object")
+        return data
+
+    def jobs(self) -> list[jsonread.SlurmJob]:
+        """Every job Slurm knows (``squeue --json``; 22.05 ignores squeue's filters with --json)."""
+        return jsonread.read_jobs(self._json(["squeue", "--all", "--json"]))
+
+    def nodes(self) -> list[jsonread.SlurmNode]:
+        """Every node (``sinfo --json``)."""
+        return jsonread.read_nodes(self._json(["sinfo", "--all", "--json"]))
+
+    def reservations(self) -> list[jsonread.SlurmReservation]:
+        """Every reservation with its cores per node (``scontrol -d -o show reservation``)."""
+        return jsonread.read_reservations(self.call(["scontrol", "-d", "-o", "show", "reservation"]))
+
+    # ------------------------------------------------------------------ changing
+
+    def hold(self, job: str) -> None:
+        """``scontrol hold JOB``."""
+        self.call(["scontrol", "hold", job], change=True)
+
+    def release(self, job: str) -> None:
+        """``scontrol release JOB``."""
+        self.call(["scontrol", "release", job], change=True)
+
+    def set_nodes(self, job: str, nodes: Sequence[str]) -> None:
+        """``scontrol update JobId=JOB NodeList=a,b``: the job may run only there, on all of them."""
+        self.call(["scontrol", "update", f"JobId={job}", f"NodeList={','.join(nodes)}"], change=True)
+
+    def create_reservation(
+        self, name: str, cores: Mapping[str, int], minutes: int, users: Sequence[str], partition: str | None
+    ) -> None:
+        """A core reservation from now: ``cores[node]`` cores on each node, for ``minutes``."""
+        nodes = list(cores)
+        argv = [
+            "scontrol",
+            "create",
+            "reservation",
+            f"ReservationName={name}",
+            "StartTime=now",
+            f"Duration={max(1, minutes)}",
+            f"Nodes={','.join(nodes)}",
+            f"CoreCnt={','.join(str(cores[n]) for n in nodes)}",
+            f"Users={','.join(users)}",
+        ]
+        if partition:
+            argv.append(f"PartitionName={partition}")
+        self.call(argv, change=True)
+
+    def delete_reservation(self, name: str) -> None:
+        """``scontrol delete ReservationName=NAME``."""
+        self.call(["scontrol", "delete", f"ReservationName={name}"], change=True)

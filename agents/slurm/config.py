@@ -1,0 +1,344 @@
+"""The configuration file of the Slurm driver: what Slurm cannot say (docs/slurm.md).
+
+Slurm knows the nodes, the GPUs and the jobs; it does not know which job is a
+training run, what a job is worth, how many GPUs each real-time app will need
+in each hour, or which jobs the allocator may touch. This file says so::
+
+    slurm:
+      partitions: [gpu]        # the GPU partitions the allocator reads (default: every partition)
+      gres: gpu                # gres name of a GPU
+      cpus_per_gpu: 4          # cores a real-time reservation takes per GPU (the partition's DefCpuPerGPU)
+    owned:                     # the pending jobs the allocator may hold, place and release (any match)
+      partitions: [gpu]
+      qos: []
+      comment_tag: gpualloc    # or a --comment that contains this word
+    horizon: {slots: 24, slot_minutes: 60, decay: 0.99}
+    workloads:                 # first rule that matches wins; every key given must match
+      rules:
+        - {partition: train, type: training, priority: 3}
+        - {qos: batch, type: batch_inference}
+      default_type: batch_inference   # absent: a job that no rule types is reported and left alone
+    realtime:
+      - {name: chat, demand: [2, 2, 3, ...], ramp: 2, penalty: 8, users: [root]}
+
+Every malformed entry raises :class:`~agents.slurm.errors.ConfigError` naming
+the file and the field; the YAML is read with ``yaml.safe_load``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agents.slurm.errors import ConfigError
+from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, JobType
+
+RESERVATION_PREFIX = "gpualloc-"
+_NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+
+
+@dataclass(frozen=True)
+class WorkloadRule:
+    """Jobs matching every given key get this type (and priority, when given)."""
+
+    type: JobType
+    partition: str | None = None
+    qos: str | None = None
+    comment: str | None = None  # a word the --comment contains
+    priority: float | None = None
+
+    def matches(self, partition: str, qos: str, comment: str) -> bool:
+        """Whether a job with these fields matches every key this rule gives."""
+        if self.partition is not None and partition != self.partition:
+            return False
+        if self.qos is not None and qos != self.qos:
+            return False
+        return self.comment is None or self.comment in comment.split()
+
+
+@dataclass(frozen=True)
+class RealtimeApp:
+    """A real-time application: its forecast, its ramp and penalty, and who may use its reservation.
+
+    Attributes:
+        name: App name; its reservation is ``gpualloc-<name>``.
+        demand: Forecast GPUs per slot; slot 0 is now (``anchor: now``) or the first slot of
+            the UTC day (``anchor: day``, read cyclically by the clock).
+        ramp: Most GPUs added or removed between slots.
+        penalty: Cost of one unserved GPU-slot.
+        initial: GPUs serving it now when it has no reservation yet (default: demand now).
+        anchor: ``now`` or ``day``.
+        users: Users allowed into the reservation.
+    """
+
+    name: str
+    demand: tuple[int, ...]
+    ramp: int
+    penalty: float
+    initial: int | None = None
+    anchor: str = "now"
+    users: tuple[str, ...] = ("root",)
+
+
+@dataclass(frozen=True)
+class SlurmConfig:
+    """The whole configuration (see the module docstring for the file).
+
+    Attributes:
+        source: The file it came from.
+        partitions: GPU partitions read (empty: every partition).
+        gres: Gres name of a GPU.
+        gpu_type: When set, a node or job with another GPU type is reported and left alone.
+        node_size: GPUs per node (0: the most common count among the nodes).
+        cpus_per_gpu: Cores a reservation takes per GPU.
+        owned_partitions: Pending jobs in these partitions are the allocator's.
+        owned_qos: ... or in these QOS.
+        owned_comment_tag: ... or whose comment holds this word.
+        slots: Horizon T.
+        slot_minutes: Minutes per slot.
+        decay: Per-slot decay.
+        rules: Workload rules, first match wins.
+        default_type: Type when no rule matches (None: such a job is reported).
+        apps: Real-time apps.
+        bin_dir: Folder of Slurm's tools ("" : PATH).
+        timeout: Seconds per Slurm command.
+        retries: Tries per Slurm command that changes something.
+        reservation_minutes: Length of a real-time reservation (renewed when less than a slot is left).
+        reservation_prefix: Prefix of the reservation names.
+    """
+
+    source: str
+    partitions: tuple[str, ...] = ()
+    gres: str = "gpu"
+    gpu_type: str | None = None
+    node_size: int = 0
+    cpus_per_gpu: int = 1
+    owned_partitions: tuple[str, ...] = ()
+    owned_qos: tuple[str, ...] = ()
+    owned_comment_tag: str | None = None
+    slots: int = 24
+    slot_minutes: float = 60.0
+    decay: float = 1.0
+    rules: tuple[WorkloadRule, ...] = ()
+    default_type: JobType | None = None
+    apps: tuple[RealtimeApp, ...] = ()
+    bin_dir: str = ""
+    timeout: float = 30.0
+    retries: int = 3
+    reservation_minutes: float = 0.0  # 0: the horizon
+    reservation_prefix: str = RESERVATION_PREFIX
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def reservation_name(self, app: str) -> str:
+        """The Slurm reservation of one app."""
+        return f"{self.reservation_prefix}{app}"
+
+    @property
+    def slot_seconds(self) -> float:
+        """Seconds per slot."""
+        return self.slot_minutes * 60.0
+
+    def owns(self, partition: str, qos: str, comment: str) -> bool:
+        """Whether a pending job with these fields is the allocator's (the ownership rule)."""
+        if partition in self.owned_partitions or (qos and qos in self.owned_qos):
+            return True
+        return self.owned_comment_tag is not None and self.owned_comment_tag in comment.split()
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+class _Reader:
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, path: str, reason: str) -> ConfigError:
+        return ConfigError(self.source, path, reason)
+
+    def mapping(self, value: Any, path: str, keys: set[str], required: set[str] = frozenset()) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"expected a mapping, got {_kind(value)}")
+        for key in value:
+            if key not in keys:
+                raise self.fail(f"{path}.{key}" if path else str(key), f"unknown key (expected one of: {', '.join(sorted(keys))})")
+        for key in sorted(required):
+            if key not in value:
+                raise self.fail(f"{path}.{key}" if path else key, "missing")
+        return value
+
+    def integer(self, value: Any, path: str, minimum: int, maximum: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self.fail(path, f"expected an integer, got {_kind(value)}")
+        if not minimum <= value <= maximum:
+            raise self.fail(path, f"expected an integer in {minimum}..{maximum}, got {value}")
+        return value
+
+    def real(self, value: Any, path: str, minimum: float, maximum: float, *, open_low: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise self.fail(path, f"expected a number, got {_kind(value)}")
+        if value > maximum or value < minimum or (open_low and value <= minimum):
+            low = f"> {minimum:g}" if open_low else f">= {minimum:g}"
+            raise self.fail(path, f"expected a number {low} and <= {maximum:g}, got {value}")
+        return float(value)
+
+    def text(self, value: Any, path: str) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(path, f"expected a non-empty string, got {_kind(value)}")
+        return value
+
+    def names(self, value: Any, path: str) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = [value]
+        if not isinstance(value, list):
+            raise self.fail(path, f"expected a list of names, got {_kind(value)}")
+        return tuple(self.text(v, f"{path}[{i}]") for i, v in enumerate(value))
+
+    def job_type(self, value: Any, path: str) -> JobType:
+        try:
+            return JobType(value)
+        except ValueError:
+            raise self.fail(path, f"expected one of {', '.join(t.value for t in JobType)}, got {value!r}") from None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, bool):
+        return f"a boolean ({value})"
+    if isinstance(value, str):
+        return f"the string {value!r}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    return f"a {type(value).__name__}"
+
+
+def load_config(path: str | os.PathLike[str]) -> SlurmConfig:
+    """Read and check a configuration file.
+
+    Raises:
+        ConfigError: The file is missing, not YAML, or breaks the format (naming the field).
+    """
+    source = str(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(source, "(file)", exc.strerror or str(exc)) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        where = f"line {line + 1}" if line is not None else "(file)"
+        raise ConfigError(source, where, f"not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    return config_from_dict(data, source)
+
+
+def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
+    """A configuration from plain data, checked like a file."""
+    r = _Reader(source)
+    top = r.mapping(data, "", {"slurm", "owned", "horizon", "workloads", "realtime", "reservations"}, {"owned"})
+    slurm = r.mapping(
+        top.get("slurm", {}) or {},
+        "slurm",
+        {"partitions", "gres", "gpu_type", "node_size", "cpus_per_gpu", "bin", "timeout", "retries"},
+    )
+    owned = r.mapping(top["owned"] or {}, "owned", {"partitions", "qos", "comment_tag"})
+    owned_partitions = r.names(owned.get("partitions", []), "owned.partitions")
+    owned_qos = r.names(owned.get("qos", []), "owned.qos")
+    tag = owned.get("comment_tag")
+    tag = None if tag is None else r.text(tag, "owned.comment_tag")
+    if not owned_partitions and not owned_qos and tag is None:
+        raise r.fail("owned", "name at least one partition, QOS or comment_tag: the allocator touches only its own jobs")
+    horizon = r.mapping(top.get("horizon", {}) or {}, "horizon", {"slots", "slot_minutes", "decay"})
+    slots = r.integer(horizon.get("slots", 24), "horizon.slots", 1, MAX_SLOTS)
+    workloads = r.mapping(top.get("workloads", {}) or {}, "workloads", {"rules", "default_type"})
+    rules = []
+    raw_rules = workloads.get("rules", []) or []
+    if not isinstance(raw_rules, list):
+        raise r.fail("workloads.rules", f"expected a list, got {_kind(raw_rules)}")
+    for i, rule in enumerate(raw_rules):
+        p = f"workloads.rules[{i}]"
+        rule = r.mapping(rule, p, {"partition", "qos", "comment", "type", "priority"}, {"type"})
+        if not any(k in rule for k in ("partition", "qos", "comment")):
+            raise r.fail(p, "give at least one of partition, qos, comment to match")
+        rules.append(
+            WorkloadRule(
+                type=r.job_type(rule["type"], f"{p}.type"),
+                partition=r.text(rule["partition"], f"{p}.partition") if "partition" in rule else None,
+                qos=r.text(rule["qos"], f"{p}.qos") if "qos" in rule else None,
+                comment=r.text(rule["comment"], f"{p}.comment") if "comment" in rule else None,
+                priority=r.real(rule["priority"], f"{p}.priority", 0.0, MAX_WEIGHT, open_low=True)
+                if "priority" in rule
+                else None,
+            )
+        )
+    default_type = workloads.get("default_type")
+    default_type = None if default_type is None else r.job_type(default_type, "workloads.default_type")
+    apps = []
+    raw_apps = top.get("realtime", []) or []
+    if not isinstance(raw_apps, list):
+        raise r.fail("realtime", f"expected a list, got {_kind(raw_apps)}")
+    seen = set()
+    for i, app in enumerate(raw_apps):
+        p = f"realtime[{i}]"
+        app = r.mapping(
+            app, p, {"name", "demand", "ramp", "penalty", "initial", "anchor", "users"}, {"name", "demand", "ramp"}
+        )
+        name = r.text(app["name"], f"{p}.name")
+        if not set(name) <= _NAME_OK:
+            raise r.fail(f"{p}.name", f"expected letters, digits, '_', '-' or '.', got {name!r}")
+        if name in seen:
+            raise r.fail(f"{p}.name", f"duplicate app {name!r}")
+        seen.add(name)
+        demand = app["demand"]
+        if not isinstance(demand, list) or not demand:
+            raise r.fail(f"{p}.demand", f"expected a non-empty list of GPU counts, got {_kind(demand)}")
+        values = tuple(r.integer(d, f"{p}.demand[{t}]", 0, 16_384) for t, d in enumerate(demand))
+        anchor = app.get("anchor", "now")
+        if anchor not in ("now", "day"):
+            raise r.fail(f"{p}.anchor", f"expected 'now' or 'day', got {anchor!r}")
+        if anchor == "now" and len(values) < slots:
+            raise r.fail(f"{p}.demand", f"expected at least horizon.slots = {slots} values, got {len(values)}")
+        apps.append(
+            RealtimeApp(
+                name=name,
+                demand=values,
+                ramp=r.integer(app["ramp"], f"{p}.ramp", 0, 16_384),
+                penalty=r.real(app.get("penalty", 1.0), f"{p}.penalty", 0.0, MAX_WEIGHT),
+                initial=r.integer(app["initial"], f"{p}.initial", 0, 16_384) if "initial" in app else None,
+                anchor=anchor,
+                users=r.names(app.get("users", ["root"]), f"{p}.users"),
+            )
+        )
+    res = r.mapping(top.get("reservations", {}) or {}, "reservations", {"prefix", "minutes"})
+    prefix = r.text(res.get("prefix", RESERVATION_PREFIX), "reservations.prefix")
+    if not set(prefix) <= _NAME_OK:
+        raise r.fail("reservations.prefix", f"expected letters, digits, '_', '-' or '.', got {prefix!r}")
+    gpu_type = slurm.get("gpu_type")
+    return SlurmConfig(
+        source=source,
+        partitions=r.names(slurm.get("partitions", []), "slurm.partitions"),
+        gres=r.text(slurm.get("gres", "gpu"), "slurm.gres"),
+        gpu_type=None if gpu_type is None else r.text(gpu_type, "slurm.gpu_type"),
+        node_size=r.integer(slurm.get("node_size", 0), "slurm.node_size", 0, 16_384),
+        cpus_per_gpu=r.integer(slurm.get("cpus_per_gpu", 1), "slurm.cpus_per_gpu", 1, 4096),
+        owned_partitions=owned_partitions,
+        owned_qos=owned_qos,
+        owned_comment_tag=tag,
+        slots=slots,
+        slot_minutes=r.real(horizon.get("slot_minutes", 60), "horizon.slot_minutes", 0.0, 10_080, open_low=True),
+        decay=r.real(horizon.get("decay", 1.0), "horizon.decay", 0.0, 1.0, open_low=True),
+        rules=tuple(rules),
+        default_type=default_type,
+        apps=tuple(apps),
+        bin_dir=r.text(slurm["bin"], "slurm.bin") if "bin" in slurm else "",
+        timeout=r.real(slurm.get("timeout", 30), "slurm.timeout", 0.0, 3600, open_low=True),
+        retries=r.integer(slurm.get("retries", 3), "slurm.retries", 1, 100),
+        reservation_minutes=r.real(res.get("minutes", 0), "reservations.minutes", 0.0, 10_080 * 60),
+        reservation_prefix=prefix,
+    )

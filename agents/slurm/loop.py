@@ -1,0 +1,179 @@
+"""One cycle (snapshot, plan, commit) and the loop that repeats it (``gpualloc slurm cycle`` / ``run``).
+
+A cycle keeps no state of its own: everything it needs is in Slurm (the jobs,
+which of the allocator's jobs are held, the apps' reservations), so running it
+twice on an unchanged cluster changes nothing the second time, and the loop can
+be stopped and started again at any point. A cycle that cannot reach Slurm (a
+controller restarting) fails with one line, and the loop tries again at the
+next cycle.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import IO, Any
+
+from agents.options import PlanOptions
+from agents.registry import run_scheduler
+from agents.rolling.allocator import Decision, decision_from_plan
+from agents.slurm import commit as commit_module
+from agents.slurm import snapshot as snapshot_module
+from agents.slurm.config import SlurmConfig
+from agents.slurm.errors import SlurmError
+from gpu_env.validation import validate
+
+FULL_MIN_SECONDS = 2.0  # the loop runs ``full`` when a cycle's budget leaves at least this long to plan
+
+
+class InvalidPlanError(SlurmError):
+    """A scheduler returned a plan that breaks a rule: nothing is committed (a bug in that scheduler)."""
+
+
+@dataclass
+class CycleResult:
+    """What one cycle saw, planned and did.
+
+    Attributes:
+        snapshot: The cluster as read.
+        decision: The plan and its slot-0 decisions.
+        changes: The changes the plan asks for.
+        commit: What was done (None for a dry run).
+        lines: One JSON-able dict per job, app and note, then a summary.
+        timings: Milliseconds of ``snapshot``, ``plan``, ``commit`` and ``total``.
+    """
+
+    snapshot: snapshot_module.Snapshot
+    decision: Decision
+    changes: list[commit_module.Change]
+    commit: commit_module.Commit | None
+    lines: list[dict[str, Any]]
+    timings: dict[str, float]
+
+    @property
+    def failed(self) -> int:
+        """Changes that failed."""
+        return len(self.commit.failed) if self.commit else 0
+
+
+def cycle(
+    config: SlurmConfig,
+    client: Any,
+    scheduler: str,
+    options: PlanOptions | None = None,
+    *,
+    dry_run: bool = False,
+    now: float | None = None,
+    confirm_seconds: float = commit_module.CONFIRM_SECONDS,
+) -> CycleResult:
+    """Snapshot, plan with ``scheduler``, validate, and commit the plan's slot 0 (nothing when ``dry_run``).
+
+    Raises:
+        SlurmError: Slurm cannot be read (nothing changed), or the plan breaks a rule (nothing changed).
+        UnknownSchedulerError: No scheduler has this name.
+    """
+    started = time.perf_counter()
+    snap = snapshot_module.take(client, config, now)
+    t_snap = time.perf_counter()
+    plan = run_scheduler(scheduler, snap.scenario, options)
+    violations = validate(snap.scenario, plan)
+    if violations:
+        raise InvalidPlanError(f"the {scheduler} plan breaks a rule, nothing committed: {violations[0]}")
+    decision = decision_from_plan(snap.scenario, plan)
+    t_plan = time.perf_counter()
+    planned = commit_module.changes(snap, decision)
+    done = None if dry_run else commit_module.apply(snap, planned, client, confirm_seconds=confirm_seconds)
+    t_commit = time.perf_counter()
+    lines = commit_module.decisions(snap, decision, done)
+    metrics = plan.metrics
+    timings = {
+        "snapshot": 1000 * (t_snap - started),
+        "plan": 1000 * (t_plan - t_snap),
+        "commit": 1000 * (t_commit - t_plan),
+        "total": 1000 * (t_commit - started),
+    }
+    lines.append(
+        {
+            "cycle": "dry-run" if dry_run else "commit",
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.now)),
+            "scheduler": scheduler,
+            "objective": round(metrics.objective, 6) if metrics else None,
+            "utilization": round(metrics.utilization, 6) if metrics else None,
+            "start_now": [p.job for p in decision.start_now],
+            "changes": [f"{c.kind} {c.target}" for c in planned],
+            "done": len(done.done) if done else 0,
+            "failed": [f"{c.kind} {c.target}: {why}" for c, why in done.failed] if done else [],
+            "ms": {k: round(v, 1) for k, v in timings.items()},
+        }
+    )
+    return CycleResult(snap, decision, planned, done, lines, timings)
+
+
+def run_loop(
+    config: SlurmConfig,
+    client: Any,
+    scheduler: str,
+    every_minutes: float,
+    options: PlanOptions | None = None,
+    *,
+    budget: float | None = None,
+    cycles: int | None = None,
+    log: Path | None = None,
+    out: IO[str] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> int:
+    """Repeat :func:`cycle` every ``every_minutes``; returns the number of cycles that failed.
+
+    Each cycle plans with ``scheduler`` (the fast mode), or with ``full`` seeded by it when
+    ``budget`` (seconds of planning per cycle; default a tenth of the interval, at most 60)
+    is at least :data:`FULL_MIN_SECONDS`. Every cycle's lines go to ``out`` and, appended,
+    to ``log``; a cycle that fails is one ``{"cycle": "failed", "error": ...}`` line.
+    """
+    options = options or PlanOptions()
+    interval = every_minutes * 60.0
+    budget = min(interval / 10.0, 60.0) if budget is None else budget
+    failures = 0
+    n = 0
+    while cycles is None or n < cycles:
+        if should_stop():
+            break
+        n += 1
+        began = time.monotonic()
+        use = "full" if budget >= FULL_MIN_SECONDS and scheduler != "full" else scheduler
+        opts = replace(options, time_limit=budget) if use == "full" else options
+        try:
+            result = cycle(config, client, use, opts)
+            lines = result.lines
+            lines[-1]["n"] = n
+            if result.failed:
+                failures += 1
+        except SlurmError as exc:
+            failures += 1
+            lines = [{"cycle": "failed", "n": n, "time": _now(), "error": str(exc)}]
+        _emit(lines, out, log)
+        if cycles is not None and n >= cycles:
+            break
+        wait = interval - (time.monotonic() - began)
+        while wait > 0 and not should_stop():
+            step = min(wait, 1.0)
+            sleep(step)
+            wait -= step
+    return failures
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _emit(lines: list[dict[str, Any]], out: IO[str] | None, log: Path | None) -> None:
+    text = "".join(json.dumps(line, sort_keys=False) + "\n" for line in lines)
+    if out is not None:
+        out.write(text)
+        out.flush()
+    if log is not None:
+        with open(log, "a") as f:
+            f.write(text)

@@ -1,0 +1,565 @@
+"""The cluster now as a scenario whose slot 0 is now (``gpualloc slurm snapshot``).
+
+:func:`take` reads the nodes, the jobs and the reservations from Slurm and
+:func:`build` turns them into an ordinary scenario (SPEC section 1), checked by
+:mod:`gpu_env.scenario` like any file:
+
+- **GPUs.** Every usable GPU node is a node-aligned range of ``node_size`` GPUs:
+  the node at position i holds GPUs ``i*node_size .. (i+1)*node_size - 1``, in
+  name order, except that the nodes of a running multi-node job are kept next to
+  each other (a block of SPEC rule 4). Inside a node, GPU j is Slurm's ``IDX`` j.
+- **Running jobs** are pinned with ``running_on`` (Slurm's indices from
+  ``gres_detail``; a node whose running jobs' indices are not contiguous blocks
+  is laid out again, its jobs packed from GPU 0, which Slurm cannot tell apart)
+  and last for the slots until their end time.
+- **Owned pending jobs** become queued jobs: GPUs from ``--gres``/``--gpus``
+  (a multi-node job takes whole nodes), duration from the time limit, release
+  from ``--begin``, deadline from ``--deadline``, type and priority from the
+  configuration's mapping.
+- **Real-time apps** come from the configuration; each app's ``initial`` is
+  what its reservation holds now.
+
+Whatever cannot be read is never guessed: a :class:`Note` names the job or node
+and why, and it is left out (a node that holds something unreadable is left out
+of the plan entirely, so that nothing is ever planned onto its GPUs).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agents.slurm.config import SlurmConfig
+from agents.slurm.errors import UnreadableError
+from agents.slurm.jsonread import SlurmJob, SlurmNode, SlurmReservation, parse_gres
+from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, Scenario, scenario_from_dict
+
+USABLE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "ALLOC", "MIX", "COMPLETING"})
+BAD_FLAGS = frozenset(
+    {
+        "DOWN",
+        "DRAIN",
+        "DRAINING",
+        "DRAINED",
+        "FAIL",
+        "FAILING",
+        "MAINT",
+        "MAINTENANCE",
+        "NOT_RESPONDING",
+        "NO_RESPOND",
+        "POWERED_DOWN",
+        "POWER_DOWN",
+        "POWERING_DOWN",
+        "POWERING_UP",
+        "FUTURE",
+        "REBOOT",
+        "REBOOT_REQUESTED",
+        "REBOOT_ISSUED",
+        "UNKNOWN",
+        "INVALID",
+        "INVALID_REG",
+    }
+)
+ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
+
+
+@dataclass(frozen=True)
+class Note:
+    """Something the allocator left alone: a job, a node or a reservation, and why."""
+
+    kind: str  # "job", "node", "reservation"
+    id: str
+    why: str
+
+    def to_dict(self) -> dict[str, str]:
+        """One JSON line's worth."""
+        return {"left_alone": f"{self.kind} {self.id}", "why": self.why}
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} left alone: {self.why}"
+
+
+@dataclass
+class Snapshot:
+    """The cluster now, as a scenario, with the maps back to Slurm.
+
+    Attributes:
+        now: Epoch seconds of slot 0's start.
+        config: The configuration it was read with.
+        scenario: The scenario (slot 0 = now).
+        nodes: Usable nodes in the scenario's order: node i holds GPUs ``i*node_size ..``.
+        node_size: GPUs per node.
+        owned: Owned pending jobs in the scenario, by job id.
+        running: Running jobs pinned in the scenario, by job id.
+        owned_outside: Owned pending jobs not in the scenario (notes say why), by job id.
+        reservations: The apps' current reservations, by app name.
+        app_now: GPUs each app's reservation holds now on each usable node.
+        notes: What was left alone and why.
+        version: Slurm's (major, minor) when the JSON says.
+    """
+
+    now: float
+    config: SlurmConfig
+    scenario: Scenario
+    nodes: tuple[str, ...]
+    node_size: int
+    owned: dict[str, SlurmJob]
+    running: dict[str, SlurmJob]
+    owned_outside: dict[str, SlurmJob] = field(default_factory=dict)
+    reservations: dict[str, SlurmReservation] = field(default_factory=dict)
+    app_now: dict[str, dict[str, int]] = field(default_factory=dict)
+    notes: list[Note] = field(default_factory=list)
+    version: tuple[int, int] = (0, 0)
+
+    def node_of(self, gpu: int) -> str:
+        """The node that holds a scenario GPU."""
+        return self.nodes[gpu // self.node_size]
+
+    def nodes_of(self, gpus: Sequence[int]) -> list[str]:
+        """The nodes of a block, in order."""
+        return list(dict.fromkeys(self.node_of(g) for g in gpus))
+
+    def local(self, gpus: Sequence[int]) -> dict[str, list[int]]:
+        """A block as node -> GPU indices inside the node."""
+        out: dict[str, list[int]] = {}
+        for g in gpus:
+            out.setdefault(self.node_of(g), []).append(g % self.node_size)
+        return out
+
+
+def take(client: Any, config: SlurmConfig, now: float | None = None) -> Snapshot:
+    """Read Slurm through ``client`` (a :class:`~agents.slurm.client.SlurmClient`) and build the snapshot."""
+    nodes = client.nodes()
+    jobs = client.jobs()
+    reservations = client.reservations()
+    return build(config, nodes, jobs, reservations, time.time() if now is None else now)
+
+
+# ----------------------------------------------------------------------------- building
+
+
+def build(
+    config: SlurmConfig,
+    nodes: Sequence[SlurmNode],
+    jobs: Sequence[SlurmJob],
+    reservations: Sequence[SlurmReservation],
+    now: float,
+) -> Snapshot:
+    """The snapshot from what Slurm said (pure: no Slurm call; the unit tests feed it fixtures)."""
+    notes: list[Note] = []
+    gpu_nodes, node_size = _gpu_nodes(config, nodes, notes)
+    horizon_end = now + config.slots * config.slot_seconds
+    ours = {config.reservation_name(a.name): a.name for a in config.apps}
+    for r in reservations:
+        if r.name in ours:
+            continue
+        if r.end_time is not None and r.end_time <= now:
+            continue
+        if r.start_time is not None and r.start_time >= horizon_end:
+            continue
+        for n in r.nodes:
+            if n in gpu_nodes:
+                del gpu_nodes[n]
+                notes.append(Note("node", n, f"in reservation {r.name}, which the allocator does not manage"))
+    # running jobs: GPUs per node; a node with anything unreadable is left out
+    holders: dict[str, list[tuple[SlurmJob, dict[str, tuple[int, ...]]]]] = {}
+    bad_nodes: dict[str, str] = {}
+    running_gpus: dict[str, dict[str, tuple[int, ...]]] = {}
+    for job in jobs:
+        if job.state not in ACTIVE_STATES or not set(job.nodes) & set(gpu_nodes):
+            continue
+        try:
+            per_node = _running_gpus(config, job, node_size)
+        except UnreadableError as exc:
+            for n in job.nodes:
+                bad_nodes.setdefault(n, f"holds job {job.id}, which cannot be read: {exc}")
+            notes.append(Note("job", job.id, str(exc)))
+            continue
+        if not per_node:
+            continue  # a job without GPUs on these nodes
+        if job.end_time is None:
+            reason = "running without an end time (no time limit)"
+            notes.append(Note("job", job.id, reason))
+            for n in per_node:
+                bad_nodes.setdefault(n, f"holds job {job.id}, {reason}")
+            continue
+        if len(per_node) > 1 and any(len(ix) != node_size for ix in per_node.values()):
+            reason = "runs on part of several nodes; the allocator places multi-node jobs on whole nodes only"
+            notes.append(Note("job", job.id, reason))
+            for n in per_node:
+                bad_nodes.setdefault(n, f"holds job {job.id}, which {reason.split(';')[0][5:]}")
+            continue
+        running_gpus[job.id] = per_node
+    # a node left out takes the nodes of every job that spans it along (to a fixed point)
+    changed = True
+    while changed:
+        changed = False
+        for n in list(bad_nodes):
+            if n in gpu_nodes:
+                del gpu_nodes[n]
+                notes.append(Note("node", n, bad_nodes[n]))
+                changed = True
+        for jid, per_node in list(running_gpus.items()):
+            if any(n not in gpu_nodes for n in per_node):
+                del running_gpus[jid]
+                for n in per_node:
+                    if n in gpu_nodes:
+                        bad_nodes[n] = f"holds job {jid}, which also runs on a node left out"
+                changed = True
+    for job in jobs:
+        if job.id in running_gpus:
+            for n in running_gpus[job.id]:
+                holders.setdefault(n, []).append((job, running_gpus[job.id]))
+    order = _node_order(sorted(gpu_nodes), [tuple(running_gpus[j]) for j in running_gpus if len(running_gpus[j]) > 1])
+    position = {n: i for i, n in enumerate(order)}
+    by_id = {j.id: j for j in jobs}
+    placed = _lay_out(order, position, node_size, running_gpus, notes)
+    # the scenario's jobs
+    entries: list[dict[str, Any]] = []
+    running: dict[str, SlurmJob] = {}
+    for jid, gpus in placed.items():
+        job = by_id[jid]
+        remaining = max(1, math.ceil((job.end_time - now) / config.slot_seconds - 1e-9))  # type: ignore[operator]
+        job_type, priority = _workload(config, job, strict=False)
+        entries.append(
+            {
+                "id": jid,
+                "type": job_type,
+                "gpus": len(gpus),
+                "duration": min(remaining, MAX_SLOTS),
+                "priority": priority,
+                "running_on": gpus,
+            }
+        )
+        running[jid] = job
+    owned: dict[str, SlurmJob] = {}
+    outside: dict[str, SlurmJob] = {}
+    pending = [
+        j
+        for j in jobs
+        if j.state == "PENDING"
+        and config.owns(j.partition, j.qos, j.comment)
+        and (not config.partitions or j.partition in config.partitions)
+    ]
+    top = max((j.priority for j in pending), default=0)
+    gpus_total = len(order) * node_size
+    for job in pending:
+        try:
+            entry = _queued(config, job, node_size, gpus_total, now, top)
+        except UnreadableError as exc:
+            notes.append(Note("job", job.id, str(exc)))
+            outside[job.id] = job
+            continue
+        if entry is None:
+            outside[job.id] = job
+            continue
+        if isinstance(entry, str):
+            notes.append(Note("job", job.id, entry))
+            outside[job.id] = job
+            continue
+        entries.append(entry)
+        owned[job.id] = job
+    # real-time apps: the forecast from the configuration, the current allocation from the reservation
+    by_name = {r.name: r for r in reservations}
+    current: dict[str, SlurmReservation] = {}
+    app_now: dict[str, dict[str, int]] = {}
+    apps = []
+    for app in config.apps:
+        res = by_name.get(config.reservation_name(app.name))
+        demand = _demand(app, config, now)
+        held: dict[str, int] = {}
+        if res is not None and (res.end_time is None or res.end_time > now):
+            current[app.name] = res
+            for n in res.nodes:
+                if n in position:
+                    held[n] = res.cores.get(n, 0) // config.cpus_per_gpu
+        app_now[app.name] = held
+        if res is not None and app.name in current:
+            initial = sum(held.values())
+        elif app.initial is not None:
+            initial = app.initial
+        else:
+            initial = demand[0]
+        apps.append(
+            {
+                "name": app.name,
+                "demand": list(demand),
+                "ramp": app.ramp,
+                "initial": min(initial, max(gpus_total, 0)),
+                "penalty": app.penalty,
+            }
+        )
+    if not order:
+        raise UnreadableError("no usable GPU node: " + ("; ".join(str(n) for n in notes[:5]) or "none in sinfo"))
+    data = {
+        "name": "slurm-now",
+        "cluster": {"gpus": gpus_total, "node_size": node_size},
+        "horizon": {"slots": config.slots, "slot_minutes": config.slot_minutes, "decay": config.decay},
+        "realtime": apps,
+        "jobs": entries,
+    }
+    scenario = scenario_from_dict(data, "<slurm snapshot>")
+    return Snapshot(
+        now=now,
+        config=config,
+        scenario=scenario,
+        nodes=tuple(order),
+        node_size=node_size,
+        owned=owned,
+        running=running,
+        owned_outside=outside,
+        reservations=current,
+        app_now=app_now,
+        notes=notes,
+    )
+
+
+def _gpu_nodes(config: SlurmConfig, nodes: Sequence[SlurmNode], notes: list[Note]) -> tuple[dict[str, int], int]:
+    counts: dict[str, int] = {}
+    for node in nodes:
+        if config.partitions and node.partitions and not set(node.partitions) & set(config.partitions):
+            continue
+        try:
+            entries = [g for g in parse_gres(node.gres, f"node {node.name}") if g.name == config.gres]
+        except UnreadableError as exc:
+            notes.append(Note("node", node.name, str(exc)))
+            continue
+        if not entries:
+            continue  # not a GPU node
+        if config.gpu_type is not None and any(g.type not in (None, config.gpu_type) for g in entries):
+            types = ",".join(sorted({g.type or "?" for g in entries}))
+            notes.append(Note("node", node.name, f"GPU type {types}, not the configured {config.gpu_type}"))
+            continue
+        bad = node.states & BAD_FLAGS
+        if bad or not node.states & USABLE_STATES:
+            notes.append(Note("node", node.name, f"state {'+'.join(sorted(node.states)) or '?'}"))
+            continue
+        counts[node.name] = sum(g.count for g in entries)
+    if not counts:
+        return {}, max(config.node_size, 1)
+    size = config.node_size or Counter(counts.values()).most_common(1)[0][0]
+    for name, count in list(counts.items()):
+        if count != size:
+            notes.append(Note("node", name, f"{count} GPUs, not the {size} of every node in the plan"))
+            del counts[name]
+    return counts, size
+
+
+def _running_gpus(config: SlurmConfig, job: SlurmJob, node_size: int) -> dict[str, tuple[int, ...]]:
+    """Node -> Slurm's GPU indices of a running job (empty when it holds no GPU)."""
+    out: dict[str, tuple[int, ...]] = {}
+    details = list(job.gres_detail)
+    if details and len(details) != len(job.nodes):
+        raise UnreadableError(f"gres_detail has {len(details)} entries for {len(job.nodes)} nodes")
+    for node, detail in zip(job.nodes, details, strict=False):
+        entries = [g for g in parse_gres(detail, f"job {job.id}") if g.name == config.gres]
+        if not entries:
+            continue
+        indices: list[int] = []
+        for g in entries:
+            if g.indices is None:
+                raise UnreadableError(f"gres_detail {detail!r} has no GPU indices")
+            indices.extend(g.indices)
+        if any(i < 0 or i >= node_size for i in indices) or len(set(indices)) != len(indices):
+            raise UnreadableError(f"gres_detail {detail!r}: indices outside 0..{node_size - 1}")
+        out[node] = tuple(sorted(indices))
+    if not details and job.tres_per_node and config.gres in job.tres_per_node:
+        raise UnreadableError("holds GPUs but Slurm gives no gres_detail (their indices)")
+    return out
+
+
+def _node_order(names: Sequence[str], groups: Sequence[tuple[str, ...]]) -> list[str]:
+    """Name order, with the nodes of each multi-node job next to each other (disjoint: whole nodes)."""
+    group_of = {n: g for g in groups for n in g}
+    out: list[str] = []
+    done: set[str] = set()
+    for n in names:
+        if n in done:
+            continue
+        members = sorted(group_of.get(n, (n,)))
+        out.extend(members)
+        done.update(members)
+    return out
+
+
+def _lay_out(
+    order: Sequence[str],
+    position: dict[str, int],
+    node_size: int,
+    running: dict[str, dict[str, tuple[int, ...]]],
+    notes: list[Note],
+) -> dict[str, list[int]]:
+    """Scenario GPUs of every running job: Slurm's indices where they are blocks, else the node packed."""
+    placed: dict[str, list[int]] = {}
+    for jid, per_node in running.items():
+        if len(per_node) > 1:
+            nodes = sorted(per_node, key=position.__getitem__)
+            placed[jid] = [position[n] * node_size + i for n in nodes for i in range(node_size)]
+    for node in order:
+        single = [(jid, pn[node]) for jid, pn in running.items() if len(pn) == 1 and node in pn]
+        blocks_ok = all(list(ix) == list(range(ix[0], ix[0] + len(ix))) for _, ix in single)
+        base = position[node] * node_size
+        if blocks_ok:
+            for jid, ix in single:
+                placed[jid] = [base + i for i in ix]
+            continue
+        notes.append(
+            Note(
+                "node",
+                node,
+                "its jobs' GPU indices are not contiguous blocks; the plan packs them from GPU 0 "
+                "(GPUs of one node are interchangeable to Slurm)",
+            )
+        )
+        start = 0
+        for jid, ix in sorted(single, key=lambda item: item[1][0]):
+            placed[jid] = list(range(base + start, base + start + len(ix)))
+            start += len(ix)
+    return placed
+
+
+# ----------------------------------------------------------------------------- pending jobs
+
+
+def _queued(
+    config: SlurmConfig, job: SlurmJob, node_size: int, gpus_total: int, now: float, top: int
+) -> dict[str, Any] | str | None:
+    """A scenario entry for an owned pending job, a reason to leave it out of this horizon, or an error.
+
+    Raises:
+        UnreadableError: Something no rule lets the allocator read (named in the message).
+    """
+    if job.tres_other:
+        raise UnreadableError(f"asks GPUs per task or socket ({job.tres_other}); only --gres and --gpus are read")
+    if job.dependency:
+        return f"has a dependency ({job.dependency}); the allocator cannot tell when it becomes eligible"
+    gpus = _asked_gpus(config, job, node_size)
+    if gpus > gpus_total:
+        raise UnreadableError(f"asks {gpus} GPUs; the usable nodes hold {gpus_total}")
+    if job.time_limit is None:
+        raise UnreadableError("has no time limit; the allocator plans only jobs with one (sbatch --time)")
+    slot = config.slot_seconds
+    duration = max(1, math.ceil(job.time_limit * 60.0 / slot - 1e-9))
+    release = 0
+    if job.eligible_time is not None and job.eligible_time > now:
+        release = math.ceil((job.eligible_time - now) / slot - 1e-9)
+    if release >= config.slots:
+        return f"begins after the {config.slots}-slot horizon"
+    entry: dict[str, Any] = {
+        "id": job.id,
+        "gpus": gpus,
+        "duration": min(duration, MAX_SLOTS),
+    }
+    job_type, priority = _workload(config, job, strict=True, top=top)
+    entry["type"] = job_type
+    entry["priority"] = priority
+    if release:
+        entry["release"] = release
+    if job.deadline is not None:
+        deadline = math.floor((job.deadline - now) / slot + 1e-9)
+        if deadline < release + duration:
+            return "can no longer meet its --deadline inside the rules (start + time limit)"
+        entry["deadline"] = min(deadline, MAX_SLOTS)
+    return entry
+
+
+def _asked_gpus(config: SlurmConfig, job: SlurmJob, node_size: int) -> int:
+    per_node = _gpu_count(config, job.tres_per_node, job.id)
+    per_job = _gpu_count(config, job.tres_per_job, job.id)
+    if per_node and per_job:
+        raise UnreadableError("asks GPUs both per node and per job")
+    if per_node:
+        if job.node_count == 1:
+            return per_node
+        if per_node != node_size:
+            raise UnreadableError(
+                f"asks {per_node} GPUs on each of {job.node_count} nodes; multi-node jobs must take whole nodes "
+                f"({node_size} GPUs each)"
+            )
+        return per_node * job.node_count
+    if per_job:
+        if per_job > node_size and per_job % node_size:
+            raise UnreadableError(f"asks {per_job} GPUs over several nodes, not a whole number of {node_size}-GPU nodes")
+        if job.node_count > 1 and per_job != job.node_count * node_size:
+            raise UnreadableError(f"asks {per_job} GPUs on {job.node_count} nodes; multi-node jobs take whole nodes")
+        return per_job
+    raise UnreadableError(f"asks for no {config.gres} (--gres={config.gres}:N or --gpus=N)")
+
+
+def _gpu_count(config: SlurmConfig, text: str, jid: str) -> int:
+    if not text or text in ("N/A", "(null)"):
+        return 0
+    total = 0
+    for g in parse_gres(text, f"job {jid}"):
+        if g.name != config.gres:
+            raise UnreadableError(f"asks for gres {g.name!r}, which the allocator does not know")
+        if config.gpu_type is not None and g.type not in (None, config.gpu_type):
+            raise UnreadableError(f"asks for GPU type {g.type!r}; the plan's nodes hold {config.gpu_type}")
+        total += g.count
+    return total
+
+
+def _workload(
+    config: SlurmConfig, job: SlurmJob, *, strict: bool, top: int = 0
+) -> tuple[str, float]:
+    """Type and priority by the configuration's mapping: rules, then the comment tag, then defaults.
+
+    Raises:
+        UnreadableError: ``strict`` and no rule, tag or default gives a type.
+    """
+    tags = _comment_tags(job.comment)
+    job_type: str | None = None
+    priority: float | None = None
+    for rule in config.rules:
+        if rule.matches(job.partition, job.qos, job.comment):
+            job_type = rule.type.value
+            priority = rule.priority
+            break
+    if job_type is None and "type" in tags:
+        job_type = tags["type"]
+        if job_type not in ("training", "batch_inference", "quantization"):
+            raise UnreadableError(f"--comment type={job_type!r}: expected training, batch_inference or quantization")
+    if priority is None and "priority" in tags:
+        try:
+            priority = float(tags["priority"])
+        except ValueError:
+            raise UnreadableError(f"--comment priority={tags['priority']!r}: expected a number") from None
+        if not 0 < priority <= MAX_WEIGHT:
+            raise UnreadableError(f"--comment priority={tags['priority']}: expected a number > 0 and <= {MAX_WEIGHT:g}")
+    if job_type is None:
+        if config.default_type is not None:
+            job_type = config.default_type.value
+        elif strict:
+            raise UnreadableError(
+                f"no workload type: no rule matches (partition {job.partition!r}, qos {job.qos!r}) and the comment "
+                "has no type= tag; add a rule or workloads.default_type"
+            )
+        else:
+            job_type = "batch_inference"  # a running job's type does not change the plan
+    if priority is None:
+        # Slurm's own priority, relative to the highest among the owned pending jobs (0 while held: all equal)
+        priority = max(job.priority / top, 1e-3) if top > 0 and job.priority > 0 else 1.0
+    return job_type, priority
+
+
+def _comment_tags(comment: str) -> dict[str, str]:
+    """``"gpualloc type=training priority=3"`` -> ``{"type": "training", "priority": "3"}``."""
+    tags = {}
+    for word in comment.replace(",", " ").split():
+        key, sep, value = word.partition("=")
+        if sep and key in ("type", "priority"):
+            tags[key] = value
+    return tags
+
+
+def _demand(app: Any, config: SlurmConfig, now: float) -> tuple[int, ...]:
+    """The forecast for the horizon: from now, or read by the clock from the UTC day's first slot."""
+    if app.anchor == "now":
+        return tuple(app.demand[: config.slots])
+    slot_of_day = int((now % 86400) // config.slot_seconds)
+    n = len(app.demand)
+    return tuple(app.demand[(slot_of_day + t) % n] for t in range(config.slots))
