@@ -16,10 +16,13 @@ The changes come in an order that never lets Slurm start something unplanned:
 4. create the new reservations.
 
 Slurm 22.05 cannot reserve GPUs (a reservation's TRES holds cores, nodes,
-licenses and burst buffers), so an app's reservation holds
-``cpus_per_gpu`` cores for each of its GPUs on a node: when every job on the
-partition takes that many cores per GPU (``DefCpuPerGPU``), those cores keep
-exactly that many GPUs free for the app.
+licenses and burst buffers), so an app's capacity on a node is a core
+reservation ``gpualloc-<app>.<node>`` of ``cpus_per_gpu`` cores for each of its
+GPUs there: when every job on the partition takes that many cores per GPU
+(``DefCpuPerGPU``), those cores keep exactly that many GPUs free for the app.
+One reservation per app and node, because 22.05 does not report the cores per
+node of a multi-node core reservation reliably (``scontrol -d show
+reservation`` leaves them out for some).
 """
 
 from __future__ import annotations
@@ -78,9 +81,7 @@ class Commit:
 def slot0_gpus(snapshot: Snapshot, decision: Decision) -> dict[str, int]:
     """GPUs held in slot 0 on each node by running jobs and jobs that start now."""
     used = dict.fromkeys(snapshot.nodes, 0)
-    scenario = snapshot.scenario
     for p in decision.plan.placements:
-        job = scenario.jobs[scenario.job_index(p.job)]
         if p.start == 0:
             for g in p.gpus:
                 used[snapshot.node_of(g)] += 1
@@ -128,29 +129,33 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
             places.append(Change("place", jid, nodes=nodes, gpus=tuple((n, len(local[n])) for n in nodes)))
         elif not job.held:
             holds.append(Change("hold", jid))
-    horizon = config.reservation_minutes or config.slots * config.slot_minutes
     layout = app_layout(snapshot, decision)
     for app in config.apps:
-        name = config.reservation_name(app.name)
         want = layout.get(app.name, {})
         now = snapshot.app_now.get(app.name, {})
-        res = snapshot.reservations.get(app.name)
-        expiring = res is not None and res.end_time is not None and res.end_time - snapshot.now < config.slot_seconds
-        if res is not None and want == now and not expiring and set(res.nodes) <= set(now):
-            continue
-        if res is not None:
-            deletes.append(Change("delete", name))
-        if want:
-            creates.append(
-                Change(
-                    "create",
-                    name,
-                    nodes=tuple(want),
-                    cores=tuple((n, g * config.cpus_per_gpu) for n, g in want.items()),
-                    gpus=tuple(want.items()),
-                    users=app.users,
-                )
+        current = snapshot.reservations.get(app.name, {})
+        for node in snapshot.nodes:
+            name = config.reservation_name(app.name, node)
+            res = current.get(node)
+            g = want.get(node, 0)
+            expiring = (
+                res is not None and res.end_time is not None and res.end_time - snapshot.now < config.slot_seconds
             )
+            if res is not None and g == now.get(node, 0) and not expiring:
+                continue
+            if res is not None:
+                deletes.append(Change("delete", name))
+            if g:
+                creates.append(
+                    Change(
+                        "create",
+                        name,
+                        nodes=(node,),
+                        cores=((node, g * config.cpus_per_gpu),),
+                        gpus=((node, g),),
+                        users=app.users,
+                    )
+                )
     return [*holds, *deletes, *places, *creates]
 
 
@@ -292,17 +297,18 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
             room = any(f >= k for f in free_now.values()) if k <= snapshot.node_size else False
             line["why"] += "; room now" if room else f"; no {k} GPUs free together now"
     for app in scenario.apps:
-        name = snapshot.config.reservation_name(app.name)
+        names = [snapshot.config.reservation_name(app.name, n) for n in snapshot.nodes]
         line = {
             "app": app.name,
-            "reservation": name,
+            "reservation": snapshot.config.reservation_name(app.name, "<node>"),
             "gpus": decision.app_gpus_now.get(app.name, 0),
             "demand": app.demand[0],
             "nodes": layout.get(app.name, {}),
             "held_now": snapshot.app_now.get(app.name, {}),
         }
-        if name in failed:
-            line["failed"] = failed[name]
+        problems = {n: failed[n] for n in names if n in failed}
+        if problems:
+            line["failed"] = problems
         lines.append(line)
     lines.extend(n.to_dict() for n in snapshot.notes)
     return lines

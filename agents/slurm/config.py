@@ -40,7 +40,7 @@ from agents.slurm.errors import ConfigError
 from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, JobType
 
 RESERVATION_PREFIX = "gpualloc-"
-_NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.")
+_NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ class RealtimeApp:
     """A real-time application: its forecast, its ramp and penalty, and who may use its reservation.
 
     Attributes:
-        name: App name; its reservation is ``gpualloc-<name>``.
+        name: App name; its reservation on node N is ``gpualloc-<name>.N``.
         demand: Forecast GPUs per slot; slot 0 is now (``anchor: now``) or the first slot of
             the UTC day (``anchor: day``, read cyclically by the clock).
         ramp: Most GPUs added or removed between slots.
@@ -135,9 +135,9 @@ class SlurmConfig:
     reservation_prefix: str = RESERVATION_PREFIX
     extra: Mapping[str, Any] = field(default_factory=dict)
 
-    def reservation_name(self, app: str) -> str:
-        """The Slurm reservation of one app."""
-        return f"{self.reservation_prefix}{app}"
+    def reservation_name(self, app: str, node: str) -> str:
+        """The Slurm reservation of one app on one node: ``gpualloc-<app>.<node>``."""
+        return f"{self.reservation_prefix}{app}.{node}"
 
     @property
     def slot_seconds(self) -> float:
@@ -166,7 +166,9 @@ class _Reader:
             raise self.fail(path, f"expected a mapping, got {_kind(value)}")
         for key in value:
             if key not in keys:
-                raise self.fail(f"{path}.{key}" if path else str(key), f"unknown key (expected one of: {', '.join(sorted(keys))})")
+                raise self.fail(
+                    f"{path}.{key}" if path else str(key), f"unknown key (expected one of: {', '.join(sorted(keys))})"
+                )
         for key in sorted(required):
             if key not in value:
                 raise self.fail(f"{path}.{key}" if path else key, "missing")
@@ -253,7 +255,9 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
     tag = owned.get("comment_tag")
     tag = None if tag is None else r.text(tag, "owned.comment_tag")
     if not owned_partitions and not owned_qos and tag is None:
-        raise r.fail("owned", "name at least one partition, QOS or comment_tag: the allocator touches only its own jobs")
+        raise r.fail(
+            "owned", "name at least one partition, QOS or comment_tag: the allocator touches only its own jobs"
+        )
     horizon = r.mapping(top.get("horizon", {}) or {}, "horizon", {"slots", "slot_minutes", "decay"})
     slots = r.integer(horizon.get("slots", 24), "horizon.slots", 1, MAX_SLOTS)
     workloads = r.mapping(top.get("workloads", {}) or {}, "workloads", {"rules", "default_type"})
@@ -291,7 +295,7 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         )
         name = r.text(app["name"], f"{p}.name")
         if not set(name) <= _NAME_OK:
-            raise r.fail(f"{p}.name", f"expected letters, digits, '_', '-' or '.', got {name!r}")
+            raise r.fail(f"{p}.name", f"expected letters, digits, '_' or '-', got {name!r}")
         if name in seen:
             raise r.fail(f"{p}.name", f"duplicate app {name!r}")
         seen.add(name)
@@ -318,7 +322,7 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
     res = r.mapping(top.get("reservations", {}) or {}, "reservations", {"prefix", "minutes"})
     prefix = r.text(res.get("prefix", RESERVATION_PREFIX), "reservations.prefix")
     if not set(prefix) <= _NAME_OK:
-        raise r.fail("reservations.prefix", f"expected letters, digits, '_', '-' or '.', got {prefix!r}")
+        raise r.fail("reservations.prefix", f"expected letters, digits, '_' or '-', got {prefix!r}")
     gpu_type = slurm.get("gpu_type")
     return SlurmConfig(
         source=source,

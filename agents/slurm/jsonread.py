@@ -112,7 +112,8 @@ class SlurmReservation:
     Attributes:
         name: ReservationName.
         nodes: Its nodes (expanded).
-        cores: Cores reserved on each node (from ``CoreIDs``; empty for a whole-node reservation).
+        cores: Cores reserved on each node (from ``CoreIDs``; may be empty, see ``core_count``).
+        core_count: Cores reserved in all (``CoreCnt``; 0 when not a core reservation).
         start_time: Epoch seconds, or None when unreadable.
         end_time: Epoch seconds, or None when unreadable.
         flags: Its flags.
@@ -121,6 +122,7 @@ class SlurmReservation:
     name: str
     nodes: tuple[str, ...]
     cores: Mapping[str, int]
+    core_count: int
     start_time: int | None
     end_time: int | None
     flags: tuple[str, ...]
@@ -469,6 +471,7 @@ def read_reservations(text: str) -> list[SlurmReservation]:
                 name=name,
                 nodes=expand_hostlist(nodes) if nodes and nodes != "(null)" else (),
                 cores=cores,
+                core_count=int(fields["CoreCnt"]) if fields.get("CoreCnt", "").isdigit() else 0,
                 start_time=_parse_time(fields.get("StartTime")),
                 end_time=_parse_time(fields.get("EndTime")),
                 flags=tuple(f for f in fields.get("Flags", "").split(",") if f and f != "(null)"),
@@ -501,6 +504,7 @@ def read_reservations_json(data: Mapping[str, Any]) -> list[SlurmReservation]:
                 name=name,
                 nodes=expand_hostlist(nodes) if nodes else (),
                 cores=cores,
+                core_count=number(r.get("core_count"), f"reservation {name}: core_count") or sum(cores.values()),
                 start_time=_time(r.get("start_time"), f"reservation {name}: start_time"),
                 end_time=_time(r.get("end_time"), f"reservation {name}: end_time"),
                 flags=tuple(str(f) for f in flags) if isinstance(flags, list) else tuple(str(flags).split(",")),

@@ -171,7 +171,9 @@ class LocalCluster:
                 f"Gres=gpu:h100:{self.gpus_per_node}"
             )
         nodes = f"gpu[01-{last}]" if self.nodes > 1 else "gpu01"
-        lines.append(f"PartitionName=gpu Nodes={nodes} Default=YES DefaultTime=01:00:00 MaxTime=INFINITE DefCpuPerGPU=4 State=UP")
+        lines.append(
+            f"PartitionName=gpu Nodes={nodes} Default=YES DefaultTime=01:00:00 MaxTime=INFINITE DefCpuPerGPU=4 State=UP"
+        )
         for p in self.partitions:
             lines.append(
                 f"PartitionName={p} Nodes={nodes} DefaultTime=01:00:00 MaxTime=INFINITE DefCpuPerGPU=4 State=UP"
@@ -187,7 +189,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ processes
 
     def _spawn(self, key: str, argv: list[str]) -> None:
-        log = open(self.root / "log" / f"{key}.stdout", "ab")  # noqa: SIM115 - closed with the process
+        log = open(self.root / "log" / f"{key}.stdout", "ab")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         log.close()
         self._procs[key] = proc

@@ -96,7 +96,7 @@ class Snapshot:
         owned: Owned pending jobs in the scenario, by job id.
         running: Running jobs pinned in the scenario, by job id.
         owned_outside: Owned pending jobs not in the scenario (notes say why), by job id.
-        reservations: The apps' current reservations, by app name.
+        reservations: The apps' current reservations on usable nodes, by app name, then node.
         app_now: GPUs each app's reservation holds now on each usable node.
         notes: What was left alone and why.
         version: Slurm's (major, minor) when the JSON says.
@@ -110,7 +110,7 @@ class Snapshot:
     owned: dict[str, SlurmJob]
     running: dict[str, SlurmJob]
     owned_outside: dict[str, SlurmJob] = field(default_factory=dict)
-    reservations: dict[str, SlurmReservation] = field(default_factory=dict)
+    reservations: dict[str, dict[str, SlurmReservation]] = field(default_factory=dict)
     app_now: dict[str, dict[str, int]] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
     version: tuple[int, int] = (0, 0)
@@ -153,7 +153,8 @@ def build(
     notes: list[Note] = []
     gpu_nodes, node_size = _gpu_nodes(config, nodes, notes)
     horizon_end = now + config.slots * config.slot_seconds
-    ours = {config.reservation_name(a.name): a.name for a in config.apps}
+    all_nodes = [n.name for n in nodes]
+    ours = {config.reservation_name(a.name, n): (a.name, n) for a in config.apps for n in all_nodes}
     for r in reservations:
         if r.name in ours:
             continue
@@ -265,20 +266,22 @@ def build(
         owned[job.id] = job
     # real-time apps: the forecast from the configuration, the current allocation from the reservation
     by_name = {r.name: r for r in reservations}
-    current: dict[str, SlurmReservation] = {}
+    current: dict[str, dict[str, SlurmReservation]] = {}
     app_now: dict[str, dict[str, int]] = {}
     apps = []
     for app in config.apps:
-        res = by_name.get(config.reservation_name(app.name))
         demand = _demand(app, config, now)
+        mine: dict[str, SlurmReservation] = {}
         held: dict[str, int] = {}
-        if res is not None and (res.end_time is None or res.end_time > now):
-            current[app.name] = res
-            for n in res.nodes:
-                if n in position:
-                    held[n] = res.cores.get(n, 0) // config.cpus_per_gpu
+        for n in order:
+            res = by_name.get(config.reservation_name(app.name, n))
+            if res is None or (res.end_time is not None and res.end_time <= now):
+                continue
+            mine[n] = res
+            held[n] = (res.cores.get(n) or res.core_count) // config.cpus_per_gpu
+        current[app.name] = mine
         app_now[app.name] = held
-        if res is not None and app.name in current:
+        if mine:
             initial = sum(held.values())
         elif app.initial is not None:
             initial = app.initial
@@ -483,7 +486,9 @@ def _asked_gpus(config: SlurmConfig, job: SlurmJob, node_size: int) -> int:
         return per_node * job.node_count
     if per_job:
         if per_job > node_size and per_job % node_size:
-            raise UnreadableError(f"asks {per_job} GPUs over several nodes, not a whole number of {node_size}-GPU nodes")
+            raise UnreadableError(
+                f"asks {per_job} GPUs over several nodes, not a whole number of {node_size}-GPU nodes"
+            )
         if job.node_count > 1 and per_job != job.node_count * node_size:
             raise UnreadableError(f"asks {per_job} GPUs on {job.node_count} nodes; multi-node jobs take whole nodes")
         return per_job
@@ -503,9 +508,7 @@ def _gpu_count(config: SlurmConfig, text: str, jid: str) -> int:
     return total
 
 
-def _workload(
-    config: SlurmConfig, job: SlurmJob, *, strict: bool, top: int = 0
-) -> tuple[str, float]:
+def _workload(config: SlurmConfig, job: SlurmJob, *, strict: bool, top: int = 0) -> tuple[str, float]:
     """Type and priority by the configuration's mapping: rules, then the comment tag, then defaults.
 
     Raises:

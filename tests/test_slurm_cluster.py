@@ -1,0 +1,282 @@
+"""The Slurm driver against a real Slurm: a 4-node cluster with 8 fake GPUs per node on 127.0.0.1.
+
+Marked ``slurm``; skipped, with one line saying how to install them, without
+Debian's ``slurmctld slurmd slurm-client munge`` or without root. One cluster
+serves the module (started once, stopped in a ``finally`` even when a test
+fails); each test starts from an empty queue. Every assertion on what runs
+where is read from ``squeue --json`` (reservations from ``scontrol show
+reservation``); waits poll Slurm with a generous deadline that only guards
+against a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agents.slurm import jsonread
+from agents.slurm.client import SlurmClient
+from agents.slurm.config import load_config
+from agents.slurm.localcluster import INSTALL_HINT, LocalCluster, missing_tools
+from agents.slurm.loop import cycle, run_loop
+
+pytestmark = pytest.mark.slurm
+
+_MISSING = missing_tools()
+if _MISSING:
+    pytest.skip(f"Slurm is not here (missing: {', '.join(_MISSING)}); {INSTALL_HINT}", allow_module_level=True)
+
+HANG_GUARD = 90.0  # seconds: how long a poll may wait for Slurm before the test fails (never a speed check)
+
+CONFIG = """\
+slurm: {partitions: [gpu], gres: gpu, gpu_type: h100, cpus_per_gpu: 4, retries: 4}
+owned: {partitions: [gpu]}
+horizon: {slots: 24, slot_minutes: 60, decay: 0.99}
+workloads:
+  rules:
+    - {comment: quant, type: quantization, priority: 2}
+  default_type: batch_inference
+realtime:
+  - name: chat
+    demand: [6, 6, 6, 7, 8, 8, 9, 9, 8, 8, 7, 6, 6, 6, 5, 5, 4, 4, 4, 4, 5, 5, 6, 6]
+    ramp: 2
+    penalty: 8
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    root = tmp_path_factory.mktemp("slurm")
+    local = LocalCluster(root, nodes=4, gpus_per_node=8)
+    saved = os.environ.get("SLURM_CONF")
+    try:
+        local.start()
+        os.environ["SLURM_CONF"] = str(local.conf)
+        yield local
+    finally:
+        try:
+            local.stop()
+        finally:
+            if saved is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = saved
+
+
+@pytest.fixture
+def fresh(cluster: LocalCluster, tmp_path: Path):
+    """An empty queue, no reservation, every node up; the configuration file and a client."""
+    cluster.run("scancel", "--full", "-u", "root", check=False)
+    for r in _reservations(cluster):
+        cluster.scontrol("delete", f"ReservationName={r.name}")
+    cluster.scontrol("update", "NodeName=gpu[01-04]", "State=RESUME", check=False)
+    _wait(lambda: not _jobs(cluster), "an empty queue")
+    cluster.wait_idle()
+    path = tmp_path / "slurm.yaml"
+    path.write_text(CONFIG)
+    config = load_config(path)
+    client = SlurmClient(env=cluster.env, retries=4, retry_delay=0.5)
+    return cluster, config, client, path
+
+
+def _wait(condition, what: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _squeue(cluster: LocalCluster) -> dict:
+    return json.loads(cluster.run("squeue", "--all", "--json").stdout)
+
+
+def _jobs(cluster: LocalCluster) -> dict[str, jsonread.SlurmJob]:
+    return {j.id: j for j in jsonread.read_jobs(_squeue(cluster)) if j.state in ("PENDING", "RUNNING", "CONFIGURING")}
+
+
+def _reservations(cluster: LocalCluster) -> list[jsonread.SlurmReservation]:
+    return jsonread.read_reservations(cluster.scontrol("-d", "-o", "show", "reservation").stdout)
+
+
+def _state(cluster: LocalCluster) -> tuple:
+    """What a cycle may change, as read from Slurm: each job's state, reason, nodes, node list; reservations."""
+    jobs = tuple(sorted((j.id, j.state, j.reason, j.nodes, j.required_nodes) for j in _jobs(cluster).values()))
+    res = tuple(sorted((r.name, r.nodes, tuple(sorted(r.cores.items()))) for r in _reservations(cluster)))
+    return jobs, res
+
+
+def _settled(cluster: LocalCluster, owned: set[str]) -> bool:
+    """Every owned job runs or is held (none released and still pending)."""
+    jobs = _jobs(cluster)
+    return all(jobs[j].state == "RUNNING" or jobs[j].held for j in owned if j in jobs)
+
+
+def _gpus_per_node(job: jsonread.SlurmJob) -> dict[str, int]:
+    out = {}
+    for node, detail in zip(job.nodes, job.gres_detail, strict=True):
+        out[node] = sum(g.count for g in jsonread.parse_gres(detail, job.id) if g.name == "gpu")
+    return out
+
+
+def _submit_mix(cluster: LocalCluster) -> dict[str, str]:
+    """Jobs of every workload type and size, 1 GPU to two whole nodes; two of them not the allocator's."""
+    ids = {
+        "foreign_running": cluster.sbatch("-p", "batch", "--gres=gpu:2", "-t", "600", "--wrap", "sleep 3600"),
+        "foreign_held": cluster.sbatch("-p", "batch", "--hold", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 3600"),
+    }
+    _wait(lambda: _jobs(cluster)[ids["foreign_running"]].state == "RUNNING", "the foreign job to run")
+    own = [
+        ("train16", ["-N2", "--gres=gpu:8", "-t", "180", "--comment", "type=training priority=3"]),
+        ("train8", ["--gres=gpu:h100:8", "-t", "120", "--comment", "type=training priority=2"]),
+        ("train8b", ["--gres=gpu:8", "-t", "240", "--comment", "type=training"]),
+        ("infer4", ["--gres=gpu:4", "-t", "60"]),
+        ("infer2", ["--gpus=2", "-t", "120"]),
+        ("infer4later", ["--gres=gpu:4", "-t", "60", "--begin=now+2hours"]),
+        ("quant1", ["--gres=gpu:1", "-t", "60", "--comment", "quant"]),
+        ("quant1b", ["--gpus=1", "-t", "60", "--comment", "type=quantization"]),
+    ]
+    for key, args in own:
+        ids[key] = cluster.sbatch("-p", "gpu", "--hold", *args, "--wrap", "sleep 3600")
+    return ids
+
+
+def test_cycle_runs_exactly_the_plans_slot_zero(fresh, tmp_path: Path) -> None:
+    from agents.cli import main
+
+    cluster, config, client, path = fresh
+    ids = _submit_mix(cluster)
+    owned = {v for k, v in ids.items() if not k.startswith("foreign")}
+    before = _state(cluster)
+
+    # the what-if: decisions printed, a picture drawn, nothing changed
+    png = tmp_path / "plan.png"
+    assert main(["slurm", "cycle", "--config", str(path), "--scheduler", "greedy", "--dry-run", "-o", str(png)]) == 0
+    assert png.stat().st_size > 0
+    assert _state(cluster) == before
+
+    result = cycle(config, client, "greedy")
+    assert not result.commit.failed, result.commit.failed
+    started = {p.job for p in result.decision.start_now}
+    assert started and started < owned  # something starts now, not everything fits
+    assert set(result.snapshot.owned) == owned
+    _wait(lambda: _settled(cluster, owned), "the released jobs to start")
+
+    jobs = _jobs(cluster)
+    running_owned = {j for j in owned if jobs[j].state == "RUNNING"}
+    assert running_owned == started
+    for p in result.decision.start_now:
+        assert set(jobs[p.job].nodes) == set(result.snapshot.nodes_of(p.gpus)), p.job
+        assert sum(_gpus_per_node(jobs[p.job]).values()) == len(p.gpus)
+    per_node: dict[str, int] = {}
+    for job in jobs.values():
+        if job.state == "RUNNING":
+            for node, g in _gpus_per_node(job).items():
+                per_node[node] = per_node.get(node, 0) + g
+    assert per_node and max(per_node.values()) <= 8
+    for j in owned - started:
+        assert jobs[j].held, (j, jobs[j].reason)
+    assert jobs[ids["foreign_held"]].reason == "JobHeldUser" and not jobs[ids["foreign_held"]].required_nodes
+    assert jobs[ids["foreign_running"]].state == "RUNNING"
+
+    # the app's reservation is the plan's real-time GPUs in slot 0, node by node
+    reserved = {}
+    for r in _reservations(cluster):
+        assert r.name.startswith("gpualloc-chat.") and r.nodes == (r.name.split(".")[-1],), r
+        reserved[r.nodes[0]] = r.cores[r.nodes[0]] // config.cpus_per_gpu
+    assert sum(reserved.values()) == result.decision.app_gpus_now["chat"] > 0
+    app_line = next(line for line in result.lines if line.get("app") == "chat")
+    assert reserved == app_line["nodes"]
+    for node, g in reserved.items():
+        assert per_node.get(node, 0) + g <= 8
+
+    # a second cycle on the unchanged cluster changes nothing
+    after = _state(cluster)
+    again = cycle(config, client, "greedy")
+    assert again.changes == [], again.changes
+    assert _state(cluster) == after
+
+
+def test_unreadable_jobs_and_nodes_are_named_and_left_alone(fresh, capsys: pytest.CaptureFixture[str]) -> None:
+    from agents.cli import main
+
+    cluster, config, client, path = fresh
+    per_task = cluster.sbatch("-p", "gpu", "--hold", "-n", "2", "--gpus-per-task=1", "-t", "60", "--wrap", "sleep 60")
+    no_gpu = cluster.sbatch("-p", "gpu", "--hold", "-t", "60", "--wrap", "sleep 60")
+    good = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 600")
+    cluster.scontrol("update", "NodeName=gpu04", "State=DRAIN", "Reason=test")
+    before = _state(cluster)
+    assert main(["slurm", "cycle", "--config", str(path), "--dry-run"]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert any(f"job {per_task} left alone" in line and "per task" in line for line in err), err
+    assert any(f"job {no_gpu} left alone" in line and "no gpu" in line for line in err), err
+    assert any("node gpu04 left alone" in line and "DRAIN" in line for line in err), err
+    assert _state(cluster) == before
+    result = cycle(config, client, "greedy")
+    assert {p.job for p in result.decision.start_now} == {good}
+    assert "gpu04" not in result.snapshot.nodes
+    _wait(lambda: _jobs(cluster)[good].state == "RUNNING", "the readable job to start")
+    jobs = _jobs(cluster)
+    assert jobs[per_task].held and jobs[no_gpu].held
+    assert "gpu04" not in jobs[good].nodes
+
+
+def test_bad_config_is_one_line_and_changes_nothing(fresh, tmp_path: Path, capsys) -> None:
+    from agents.cli import main
+
+    cluster, _, _, _ = fresh
+    cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 600")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(CONFIG.replace("ramp: 2", "ramp: -1"))
+    before = _state(cluster)
+    assert main(["slurm", "cycle", "--config", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bad) in err[0] and "realtime[0].ramp" in err[0], err
+    assert _state(cluster) == before
+
+
+def test_the_loop_survives_a_controller_restart(fresh) -> None:
+    cluster, config, client, _ = fresh
+    first = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:4", "-t", "120", "--wrap", "sleep 3600")
+    lines: list[dict] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            lines.extend(json.loads(t) for t in text.splitlines())
+
+        def flush(self) -> None:
+            pass
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            run_loop(config, client, "greedy", 0.01, budget=0, out=Out(), should_stop=stop.is_set)
+        except BaseException as exc:  # the test reports it; the loop must not raise
+            errors.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: any(line.get("cycle") == "commit" for line in lines), "a first cycle")
+        _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the first job to start")
+        cluster.restart_controller()
+        second = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:8", "-t", "60", "--wrap", "sleep 3600")
+        _wait(lambda: _jobs(cluster)[second].state == "RUNNING", "the loop to start a job after the restart")
+        n = len(lines)
+        _wait(lambda: len(lines) > n + 1 and lines[-1].get("cycle") == "commit", "a cycle after the restart")
+    finally:
+        stop.set()
+        thread.join(timeout=HANG_GUARD)
+    assert not errors and not thread.is_alive()
+    jobs = _jobs(cluster)
+    assert jobs[first].state == "RUNNING" and jobs[second].state == "RUNNING"
+    last = [line for line in lines if line.get("cycle") == "commit"][-1]
+    assert last["changes"] == [] and last["failed"] == []
