@@ -260,7 +260,9 @@ class Gres:
     indices: tuple[int, ...] | None
 
 
-_GRES = re.compile(r"^(?:gres[:/])?(?P<name>[A-Za-z0-9_.-]+)(?::(?P<type>[A-Za-z0-9_.-]+))?[:=](?P<count>\d+)$")
+_GRES = re.compile(
+    r"^(?:gres[:/])?(?P<name>[A-Za-z0-9_.-]+)(?::(?P<type>[A-Za-z0-9_.-]+))?[:=](?P<count>\d+)(?P<unit>[KMGTP]?)$"
+)
 
 
 def parse_gres(text: str, where: str) -> list[Gres]:
@@ -296,7 +298,8 @@ def parse_gres(text: str, where: str) -> list[Gres]:
                 entries.append(Gres(name, None, 1, indices))
                 continue
             raise UnreadableError(f"{where}: gres {text!r}: cannot read {raw!r}")
-        entries.append(Gres(m["name"], m["type"], int(m["count"]), indices))
+        scale = 1024 ** "KMGTP".index(m["unit"]) * 1024 if m["unit"] else 1  # sizes such as tmpsize:7T
+        entries.append(Gres(m["name"], m["type"], int(m["count"]) * scale, indices))
     return entries
 
 
