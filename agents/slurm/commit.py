@@ -295,7 +295,7 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
         if line.get("action") == "wait" and line.get("start"):
             k = line["gpus"]
             room = any(f >= k for f in free_now.values()) if k <= snapshot.node_size else False
-            line["why"] += "; room now" if room else f"; no {k} GPUs free together now"
+            line["why"] += "; room now, kept for more valuable work" if room else f"; no block of {k} free GPUs now"
     for app in scenario.apps:
         names = [snapshot.config.reservation_name(app.name, n) for n in snapshot.nodes]
         line = {
