@@ -296,3 +296,16 @@ def test_a_failing_command_is_retried_then_reported(tmp_path: Path) -> None:
     client = SlurmClient(bin_dir=str(tmp_path), retries=2, retry_delay=0.1, sleep=slept.append)
     with pytest.raises(CommandError, match=r"scontrol hold 8: failed 2 times: .*Unable to contact"):
         client.hold("8")
+
+
+def test_an_owned_job_outside_the_gpu_partitions_is_named() -> None:
+    config = config_from_dict({**CONFIG, "owned": {"comment_tag": "gpualloc"}})
+    nodes = [jsonread.SlurmNode("n1", frozenset({"IDLE"}), ("gpu",), "gpu:8", "gpu:0(IDX:N/A)", 32)]
+    job = jsonread.SlurmJob(
+        id="9", state="PENDING", reason="JobHeldUser", partition="cpu", qos="", comment="gpualloc", priority=0,
+        nodes=(), node_count=1, tres_per_node="gres:gpu:1", tres_per_job="", tres_other="", gres_detail=(),
+        time_limit=60, start_time=None, end_time=None, eligible_time=None, deadline=None, required_nodes=(),
+    )  # fmt: skip
+    snap = snapshot.build(config, nodes, [job], [], 1000.0)
+    assert "9" in snap.owned_outside and not snap.owned
+    assert any(n.id == "9" and "not a GPU partition" in n.why for n in snap.notes)

@@ -220,6 +220,8 @@ def build(
     by_id = {j.id: j for j in jobs}
     placed = _lay_out(order, position, node_size, running_gpus, notes)
     # the scenario's jobs
+    owned: dict[str, SlurmJob] = {}
+    outside: dict[str, SlurmJob] = {}
     entries: list[dict[str, Any]] = []
     running: dict[str, SlurmJob] = {}
     for jid, gpus in placed.items():
@@ -237,15 +239,15 @@ def build(
             }
         )
         running[jid] = job
-    owned: dict[str, SlurmJob] = {}
-    outside: dict[str, SlurmJob] = {}
-    pending = [
-        j
-        for j in jobs
-        if j.state == "PENDING"
-        and config.owns(j.partition, j.qos, j.comment)
-        and (not config.partitions or j.partition in config.partitions)
-    ]
+    pending = []
+    for j in jobs:
+        if j.state != "PENDING" or not config.owns(j.partition, j.qos, j.comment):
+            continue
+        if config.partitions and j.partition not in config.partitions:
+            notes.append(Note("job", j.id, f"partition {j.partition!r} is not a GPU partition of slurm.partitions"))
+            outside[j.id] = j
+            continue
+        pending.append(j)
     top = max((j.priority for j in pending), default=0)
     gpus_total = len(order) * node_size
     for job in pending:
