@@ -453,8 +453,12 @@ def _slurm_arguments(p: argparse.ArgumentParser) -> None:
 
 def _slurm(args: argparse.Namespace) -> int:
     from agents.slurm import cli as slurm_cli
+    from agents.slurm.errors import SlurmError
 
-    return slurm_cli.run(args)
+    try:
+        return slurm_cli.run(args)
+    except SlurmError as exc:  # its message names the file and field, or the command; nothing was changed
+        raise CliError(str(exc)) from None
 
 
 # ----------------------------------------------------------------------------- the table and main

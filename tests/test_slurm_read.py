@@ -309,3 +309,22 @@ def test_an_owned_job_outside_the_gpu_partitions_is_named() -> None:
     snap = snapshot.build(config, nodes, [job], [], 1000.0)
     assert "9" in snap.owned_outside and not snap.owned
     assert any(n.id == "9" and "not a GPU partition" in n.why for n in snap.notes)
+
+
+def test_bad_input_through_python_dash_m_is_one_line(tmp_path: Path) -> None:
+    """``python -m agents.cli`` runs the CLI as ``__main__``: its errors must still be one line, exit 2."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "c.yaml"
+    path.write_text("owned: {}\n")
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.run(
+        [sys.executable, "-m", "agents.cli", "slurm", "cycle", "--config", str(path), "--dry-run"],
+        capture_output=True, text=True, timeout=120, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        f"gpualloc slurm: error: {path}: owned: name at least one partition, QOS or comment_tag: "
+        "the allocator touches only its own jobs"
+    ]

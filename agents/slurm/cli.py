@@ -15,10 +15,12 @@ or a cluster that cannot be read: nothing was changed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -68,18 +70,32 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the chosen subcommand; bad input raises the CLI's own error type (exit 2)."""
-    from agents.cli import CliError
-    from agents.slurm.errors import CommandError, ConfigError, SlurmError
+    """Run the chosen subcommand.
+
+    Raises:
+        SlurmError: Bad input or a cluster that cannot be read, as one line (``gpualloc`` exits 2); nothing changed.
+    """
+    from agents.slurm.errors import BadInputError, CommandError, ConfigError, SlurmError
 
     try:
         return _COMMANDS[args.slurm_command](args)
-    except ConfigError as exc:
-        raise CliError(f"--config: {exc}") from None
+    except (ConfigError, BadInputError):
+        raise
     except CommandError as exc:
-        raise CliError(f"Slurm: {exc} (nothing changed)") from None
+        raise SlurmError(f"Slurm: {exc} (nothing changed)") from None
     except SlurmError as exc:
-        raise CliError(f"{exc} (nothing changed)") from None
+        raise SlurmError(f"{exc} (nothing changed)") from None
+
+
+def _check_output(path: Path | None, allowed: tuple[str, ...]) -> None:
+    from agents.slurm.errors import BadInputError
+
+    if path is None:
+        return
+    if path.suffix.lower() not in allowed:
+        raise BadInputError(f"{path}: -o: expected a file name ending in {' or '.join(allowed)}")
+    if path.is_dir():
+        raise BadInputError(f"{path}: -o: is a folder, expected a file name")
 
 
 def _setup(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -97,12 +113,10 @@ def _print_notes(notes: Any) -> None:
 
 
 def _snapshot(args: argparse.Namespace) -> int:
-    from agents.cli import _check_output
     from agents.slurm import snapshot
     from gpu_env.scenario import dump_scenario, save_scenario
 
-    if args.output is not None:
-        _check_output(args.output, (".yaml", ".yml", ".json"))
+    _check_output(args.output, (".yaml", ".yml", ".json"))
     config, client = _setup(args)
     snap = snapshot.take(client, config)
     _print_notes(snap.notes)
@@ -123,17 +137,16 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 def _cycle(args: argparse.Namespace) -> int:
     from agents.arguments import plan_options
-    from agents.cli import CliError, _check_output
-    from agents.registry import UnknownSchedulerError
+    from agents.registry import SCHEDULERS
+    from agents.slurm.errors import BadInputError
     from agents.slurm.loop import cycle
 
-    if args.output is not None:
-        _check_output(args.output, (".png", ".json"))
+    _check_output(args.output, (".png", ".json"))
+    if args.scheduler not in SCHEDULERS:
+        raise BadInputError(f"--scheduler: unknown scheduler {args.scheduler!r} (expected: {', '.join(SCHEDULERS)})")
     config, client = _setup(args)
-    try:
+    with _planner_errors():
         result = cycle(config, client, args.scheduler, plan_options(args), dry_run=args.dry_run)
-    except UnknownSchedulerError as exc:
-        raise CliError(f"--scheduler: {exc}") from None
     for line in result.lines:
         print(json.dumps(line))
     _print_notes(result.snapshot.notes)
@@ -151,14 +164,16 @@ def _cycle(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from agents.arguments import plan_options
-    from agents.cli import CliError
     from agents.registry import SCHEDULERS
+    from agents.slurm.errors import BadInputError
     from agents.slurm.loop import run_loop
 
     if args.scheduler not in SCHEDULERS:
-        raise CliError(f"--scheduler: unknown scheduler {args.scheduler!r} (expected one of: {', '.join(SCHEDULERS)})")
+        raise BadInputError(f"--scheduler: unknown scheduler {args.scheduler!r} (expected: {', '.join(SCHEDULERS)})")
+    if args.budget is not None and not args.budget >= 0:
+        raise BadInputError(f"--budget: expected seconds >= 0, got {args.budget}")
     if args.cycles is not None and args.cycles < 1:
-        raise CliError(f"--cycles: expected an integer >= 1, got {args.cycles}")
+        raise BadInputError(f"--cycles: expected an integer >= 1, got {args.cycles}")
     config, client = _setup(args)
     stop = {"now": False}
 
@@ -167,22 +182,37 @@ def _run(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        failures = run_loop(
-            config,
-            client,
-            args.scheduler,
-            args.every,
-            plan_options(args),
-            budget=args.budget,
-            cycles=args.cycles,
-            log=args.log,
-            out=sys.stdout,
-            should_stop=lambda: stop["now"],
-        )
+        with _planner_errors():
+            failures = run_loop(
+                config,
+                client,
+                args.scheduler,
+                args.every,
+                plan_options(args),
+                budget=args.budget,
+                cycles=args.cycles,
+                log=args.log,
+                out=sys.stdout,
+                should_stop=lambda: stop["now"],
+            )
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     return 1 if failures else 0
+
+
+@contextlib.contextmanager
+def _planner_errors() -> Iterator[None]:
+    """A planner that cannot run here (its policy file, an optional dependency) as bad input."""
+    from agents.ppo import PolicyError
+    from agents.slurm.errors import BadInputError
+
+    try:
+        yield
+    except PolicyError as exc:
+        raise BadInputError(f"--policy: {exc}") from None
+    except ImportError as exc:
+        raise BadInputError(f"--scheduler: cannot be loaded here: {exc}") from None
 
 
 def draw(result: Any, path: Path) -> None:

@@ -29,3 +29,7 @@ class UnreadableError(SlurmError):
 
 class CommandError(SlurmError):
     """A Slurm command that failed on every try; the message names the command and Slurm's answer."""
+
+
+class BadInputError(SlurmError):
+    """A bad argument of ``gpualloc slurm`` (exit status 2), naming the option."""
