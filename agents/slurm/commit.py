@@ -48,8 +48,10 @@ class Change:
     Attributes:
         kind: ``hold``, ``place`` (NodeList and release), ``delete`` or ``create`` (a reservation).
         target: Job id or reservation name.
-        nodes: Planned nodes (``place``), or node -> cores (``create``).
-        gpus: GPUs of the job or app on each node.
+        nodes: The job's planned nodes (``place``) or the reservation's node (``create``).
+        cores: Cores to reserve on each node (``create``).
+        gpus: GPUs of the job or app on each node, as (node, count) pairs.
+        users: Users allowed into the reservation (``create``).
     """
 
     kind: str

@@ -167,7 +167,6 @@ def build(
                 del gpu_nodes[n]
                 notes.append(Note("node", n, f"in reservation {r.name}, which the allocator does not manage"))
     # running jobs: GPUs per node; a node with anything unreadable is left out
-    holders: dict[str, list[tuple[SlurmJob, dict[str, tuple[int, ...]]]]] = {}
     bad_nodes: dict[str, str] = {}
     running_gpus: dict[str, dict[str, tuple[int, ...]]] = {}
     for job in jobs:
@@ -211,10 +210,6 @@ def build(
                     if n in gpu_nodes:
                         bad_nodes[n] = f"holds job {jid}, which also runs on a node left out"
                 changed = True
-    for job in jobs:
-        if job.id in running_gpus:
-            for n in running_gpus[job.id]:
-                holders.setdefault(n, []).append((job, running_gpus[job.id]))
     order = _node_order(sorted(gpu_nodes), [tuple(running_gpus[j]) for j in running_gpus if len(running_gpus[j]) > 1])
     position = {n: i for i, n in enumerate(order)}
     by_id = {j.id: j for j in jobs}
