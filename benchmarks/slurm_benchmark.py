@@ -50,6 +50,14 @@ from gpu_env.plan import Placement, Plan  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "slurm.md"
 TYPES = ("training", "batch_inference", "quantization")
+CAVEAT = (
+    "What differs besides the planner, stated so that the gap is not over-read: Slurm's side keeps the app's "
+    "peak reserved all day (the static answer an operator gives Slurm; SPEC section 4's FIFO does the same), "
+    "while gpualloc's reservations follow the forecast, which by itself favours gpualloc's utilisation (how much "
+    "of the gap it explains was not measured); "
+    "and Slurm's priority is the submit order (priority/basic), blind to the jobs' worth, which the value "
+    "column weighs. One day, one seed, one run: no spread is measured."
+)
 
 
 def _config(apps: list[dict], slots: int = 24, slot_minutes: float = 60.0, decay: float = 0.99):
@@ -236,6 +244,8 @@ def part_day(root: Path, slot_seconds: float = 60.0) -> list[str]:
         "",
         f"gpualloc cycles: median {np.median(cycle_ms):.0f} ms, slowest {max(cycle_ms):.0f} ms; "
         f"{len(failures)} failed changes or cycles" + (": " + "; ".join(failures[:5]) if failures else "") + ".",
+        "",
+        CAVEAT,
         "",
     ]
     return lines
