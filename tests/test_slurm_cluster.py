@@ -24,6 +24,7 @@ from agents.slurm.client import SlurmClient
 from agents.slurm.config import load_config
 from agents.slurm.localcluster import INSTALL_HINT, LocalCluster, missing_tools
 from agents.slurm.loop import cycle, run_loop
+from tests.conftest import HANG_GUARD_S
 
 pytestmark = pytest.mark.slurm
 
@@ -34,10 +35,10 @@ if _MISSING:
         raise RuntimeError(_WHY)
     pytest.skip(_WHY, allow_module_level=True)
 
-HANG_GUARD = 90.0  # seconds: how long a poll may wait for Slurm before the test fails (never a speed check)
+HANG_GUARD = HANG_GUARD_S  # how long a poll or a command may wait for Slurm: a hang guard, never a speed check
 
 CONFIG = """\
-slurm: {partitions: [gpu], gres: gpu, gpu_type: h100, cpus_per_gpu: 4, retries: 4}
+slurm: {partitions: [gpu], gres: gpu, gpu_type: h100, cpus_per_gpu: 4, retries: 4, timeout: 900, confirm: 900}
 owned: {partitions: [gpu]}
 horizon: {slots: 24, slot_minutes: 60, decay: 0.99}
 workloads:
@@ -55,7 +56,7 @@ realtime:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("slurm")
-    local = LocalCluster(root, nodes=4, gpus_per_node=8)
+    local = LocalCluster(root, nodes=4, gpus_per_node=8, timeout=HANG_GUARD_S)
     saved = os.environ.get("SLURM_CONF")
     try:
         local.start()
@@ -83,7 +84,7 @@ def fresh(cluster: LocalCluster, tmp_path: Path):
     path = tmp_path / "slurm.yaml"
     path.write_text(CONFIG)
     config = load_config(path)
-    client = SlurmClient(env=cluster.env, retries=4, retry_delay=0.5)
+    client = SlurmClient(env=cluster.env, timeout=HANG_GUARD_S, retries=4, retry_delay=0.5)
     return cluster, config, client, path
 
 

@@ -18,6 +18,7 @@ from agents.slurm.client import SlurmClient
 from agents.slurm.config import config_from_dict, load_config
 from agents.slurm.errors import CommandError, ConfigError, UnreadableError
 from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S
 
 DATA = Path(__file__).parent / "data" / "slurm"
 
@@ -319,10 +320,9 @@ def test_bad_input_through_python_dash_m_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "c.yaml"
     path.write_text("owned: {}\n")
     root = Path(__file__).resolve().parents[1]
-    proc = subprocess.run(
-        [sys.executable, "-m", "agents.cli", "slurm", "cycle", "--config", str(path), "--dry-run"],
-        capture_output=True, text=True, timeout=120, cwd=root, env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-    )  # fmt: skip
+    argv = [sys.executable, "-m", "agents.cli", "slurm", "cycle", "--config", str(path), "--dry-run"]
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=HANG_GUARD_S, cwd=root, env=env)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip().splitlines() == [
         f"gpualloc slurm: error: {path}: owned: name at least one partition, QOS or comment_tag: "

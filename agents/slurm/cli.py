@@ -205,14 +205,15 @@ def _run(args: argparse.Namespace) -> int:
 def _planner_errors() -> Iterator[None]:
     """A planner that cannot run here (its policy file, an optional dependency) as bad input."""
     from agents.ppo import PolicyError
+    from agents.registry import SchedulerUnavailableError
     from agents.slurm.errors import BadInputError
 
     try:
         yield
     except PolicyError as exc:
         raise BadInputError(f"--policy: {exc}") from None
-    except ImportError as exc:
-        raise BadInputError(f"--scheduler: cannot be loaded here: {exc}") from None
+    except SchedulerUnavailableError as exc:
+        raise BadInputError(f"--scheduler: {exc}") from None
 
 
 def draw(result: Any, path: Path) -> None:

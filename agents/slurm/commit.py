@@ -38,7 +38,7 @@ from agents.slurm.errors import CommandError, SlurmError
 from agents.slurm.jsonread import parse_gres
 from agents.slurm.snapshot import Snapshot
 
-CONFIRM_SECONDS = 20.0  # how long a released job may take to start before it is held again (a hang guard)
+CONFIRM_SECONDS = 20.0  # default of slurm.confirm: how long a released job may take to start before it is held again
 
 
 @dataclass(frozen=True)

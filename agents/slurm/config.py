@@ -108,7 +108,8 @@ class SlurmConfig:
         apps: Real-time apps.
         bin_dir: Folder of Slurm's tools ("" : PATH).
         timeout: Seconds per Slurm command.
-        retries: Tries per Slurm command that changes something.
+        retries: Tries per Slurm command.
+        confirm: Seconds a released job may take to start before the cycle holds it again.
         reservation_minutes: Length of a real-time reservation (renewed when less than a slot is left).
         reservation_prefix: Prefix of the reservation names.
     """
@@ -131,6 +132,7 @@ class SlurmConfig:
     bin_dir: str = ""
     timeout: float = 30.0
     retries: int = 3
+    confirm: float = 20.0
     reservation_minutes: float = 0.0  # 0: the horizon
     reservation_prefix: str = RESERVATION_PREFIX
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -247,7 +249,7 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
     slurm = r.mapping(
         top.get("slurm", {}) or {},
         "slurm",
-        {"partitions", "gres", "gpu_type", "node_size", "cpus_per_gpu", "bin", "timeout", "retries"},
+        {"partitions", "gres", "gpu_type", "node_size", "cpus_per_gpu", "bin", "timeout", "retries", "confirm"},
     )
     owned = r.mapping(top["owned"] or {}, "owned", {"partitions", "qos", "comment_tag"})
     owned_partitions = r.names(owned.get("partitions", []), "owned.partitions")
@@ -343,6 +345,7 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         bin_dir=r.text(slurm["bin"], "slurm.bin") if "bin" in slurm else "",
         timeout=r.real(slurm.get("timeout", 30), "slurm.timeout", 0.0, 3600, open_low=True),
         retries=r.integer(slurm.get("retries", 3), "slurm.retries", 1, 100),
+        confirm=r.real(slurm.get("confirm", 20), "slurm.confirm", 0.0, 3600),
         reservation_minutes=r.real(res.get("minutes", 0), "reservations.minutes", 0.0, 10_080 * 60),
         reservation_prefix=prefix,
     )

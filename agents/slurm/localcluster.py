@@ -85,6 +85,7 @@ class LocalCluster:
         gpus_per_node: Fake GPUs per node (``Gres=gpu:h100:N``).
         partitions: Extra partitions over all nodes besides the default ``gpu``.
         slurm_conf_extra: Lines appended to slurm.conf.
+        timeout: Seconds every Slurm command and every wait for the daemons may take (a hang guard).
     """
 
     root: Path
@@ -92,6 +93,7 @@ class LocalCluster:
     gpus_per_node: int = 8
     partitions: Sequence[str] = ("batch",)
     slurm_conf_extra: Sequence[str] = ()
+    timeout: float = COMMAND_TIMEOUT
     pids: dict[str, int] = field(default_factory=dict)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -123,7 +125,7 @@ class LocalCluster:
         key = r / "munge" / "munge.key"
         if not key.exists():
             subprocess.run(
-                [_tool("mungekey"), "-c", "-k", str(key)], check=True, capture_output=True, timeout=COMMAND_TIMEOUT
+                [_tool("mungekey"), "-c", "-k", str(key)], check=True, capture_output=True, timeout=self.timeout
             )
             key.chmod(0o400)
         for i in range(self.gpus_per_node):
@@ -247,7 +249,7 @@ class LocalCluster:
         self._wait_for(idle, "idle nodes")
 
     def _wait_for(self, condition: object, what: str) -> None:
-        deadline = time.monotonic() + START_DEADLINE
+        deadline = time.monotonic() + max(START_DEADLINE, self.timeout)
         while time.monotonic() < deadline:
             if condition():  # type: ignore[operator]
                 return
@@ -266,6 +268,7 @@ class LocalCluster:
         return " | ".join(texts)
 
     def _reap(self, key: str, grace: float = 20.0) -> None:
+        """Wait ``grace`` seconds for a daemon to end after its shutdown, then kill its process group."""
         proc = self._procs.pop(key, None)
         self.pids.pop(key, None)
         if proc is None:
@@ -274,7 +277,7 @@ class LocalCluster:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=grace)
+            proc.wait(timeout=self.timeout)
 
     def stop(self) -> None:
         """Cancel every job, shut Slurm down and stop munged; every pid started here is waited for or killed."""
@@ -322,9 +325,7 @@ class LocalCluster:
 
     def run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """Run a Slurm tool against this cluster (a timeout on every call)."""
-        proc = subprocess.run(
-            [_tool(tool), *args], capture_output=True, text=True, env=self.env, timeout=COMMAND_TIMEOUT
-        )
+        proc = subprocess.run([_tool(tool), *args], capture_output=True, text=True, env=self.env, timeout=self.timeout)
         if check and proc.returncode != 0:
             raise RuntimeError(f"{tool} {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()}")
         return proc

@@ -67,9 +67,12 @@ def cycle(
     *,
     dry_run: bool = False,
     now: float | None = None,
-    confirm_seconds: float = commit_module.CONFIRM_SECONDS,
+    confirm_seconds: float | None = None,
 ) -> CycleResult:
     """Snapshot, plan with ``scheduler``, validate, and commit the plan's slot 0 (nothing when ``dry_run``).
+
+    ``confirm_seconds`` (default: the configuration's ``slurm.confirm``) is how long a released
+    job may take to start before it is held again.
 
     Raises:
         SlurmError: Slurm cannot be read (nothing changed), or the plan breaks a rule (nothing changed).
@@ -85,7 +88,8 @@ def cycle(
     decision = decision_from_plan(snap.scenario, plan)
     t_plan = time.perf_counter()
     planned = commit_module.changes(snap, decision)
-    done = None if dry_run else commit_module.apply(snap, planned, client, confirm_seconds=confirm_seconds)
+    confirm = config.confirm if confirm_seconds is None else confirm_seconds
+    done = None if dry_run else commit_module.apply(snap, planned, client, confirm_seconds=confirm)
     t_commit = time.perf_counter()
     lines = commit_module.decisions(snap, decision, done)
     metrics = plan.metrics
