@@ -230,6 +230,9 @@ class FakeClient:
     def jobs(self):
         return []
 
+    def reservations(self):
+        return []
+
     def hold(self, job):
         self.calls.append(("hold", job))
 
@@ -328,3 +331,35 @@ def test_bad_input_through_python_dash_m_is_one_line(tmp_path: Path) -> None:
         f"gpualloc slurm: error: {path}: owned: name at least one partition, QOS or comment_tag: "
         "the allocator touches only its own jobs"
     ]
+
+
+def test_a_bug_inside_a_cycle_is_a_traceback_and_slurm_errors_are_lines(monkeypatch) -> None:
+    """The loop catches the driver's own errors (one line, the next cycle goes on) and nothing else."""
+    from agents.slurm import loop
+
+    config = config_from_dict(CONFIG)
+    lines: list[str] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            lines.extend(text.splitlines())
+
+        def flush(self) -> None:
+            pass
+
+    def unreachable(*_args, **_kwargs):
+        raise CommandError("squeue --all --json: failed 3 times: Unable to contact slurm controller")
+
+    monkeypatch.setattr(loop.snapshot_module, "take", unreachable)
+    assert (
+        loop.run_loop(config, FakeClient(), "greedy", 0.001, budget=0, cycles=2, out=Out(), sleep=lambda s: None) == 2
+    )
+    assert [json.loads(line)["cycle"] for line in lines] == ["failed", "failed"]
+
+    def bug(*_args, **_kwargs):
+        raise ImportError("cannot import name 'x' from 'agents.greedy'")
+
+    monkeypatch.setattr(loop.snapshot_module, "take", lambda client, config, now=None: _snap())
+    monkeypatch.setattr(loop, "run_scheduler", bug)
+    with pytest.raises(ImportError):
+        loop.run_loop(config, FakeClient(), "greedy", 0.001, budget=0, cycles=1, out=Out(), sleep=lambda s: None)
