@@ -56,7 +56,11 @@ def _tool(name: str) -> str:
 
 
 def _free_port_base(count: int) -> int:
-    """A base port with ``count + 1`` free TCP ports after it on 127.0.0.1."""
+    """A base port with ``count + 1`` free TCP ports after it on 127.0.0.1.
+
+    slurm.conf must name every daemon's port before it starts, so the ports cannot be left to the OS
+    and read back: they are probed free here, and a port taken in between makes the start fail loudly.
+    """
     import socket
 
     for base in range(17000 + (os.getpid() % 200) * 20, 30000, 20):
