@@ -193,6 +193,7 @@ def test_cycle_runs_exactly_the_plans_slot_zero(fresh, tmp_path: Path) -> None:
     reserved = {}
     for r in _reservations(cluster):
         assert r.name.startswith("gpualloc-chat.") and r.nodes == (r.name.split(".")[-1],), r
+        assert r.nodes[0] in r.cores, (r, cluster.scontrol("-d", "-o", "show", "reservation").stdout)
         reserved[r.nodes[0]] = r.cores[r.nodes[0]] // config.cpus_per_gpu
     assert sum(reserved.values()) == result.decision.app_gpus_now["chat"] > 0
     app_line = next(line for line in result.lines if line.get("app") == "chat")

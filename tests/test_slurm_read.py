@@ -89,6 +89,20 @@ def test_reservations_text_and_json() -> None:
     assert js.name == text.name and js.cores == {"gpu01": 8} and js.core_count == 8
 
 
+def test_a_single_node_reservation_without_core_ids_counts_its_core_cnt() -> None:
+    # What 22.05's `scontrol -d -o show reservation` printed for a fresh single-node core reservation on a loaded
+    # machine: no NodeName=/CoreIDs= pair, only CoreCnt.
+    line = (
+        "ReservationName=gpualloc-chat.gpu01 StartTime=2026-12-01T13:01:38 EndTime=2026-12-02T13:01:38 "
+        "Duration=1-00:00:00 Nodes=gpu01 NodeCnt=1 CoreCnt=24 Features=(null) PartitionName=gpu Flags=SPEC_NODES "
+        "TRES=cpu=24 Users=root Groups=(null) Accounts=(null) Licenses=(null) State=ACTIVE BurstBuffer=(null)"
+    )
+    (r,) = jsonread.read_reservations(line)
+    assert r.nodes == ("gpu01",) and r.cores == {"gpu01": 24} and r.core_count == 24
+    two = line.replace("Nodes=gpu01 NodeCnt=1", "Nodes=gpu[01-02] NodeCnt=2")
+    assert jsonread.read_reservations(two)[0].cores == {}  # several nodes: CoreCnt cannot be split, nothing guessed
+
+
 def test_hostlists_and_gres_strings() -> None:
     assert jsonread.expand_hostlist("gpu[01-03,07],cpu1") == ("gpu01", "gpu02", "gpu03", "gpu07", "cpu1")
     assert jsonread.parse_gres("gpu:h100:2(IDX:0-1,4)", "x")[0].indices == (0, 1, 4)

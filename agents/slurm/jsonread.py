@@ -469,12 +469,18 @@ def read_reservations(text: str) -> list[SlurmReservation]:
         if not name:
             raise UnreadableError(f"scontrol show reservation: a line without ReservationName: {line[:80]!r}")
         nodes = fields.get("Nodes", "")
+        hosts = expand_hostlist(nodes) if nodes and nodes != "(null)" else ()
+        core_count = int(fields["CoreCnt"]) if fields.get("CoreCnt", "").isdigit() else 0
+        if not cores and len(hosts) == 1 and core_count:
+            # 22.05 leaves the NodeName/CoreIDs pairs out of some answers (seen for a fresh single-node core
+            # reservation); on one node CoreCnt is that node's count.
+            cores = {hosts[0]: core_count}
         out.append(
             SlurmReservation(
                 name=name,
-                nodes=expand_hostlist(nodes) if nodes and nodes != "(null)" else (),
+                nodes=hosts,
                 cores=cores,
-                core_count=int(fields["CoreCnt"]) if fields.get("CoreCnt", "").isdigit() else 0,
+                core_count=core_count,
                 start_time=_parse_time(fields.get("StartTime")),
                 end_time=_parse_time(fields.get("EndTime")),
                 flags=tuple(f for f in fields.get("Flags", "").split(",") if f and f != "(null)"),
