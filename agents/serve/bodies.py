@@ -1,0 +1,161 @@
+"""Request bodies of ``gpualloc serve``: read, parsed and checked with the same rules and words as the CLI.
+
+A body is one JSON object. Its own keys (the envelope: ``scenario``, ``scheduler``,
+``options``, ...) are checked here; everything inside a scenario, a cluster state
+or a plan is checked by the readers the command line uses
+(:func:`gpu_env.scenario.scenario_from_dict`, :meth:`gpu_env.plan.Plan.from_dict`),
+so a field the CLI refuses is refused here with the same words. Every refusal is
+a :class:`~gpu_env.scenario.ScenarioError` whose ``source`` names the part of the
+request (``request``, ``scenario``, ``state`` or ``plan``) where the CLI names the file:
+
+    scenario: jobs[0].gpus: expected a positive integer, got 0
+    request: options.time_limit: expected a number <= 60 (this server's --max-time-limit), got 600
+
+A scenario (or state) is a JSON object in the scenario format, or a string holding
+the text of a scenario file: YAML, or JSON when it starts with ``{``. A plan is a
+JSON object in the plan format, or a string holding its JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agents.options import Guard, PlanOptions
+from agents.registry import SCHEDULERS
+from gpu_env.plan import Plan
+from gpu_env.scenario import FieldReader, Scenario, ScenarioError, parse_text, scenario_from_dict
+
+REQUEST = "request"
+"""The ``source`` of an error in the body's own keys (the CLI names a file there)."""
+
+OPTION_KEYS = ("time_limit", "deterministic_time", "workers", "seed", "samples", "guard")
+"""The :class:`~agents.options.PlanOptions` fields a request may set; ``policy`` is the server's (``--policy``)."""
+
+MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit integer
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What this server allows a request beyond the scenario format's own limits (docs/serve.md).
+
+    Attributes:
+        max_body_bytes: Bytes of one request body.
+        max_time_limit: Seconds of ``options.time_limit``.
+        max_workers: CP-SAT threads of ``options.workers``.
+        max_samples: Rollouts of ``options.samples``.
+        default_time_limit: ``options.time_limit`` when a request gives none.
+    """
+
+    max_body_bytes: int = 8 * 1024 * 1024
+    max_time_limit: float = 60.0
+    max_workers: int = 1
+    max_samples: int = 64
+    default_time_limit: float = 10.0
+
+
+def parse_body(raw: bytes) -> Mapping[str, Any]:
+    """The body's JSON object.
+
+    Raises:
+        ScenarioError: Not UTF-8, not JSON, or not an object (source ``request``).
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(REQUEST, "<body>", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    data = parse_text(text, REQUEST, json_only=True)
+    if not isinstance(data, Mapping):
+        FieldReader(REQUEST).mapping(data, "", set(), set())  # raises, naming what the body is
+    return data
+
+
+def envelope(data: Mapping[str, Any], allowed: set[str], required: set[str]) -> Mapping[str, Any]:
+    """The body's keys checked: only ``allowed``, every ``required``."""
+    return FieldReader(REQUEST).mapping(data, "", allowed, required)
+
+
+def read_scenario(value: Any, source: str = "scenario") -> Scenario:
+    """A scenario from a JSON object or the text of a scenario file, checked like a file.
+
+    Raises:
+        ScenarioError: The same refusal, in the same words, as ``gpualloc plan FILE``, with ``source`` as the file.
+    """
+    if isinstance(value, str):
+        value = parse_text(value, source, json_only=value.lstrip().startswith("{"))
+    return scenario_from_dict(value, source)
+
+
+def read_plan(value: Any, source: str = "plan") -> Plan:
+    """A plan from a JSON object or its JSON text, its shape checked like a plan file (not its rules)."""
+    if isinstance(value, str):
+        value = parse_text(value, source, json_only=True)
+    return Plan.from_dict(value, source)
+
+
+def read_scheduler(value: Any, path: str = "scheduler") -> str:
+    """A scheduler's name, one of :data:`agents.registry.SCHEDULERS`."""
+    r = FieldReader(REQUEST)
+    name = r.string(value, path)
+    if name not in SCHEDULERS:
+        raise r.fail(path, f"unknown scheduler {name!r} (expected one of: {', '.join(SCHEDULERS)})")
+    return name
+
+
+def read_schedulers(value: Any, path: str = "schedulers") -> list[str]:
+    """A non-empty list of distinct scheduler names."""
+    r = FieldReader(REQUEST)
+    if not isinstance(value, list) or not value:
+        raise r.fail(path, f"expected a non-empty list of scheduler names (of: {', '.join(SCHEDULERS)})")
+    r.count(value, path, len(SCHEDULERS), "schedulers")
+    names = [read_scheduler(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise r.fail(f"{path}[{i}]", f"duplicate scheduler {name!r}")
+    return names
+
+
+def read_options(value: Any, limits: Limits, path: str = "options") -> PlanOptions:
+    """Plan options from ``{"time_limit": ..., ...}`` (each optional), within this server's limits.
+
+    The reasons are the CLI's for the same options (``--time-limit``: "expected a positive number").
+    """
+    r = FieldReader(REQUEST)
+    data = {} if value is None else r.mapping(value, path, set(OPTION_KEYS), set())
+    fields: dict[str, Any] = {"time_limit": limits.default_time_limit}
+    if "time_limit" in data:
+        fields["time_limit"] = _positive(r, data["time_limit"], f"{path}.time_limit")
+        if fields["time_limit"] > limits.max_time_limit:
+            raise r.fail(
+                f"{path}.time_limit",
+                f"expected a number <= {limits.max_time_limit:g} (this server's --max-time-limit), "
+                f"got {fields['time_limit']:g}",
+            )
+    if data.get("deterministic_time") is not None:
+        fields["deterministic_time"] = _positive(r, data["deterministic_time"], f"{path}.deterministic_time")
+    if "workers" in data:
+        fields["workers"] = r.integer(data["workers"], f"{path}.workers", 1, limits.max_workers)
+    if "seed" in data:
+        fields["seed"] = r.integer(data["seed"], f"{path}.seed", 0, MAX_SEED)
+    if "samples" in data:
+        fields["samples"] = r.integer(data["samples"], f"{path}.samples", 1, limits.max_samples)
+    if "guard" in data:
+        guard = data["guard"]
+        if guard not in [g.value for g in Guard]:
+            raise r.fail(f"{path}.guard", f"expected one of {', '.join(Guard)}, got {_shown(guard)}")
+        fields["guard"] = Guard(guard)
+    return PlanOptions(**fields)
+
+
+def _positive(r: FieldReader, value: Any, path: str) -> float:
+    number = r.number(value, path)
+    if not number > 0 or not math.isfinite(number):
+        raise r.fail(path, f"expected a positive number, got {number:g}")
+    return number
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
