@@ -261,9 +261,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Plan a scenario with one scheduler: the plan JSON exactly as ``gpualloc plan`` writes it."""
         data = await body(request, {"scenario", "scheduler", "options"}, {"scenario", "scheduler"})
         with _bad_input():
-            scenario = bodies.read_scenario(data["scenario"])
             scheduler = bodies.read_scheduler(data["scheduler"])
             options = bodies.read_options(data.get("options"), service.settings.limits)
+            scenario = bodies.read_scenario(data["scenario"])
         job = service.job("plan", scenario, scheduler, options)
         async with service.admitted([job]):
             document = await service.run(job, cancelled_of(request))
@@ -295,9 +295,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """This slot's decisions for a cluster state (``agents.rolling.decide``): what starts now, and the plan."""
         data = await body(request, {"state", "scheduler", "options"}, {"state"})
         with _bad_input():
-            state = bodies.read_scenario(data["state"], "state")
             scheduler = bodies.read_scheduler(data.get("scheduler", "greedy"))
             options = bodies.read_options(data.get("options"), service.settings.limits)
+            state = bodies.read_scenario(data["state"], "state")
         job = service.job("decide", state, scheduler, options)
         async with service.admitted([job]):
             document = await service.run(job, cancelled_of(request))
@@ -309,9 +309,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Plan one scenario with several schedulers: their plans and metrics side by side (the what-if)."""
         data = await body(request, {"scenario", "schedulers", "options"}, {"scenario", "schedulers"})
         with _bad_input():
-            scenario = bodies.read_scenario(data["scenario"])
             names = bodies.read_schedulers(data["schedulers"])
             options = bodies.read_options(data.get("options"), service.settings.limits)
+            scenario = bodies.read_scenario(data["scenario"])
         jobs = [service.job("plan", scenario, name, options) for name in names]
         plans: dict[str, dict[str, Any]] = {}
         errors: dict[str, str] = {}
@@ -372,6 +372,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def metrics() -> Response:
         """Prometheus metrics: requests, latencies, errors, plan objective and solve time per scheduler."""
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(status_code=204)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def page() -> HTMLResponse:

@@ -136,17 +136,25 @@ def read_options(value: Any, limits: Limits, path: str = "options") -> PlanOptio
     if data.get("deterministic_time") is not None:
         fields["deterministic_time"] = _positive(r, data["deterministic_time"], f"{path}.deterministic_time")
     if "workers" in data:
-        fields["workers"] = r.integer(data["workers"], f"{path}.workers", 1, limits.max_workers)
+        fields["workers"] = _bounded(r, data["workers"], f"{path}.workers", limits.max_workers, "--max-workers")
     if "seed" in data:
         fields["seed"] = r.integer(data["seed"], f"{path}.seed", 0, MAX_SEED)
     if "samples" in data:
-        fields["samples"] = r.integer(data["samples"], f"{path}.samples", 1, limits.max_samples)
+        fields["samples"] = _bounded(r, data["samples"], f"{path}.samples", limits.max_samples, "limit")
     if "guard" in data:
         guard = data["guard"]
         if guard not in [g.value for g in Guard]:
             raise r.fail(f"{path}.guard", f"expected one of {', '.join(Guard)}, got {_shown(guard)}")
         fields["guard"] = Guard(guard)
     return PlanOptions(**fields)
+
+
+def _bounded(r: FieldReader, value: Any, path: str, maximum: int, option: str) -> int:
+    number = r.integer(value, path, 1)
+    if number > maximum:
+        what = "this server's limit" if option == "limit" else f"this server's {option}"
+        raise r.fail(path, f"expected at most {maximum} ({what}), got {number}")
+    return number
 
 
 def _positive(r: FieldReader, value: Any, path: str) -> float:
