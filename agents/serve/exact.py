@@ -97,6 +97,12 @@ def _child(conn: multiprocessing.connection.Connection, job: Job) -> None:
     conn.close()
 
 
+def _died(process: multiprocessing.process.BaseProcess) -> WorkerDiedError:
+    code = process.exitcode
+    how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+    return WorkerDiedError(f"the worker process planning this request died ({how}); the request may be retried")
+
+
 class ExactPool:
     """At most ``processes`` exact jobs at once, each in its own worker process, ``queue`` more waiting.
 
@@ -185,9 +191,7 @@ class ExactPool:
             try:
                 while not conn.poll():
                     if not process.is_alive() and not conn.poll():
-                        code = process.exitcode
-                        how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
-                        raise WorkerDiedError(f"the worker process planning this request died ({how})")
+                        raise _died(process)
                     if time.monotonic() > deadline + self.grace:
                         raise JobTimeoutError(
                             f"the worker ran {self.grace:g} s past its time limit of {job.options.time_limit:g} s "
@@ -198,8 +202,9 @@ class ExactPool:
                     await asyncio.sleep(POLL_S)
                 try:
                     return conn.recv()
-                except EOFError:
-                    raise WorkerDiedError("the worker process planning this request died before it answered") from None
+                except EOFError:  # the pipe closed without an answer: the worker died
+                    process.join(10)  # a hang guard: a dead process is reaped at once
+                    raise _died(process) from None
             finally:
                 self._deadlines.pop(process.pid, None)
                 self._reap(process, conn)
