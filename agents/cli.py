@@ -445,9 +445,11 @@ def _convert_2kp(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- serve (docs/serve.md)
 
 
+SERVE_PACKAGES = ("fastapi", "starlette", "uvicorn", "prometheus_client", "anyio", "pydantic")
+
+
 def _serve_arguments(p: argparse.ArgumentParser) -> None:
-    from agents.serve.app import Settings
-    from agents.serve.bodies import Limits
+    from agents.serve.settings import Limits, Settings
 
     s, limits = Settings(), Limits()
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
@@ -520,10 +522,14 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from agents.serve.app import Settings
-    from agents.serve.bodies import Limits
-    from agents.serve.server import ServeError, is_loopback, read_token, serve
+    from agents.serve.settings import Limits, Settings
 
+    try:
+        from agents.serve.server import ServeError, is_loopback, read_token, serve
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in SERVE_PACKAGES:
+            raise
+        raise CliError(f'serve: needs the package {exc.name!r}: pip install -e ".[serve]"') from None
     try:
         token = None if args.token_file is None else read_token(args.token_file)
         if token is None and not is_loopback(args.host) and not args.allow_unauthenticated:

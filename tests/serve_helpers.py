@@ -20,9 +20,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
+import pytest
 
 from tests.conftest import HANG_GUARD_S
+
+_EXTRA = 'the serve extra is not installed (pip install -e ".[serve]"; make test installs it)'
+for _module in ("fastapi", "uvicorn", "prometheus_client"):
+    pytest.importorskip(_module, reason=_EXTRA)
+httpx = pytest.importorskip("httpx", reason=_EXTRA)
 
 ROOT = Path(__file__).resolve().parents[1]
 START_GUARD_S = 300  # a hang guard for start-up (warm-up takes seconds)

@@ -15,7 +15,6 @@ from agents import cli
 from agents.options import PlanOptions
 from agents.registry import SCHEDULERS, run_scheduler
 from agents.rolling.allocator import decide
-from agents.serve import schemas
 from gpu_env import scenario as scenario_module
 from gpu_env.generators import BENCHMARK_SEEDS, generate
 from gpu_env.plan import Plan
@@ -169,6 +168,8 @@ def test_openapi_documents_every_endpoint_with_the_projects_types(client):
 
 
 def test_the_schemas_hold_every_key_the_readers_accept_and_no_other():
+    from agents.serve import schemas
+
     assert set(schemas.ScenarioDocument.model_fields) == scenario_module._TOP_KEYS
     assert set(schemas.Cluster.model_fields) == scenario_module._CLUSTER_KEYS
     assert set(schemas.Horizon.model_fields) == scenario_module._HORIZON_KEYS

@@ -22,9 +22,7 @@ import logging
 import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -37,6 +35,7 @@ from agents.registry import SCHEDULERS, SchedulerUnavailableError
 from agents.serve import bodies
 from agents.serve.exact import ClientGoneError, ExactPool, Failure, JobTimeoutError, PoolFullError, WorkerDiedError
 from agents.serve.metrics import ServiceMetrics
+from agents.serve.settings import Settings
 from agents.serve.work import EXACT, InvalidPlanError, Job, Kind, compute, with_policy
 from gpu_env.metrics import compute_metrics
 from gpu_env.scenario import Scenario, ScenarioError
@@ -46,33 +45,6 @@ log = logging.getLogger("gpualloc.serve")
 
 STATIC = resources.files("agents.serve").joinpath("static")
 OPEN_PATHS = ("/", "/healthz", "/readyz", "/docs", "/openapi.json", "/static/")  # no token asked
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How one server runs (the options of ``gpualloc serve``).
-
-    Attributes:
-        limits: What a request may ask for (body bytes, time limit, workers, samples).
-        exact_processes: Exact-mode worker processes at once.
-        exact_queue: Exact-mode requests that may wait for a process (beyond: 429).
-        fast_threads: Fast-mode plans at once (threads of the server's process).
-        fast_queue: Fast-mode requests that may wait for a thread (beyond: 429).
-        grace: Seconds past a request's time limit before its worker is killed (504).
-        token: The bearer token every ``/v1`` request and ``/metrics`` must carry; None: none asked.
-        policy: The learned scheduler's policy file; None: the shipped one.
-        warm: Warm the learned policy and the worker pool up before ``/readyz`` says ready.
-    """
-
-    limits: bodies.Limits = field(default_factory=bodies.Limits)
-    exact_processes: int = 1
-    exact_queue: int = 2
-    fast_threads: int = 2
-    fast_queue: int = 64
-    grace: float = 30.0
-    token: str | None = None
-    policy: Path | None = None
-    warm: bool = True
 
 
 class ApiError(Exception):

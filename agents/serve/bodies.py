@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from agents.options import Guard, PlanOptions
 from agents.registry import SCHEDULERS
+from agents.serve.settings import Limits
 from gpu_env.plan import Plan
 from gpu_env.scenario import FieldReader, Scenario, ScenarioError, parse_text, scenario_from_dict
 
@@ -35,25 +35,6 @@ OPTION_KEYS = ("time_limit", "deterministic_time", "workers", "seed", "samples",
 """The :class:`~agents.options.PlanOptions` fields a request may set; ``policy`` is the server's (``--policy``)."""
 
 MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is a 32-bit integer
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What this server allows a request beyond the scenario format's own limits (docs/serve.md).
-
-    Attributes:
-        max_body_bytes: Bytes of one request body.
-        max_time_limit: Seconds of ``options.time_limit``.
-        max_workers: CP-SAT threads of ``options.workers``.
-        max_samples: Rollouts of ``options.samples``.
-        default_time_limit: ``options.time_limit`` when a request gives none.
-    """
-
-    max_body_bytes: int = 8 * 1024 * 1024
-    max_time_limit: float = 60.0
-    max_workers: int = 1
-    max_samples: int = 64
-    default_time_limit: float = 10.0
 
 
 def parse_body(raw: bytes) -> Mapping[str, Any]:

@@ -15,7 +15,8 @@ import socket
 import sys
 from pathlib import Path
 
-from agents.serve.app import Settings, create_app
+from agents.serve.app import create_app
+from agents.serve.settings import Settings
 from gpu_env.files import write_text_atomic
 
 

@@ -125,7 +125,7 @@ function show(answer) {
     tbody.append(tr);
   }
   $("errors").textContent = Object.entries(answer.errors).map(([k, v]) => `${k}: ${v}`).join("; ");
-  drawLegend(sc);
+  drawLegend(sc, names.map((n) => answer.plans[n]));
   const grids = $("grids");
   grids.replaceChildren();
   for (const name of names) grids.append(allocationPanel(sc, name, answer.plans[name]));
@@ -135,7 +135,8 @@ function show(answer) {
   if (!(sc.realtime || []).length) rt.textContent = `${sc.name}: no real-time applications`;
 }
 
-function drawLegend(sc) {
+// The legend of the report's allocation figure: an entry only for what some grid shows.
+function drawLegend(sc, plans) {
   const legend = $("legend");
   legend.replaceChildren();
   const item = (style, label) => {
@@ -151,8 +152,11 @@ function drawLegend(sc) {
     item(`background:white;border:1px dotted ${c}`, `${app.name}: ${P.legend.reserved}`);
   });
   if (sc.jobs.some((j) => j.running_on)) item("background:#dddddd;border:2px dashed #222", P.legend.inherited);
-  item(`background:${P.past_horizon}`, P.legend.past);
-  item(`background:${P.unserved}`, P.legend.unserved);
+  const T = sc.horizon.slots;
+  const byId = new Map(sc.jobs.map((j) => [j.id, j]));
+  if (plans.some((p) => p.placements.some((q) => q.start + byId.get(q.job).duration > T)))
+    item(`background:${P.past_horizon}`, P.legend.past);
+  if (plans.some((p) => p.metrics.shortfall > 0)) item(`background:${P.unserved}`, P.legend.unserved);
 }
 
 // The grid of one plan: cells of the horizon (jobs, served, reserved) and job blocks running past it.
