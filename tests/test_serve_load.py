@@ -25,14 +25,14 @@ REQUESTS = 400
 MIX = [("greedy", 0.35), ("fifo", 0.3), ("ppo", 0.15), ("cpsat", 0.15), ("compare", 0.05)]
 
 
-def requests(seed: int = 0) -> list[tuple[str, dict]]:
+def requests(seed: int = 0, count: int = REQUESTS) -> list[tuple[str, dict]]:
     """The load: small scenarios of several families, each request a path and a body."""
     rng = random.Random(seed)
     families = ("training-heavy", "mixed-control", "batch-fragmentation", "uniform-priority")
     scenarios = [generate(f, seed=s, gpus=8, num_jobs=6).to_dict() for f in families for s in range(3)]
     names, weights = zip(*MIX, strict=True)
     out = []
-    for _ in range(REQUESTS):
+    for _ in range(count):
         kind = rng.choices(names, weights)[0]
         sc = rng.choice(scenarios)
         if kind == "compare":
