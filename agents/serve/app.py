@@ -23,7 +23,7 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from fastapi import FastAPI, Request
@@ -42,6 +42,7 @@ from gpu_env.scenario import Scenario, ScenarioError
 from gpu_env.validation import validate
 
 log = logging.getLogger("gpualloc.serve")
+T = TypeVar("T")
 
 STATIC = resources.files("agents.serve").joinpath("static")
 OPEN_PATHS = ("/", "/healthz", "/readyz", "/docs", "/openapi.json", "/static/")  # no token asked
@@ -131,7 +132,7 @@ class Service:
 
     def job(self, kind: Kind, scenario: Scenario, scheduler: str, options: Any) -> Job:
         """The work of one scheduler, with the server's policy."""
-        return Job.make(kind, scenario, scheduler, with_policy(options, self.settings.policy))
+        return Job(kind, scenario, scheduler, with_policy(options, self.settings.policy))
 
     async def run(self, job: Job, cancelled: Callable[[], Awaitable[bool]]) -> dict[str, Any]:
         """Run one admitted job where its mode says; project errors become :class:`ApiError`."""
@@ -218,12 +219,22 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(_Guard, service=service)
     app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
 
-    async def body(request: Request, allowed: set[str], required: set[str]) -> dict[str, Any]:
+    async def checked(
+        request: Request, allowed: set[str], required: set[str], read: Callable[[dict[str, Any]], T]
+    ) -> T:
+        """The body read (up to the byte limit), then parsed and checked by ``read`` in a thread.
+
+        A large scenario's parsing and checking never hold the event loop that answers the other requests.
+        """
         raw = await _read_limited(request, service.settings.limits.max_body_bytes)
-        try:
-            return dict(bodies.envelope(bodies.parse_body(raw), allowed, required))
-        except ScenarioError as exc:
-            raise ApiError.bad_input(exc) from None
+
+        def parse() -> T:
+            with _bad_input():
+                return read(dict(bodies.envelope(bodies.parse_body(raw), allowed, required)))
+
+        return await anyio.to_thread.run_sync(parse)
+
+    limits = service.settings.limits
 
     def cancelled_of(request: Request) -> Callable[[], Awaitable[bool]]:
         return request.is_disconnected
@@ -231,12 +242,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.post("/v1/plan", tags=["allocator"])
     async def plan(request: Request) -> JSONResponse:
         """Plan a scenario with one scheduler: the plan JSON exactly as ``gpualloc plan`` writes it."""
-        data = await body(request, {"scenario", "scheduler", "options"}, {"scenario", "scheduler"})
-        with _bad_input():
-            scheduler = bodies.read_scheduler(data["scheduler"])
-            options = bodies.read_options(data.get("options"), service.settings.limits)
-            scenario = bodies.read_scenario(data["scenario"])
-        job = service.job("plan", scenario, scheduler, options)
+        job = await checked(
+            request,
+            {"scenario", "scheduler", "options"},
+            {"scenario", "scheduler"},
+            lambda data: service.job(
+                "plan",
+                scheduler=bodies.read_scheduler(data["scheduler"]),
+                options=bodies.read_options(data.get("options"), limits),
+                scenario=bodies.read_scenario(data["scenario"]),
+            ),
+        )
         async with service.admitted([job]):
             document = await service.run(job, cancelled_of(request))
         service.metrics.plan(document)
@@ -245,32 +261,40 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.post("/v1/validate", tags=["allocator"])
     async def validate_plan(request: Request) -> JSONResponse:
         """Check a plan against every rule; the violations and the metrics recomputed from the scenario."""
-        data = await body(request, {"scenario", "plan"}, {"scenario", "plan"})
-        with _bad_input():
+
+        def check(data: dict[str, Any]) -> dict[str, Any]:
             scenario = bodies.read_scenario(data["scenario"])
             plan_ = bodies.read_plan(data["plan"])
-        violations = validate(scenario, plan_)
-        warnings = []
-        if plan_.scenario and plan_.scenario != scenario.name:
-            warnings.append(f"plan: a plan for scenario {plan_.scenario!r}, not {scenario.name!r}")
-        return JSONResponse(
-            {
+            violations = validate(scenario, plan_)
+            warnings = []
+            if plan_.scenario and plan_.scenario != scenario.name:
+                warnings.append(f"plan: a plan for scenario {plan_.scenario!r}, not {scenario.name!r}")
+            return {
                 "valid": not violations,
                 "violations": [{"rule": v.rule.value, "message": v.message} for v in violations],
                 "metrics": compute_metrics(scenario, plan_).to_dict(),
                 "warnings": warnings,
             }
-        )
+
+        if not service.ready:
+            raise ApiError(503, "busy", "the service is not ready (starting or stopping)", {"Retry-After": "1"})
+        with service.fast.admit():
+            return JSONResponse(await checked(request, {"scenario", "plan"}, {"scenario", "plan"}, check))
 
     @app.post("/v1/decide", tags=["allocator"])
     async def decide(request: Request) -> JSONResponse:
         """This slot's decisions for a cluster state (``agents.rolling.decide``): what starts now, and the plan."""
-        data = await body(request, {"state", "scheduler", "options"}, {"state"})
-        with _bad_input():
-            scheduler = bodies.read_scheduler(data.get("scheduler", "greedy"))
-            options = bodies.read_options(data.get("options"), service.settings.limits)
-            state = bodies.read_scenario(data["state"], "state")
-        job = service.job("decide", state, scheduler, options)
+        job = await checked(
+            request,
+            {"state", "scheduler", "options"},
+            {"state"},
+            lambda data: service.job(
+                "decide",
+                scheduler=bodies.read_scheduler(data.get("scheduler", "greedy")),
+                options=bodies.read_options(data.get("options"), limits),
+                scenario=bodies.read_scenario(data["state"], "state"),
+            ),
+        )
         async with service.admitted([job]):
             document = await service.run(job, cancelled_of(request))
         service.metrics.plan(document["plan"])
@@ -279,12 +303,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @app.post("/v1/compare", tags=["allocator"])
     async def compare(request: Request) -> JSONResponse:
         """Plan one scenario with several schedulers: their plans and metrics side by side (the what-if)."""
-        data = await body(request, {"scenario", "schedulers", "options"}, {"scenario", "schedulers"})
-        with _bad_input():
+
+        def read(data: dict[str, Any]) -> tuple[Scenario, list[str], list[Job]]:
             names = bodies.read_schedulers(data["schedulers"])
-            options = bodies.read_options(data.get("options"), service.settings.limits)
+            options = bodies.read_options(data.get("options"), limits)
             scenario = bodies.read_scenario(data["scenario"])
-        jobs = [service.job("plan", scenario, name, options) for name in names]
+            return scenario, names, [service.job("plan", scenario, name, options) for name in names]
+
+        scenario, names, jobs = await checked(
+            request, {"scenario", "schedulers", "options"}, {"scenario", "schedulers"}, read
+        )
         plans: dict[str, dict[str, Any]] = {}
         errors: dict[str, str] = {}
 

@@ -147,7 +147,7 @@ class ExactPool:
         from agents.options import PlanOptions
         from gpu_env.generators import generate
 
-        job = Job.make("plan", generate("training-heavy", 0, gpus=4, num_jobs=2), "fifo", PlanOptions())
+        job = Job("plan", generate("training-heavy", 0, gpus=4, num_jobs=2), "fifo", PlanOptions())
         process, conn = self._start(job)
         try:
             conn.poll(300)  # a hang guard: the job takes milliseconds

@@ -1,6 +1,7 @@
 """What a request computes, the same in a thread of the server (fast mode) and in a worker process (exact mode).
 
-A :class:`Job` is picklable data: the checked scenario as its document, the
+A :class:`Job` is picklable data: the checked scenario (a frozen
+:class:`~gpu_env.scenario.Scenario`, checked once when the request was read), the
 scheduler's name, the plan options. :func:`compute` runs it with the project's own
 functions (:func:`agents.registry.run_scheduler`, :func:`agents.rolling.allocator.decide`,
 :func:`gpu_env.validation.validate`) and returns plain JSON-ready data:
@@ -18,7 +19,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from agents.options import PlanOptions
-from gpu_env.scenario import Scenario, scenario_from_dict
+from gpu_env.scenario import Scenario
 
 Kind = Literal["plan", "decide"]
 
@@ -36,20 +37,15 @@ class Job:
 
     Attributes:
         kind: ``plan`` or ``decide``.
-        scenario: The checked scenario's document (``Scenario.to_dict()``).
+        scenario: The checked scenario.
         scheduler: A name of :data:`agents.registry.SCHEDULERS`.
         options: The request's plan options, the server's ``--policy`` set.
     """
 
     kind: Kind
-    scenario: dict[str, Any]
+    scenario: Scenario
     scheduler: str
     options: PlanOptions
-
-    @classmethod
-    def make(cls, kind: Kind, scenario: Scenario, scheduler: str, options: PlanOptions) -> Job:
-        """A job for a scenario that is already checked."""
-        return cls(kind, scenario.to_dict(), scheduler, options)
 
     @property
     def exact(self) -> bool:
@@ -69,7 +65,7 @@ def compute(job: Job) -> dict[str, Any]:
     from agents.rolling.allocator import decision_from_plan
     from gpu_env.validation import validate
 
-    scenario = scenario_from_dict(job.scenario, f"<scenario {job.scenario.get('name', '?')}>")
+    scenario = job.scenario
     warm_up_learned(job.scheduler, job.options)  # once per process; keeps one-time costs out of solve_ms
     plan = run_scheduler(job.scheduler, scenario, job.options)
     violations = validate(scenario, plan)
