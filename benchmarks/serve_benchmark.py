@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import statistics
@@ -82,15 +83,15 @@ def latency(server, args) -> list[dict]:
     for scheduler, count in (("greedy", args.greedy_requests), ("ppo", args.ppo_requests)):
         options = PlanOptions()
         warm_up_learned(scheduler, options)
-        here = []
-        for _ in range(max(20, count // 5)):
-            t = time.perf_counter()
-            run_scheduler(scheduler, sc, options)
-            here.append(time.perf_counter() - t)
-        inproc = statistics.median(here)
         body = {"scenario": sc.to_dict(), "scheduler": scheduler}
         fire(server, [("/v1/plan", body)] * 4, 1)  # warm connections and caches
         for clients in (1, 4, 16):
+            here = []  # measured just before, so that a shared machine's drifting load hits both alike
+            for _ in range(max(20, count // 5)):
+                t = time.perf_counter()
+                run_scheduler(scheduler, sc, options)
+                here.append(time.perf_counter() - t)
+            inproc = statistics.median(here)
             answers, wall = fire(server, [("/v1/plan", body)] * count, clients)
             assert all(status == 200 for status, *_ in answers), Counter(s for s, *_ in answers)
             times = [t for _, t, _, _ in answers]
@@ -104,6 +105,7 @@ def latency(server, args) -> list[dict]:
                     "throughput": count / wall,
                     "inproc_p50_ms": 1000 * inproc,
                     "inproc_throughput": 1 / inproc,
+                    "load_average": os.getloadavg()[0],
                 }
             )
             print(rows[-1], flush=True)
@@ -166,17 +168,21 @@ def report(args, rows, loaded, trace, seconds) -> str:
         f"## 1. `POST /v1/plan` on {SCENARIO} (16 GPUs, 21 jobs, 1 app)",
         "",
         "Client time per request, from the request's first byte to the answer's last; in-process: the same plan "
-        "made by `run_scheduler` in a warm process, serially. Overhead: service p50 at 1 client / in-process p50.",
+        "made by `run_scheduler` in a warm process, serially, just before each row. Overhead: service p50 / "
+        "in-process p50; at 1 client it is the service's own cost (HTTP, JSON both ways, the scenario's check, the "
+        "plan's validation), with more clients it adds the queueing of 16 clients on 2 fast threads and 2 cores, "
+        "which the clients' own threads share. Load average: the machine's 1-minute load (other work included) "
+        "after the row.",
         "",
         "| scheduler | clients | requests | p50 ms | p99 ms | requests/s | in-process p50 ms | in-process plans/s "
-        "| overhead (p50 ratio) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| overhead (p50 ratio) | load average |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['scheduler']} | {r['clients']} | {r['requests']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
             f"{r['throughput']:.1f} | {r['inproc_p50_ms']:.1f} | {r['inproc_throughput']:.1f} | "
-            f"{r['p50_ms'] / r['inproc_p50_ms']:.2f} |"
+            f"{r['p50_ms'] / r['inproc_p50_ms']:.2f} | {r['load_average']:.1f} |"
         )
     lines += [
         "",
