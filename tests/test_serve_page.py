@@ -105,5 +105,36 @@ def test_the_page_compares_schedulers_and_draws_their_plans(tmp_path):
             shot = os.environ.get("GPUALLOC_SCREENSHOT")
             if shot:
                 driver.save_screenshot(shot)
+
+            # a pasted scenario (YAML text), with an inherited job: read by the server like a file
+            pasted = "\n".join(
+                [
+                    "name: pasted",
+                    "cluster: {gpus: 4}",
+                    "horizon: {slots: 6}",
+                    "jobs:",
+                    "- {id: old, type: training, gpus: 2, duration: 3, running_on: [0, 1]}",
+                    "- {id: new, type: training, gpus: 2, duration: 2}",
+                ]
+            )
+            driver.find_element(By.ID, "scenario-text").send_keys(pasted)
+            driver.find_element(By.ID, "run").click()
+            WebDriverWait(driver, HANG_GUARD_S).until(
+                lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state")
+            )
+            assert driver.find_element(By.ID, "results-title").text.startswith("pasted: 4 GPUs x 6 slots, 2 jobs")
+            assert colours["legend"]["inherited"] in driver.find_element(By.ID, "legend").text
+            inherited = driver.find_elements(By.CSS_SELECTOR, 'svg.grid rect.job[data-job="old"]')
+            assert inherited and all(r.get_attribute("stroke-dasharray") for r in inherited)
+
+            # bad input: the server's one line, shown as it is
+            driver.find_element(By.ID, "scenario-text").clear()
+            driver.find_element(By.ID, "scenario-text").send_keys("name: x\ncluster: {gpus: 0}\nhorizon: {slots: 4}\n")
+            driver.find_element(By.ID, "run").click()
+            WebDriverWait(driver, HANG_GUARD_S).until(
+                lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state")
+            )
+            assert driver.find_element(By.TAG_NAME, "body").get_attribute("data-state") == "error"
+            assert "422: scenario: cluster." in driver.find_element(By.ID, "status").text
     finally:
         driver.quit()

@@ -110,9 +110,13 @@ class ExactPool:
         processes: Worker processes at once.
         queue: Requests that may wait for a process; beyond, :class:`PoolFullError`.
         grace: Seconds past a job's time limit before its worker is killed.
+        target: What a worker runs, ``target(conn, job)`` (a module-level function); tests give one that hangs.
     """
 
-    def __init__(self, processes: int, queue: int, grace: float = 30.0) -> None:
+    def __init__(
+        self, processes: int, queue: int, grace: float = 30.0, target: Callable[..., None] | None = None
+    ) -> None:
+        self.target = target or _child
         self.processes = processes
         self.queue = queue
         self.grace = grace
@@ -220,7 +224,8 @@ class ExactPool:
 
     def _start(self, job: Job) -> tuple[multiprocessing.process.BaseProcess, multiprocessing.connection.Connection]:
         reader, writer = self._ctx.Pipe(duplex=False)
-        process = self._ctx.Process(target=_child, args=(writer, job), daemon=True, name=f"gpualloc-{job.scheduler}")
+        name = f"gpualloc-{job.scheduler}"
+        process = self._ctx.Process(target=self.target, args=(writer, job), daemon=True, name=name)
         process.start()
         writer.close()  # the child holds the other end: EOF here when it dies
         self._children.add(process)

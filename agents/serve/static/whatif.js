@@ -66,6 +66,7 @@ async function compare() {
   const body = { scenario, schedulers, options: { time_limit: Number($("time-limit").value) } };
   const headers = { "Content-Type": "application/json" };
   if (DATA.token && $("token").value) headers.Authorization = `Bearer ${$("token").value}`;
+  delete document.body.dataset.state;
   status.className = "";
   status.textContent = `planning with ${schedulers.join(", ")} ...`;
   $("run").disabled = true;
