@@ -117,6 +117,63 @@ def test_decide_is_agents_rolling_decide(client):
     assert got["start_now"] == [{"job": "sft", "gpus": [2, 3]}] and got["realtime_now"] == {"chat": 3}
 
 
+CLUSTER_STATE = {
+    "gpus": 8,
+    "horizon": 4,
+    "running": [
+        {"job": {"id": "etl", "type": "batch_inference", "gpus": 2, "duration": 5}, "gpus": [0, 1], "remaining": 2}
+    ],
+    "queue": [
+        {"id": "sft", "type": "training", "gpus": 2, "duration": 3, "priority": 2},
+        {"id": "eval", "type": "batch_inference", "gpus": 4, "duration": 2, "release": 1},
+        {"id": "late", "type": "batch_inference", "gpus": 1, "duration": 3, "release": 2, "deadline": 4},
+    ],
+    "apps": [{"name": "chat", "demand": [2, 3, 3, 2], "ramp": 1, "initial": 2, "penalty": 8}],
+}
+
+
+def test_decide_takes_the_cluster_state_form_too(client):
+    from agents.rolling import ClusterState, RunningJob
+    from gpu_env.scenario import App, Job, JobType
+
+    state = ClusterState(
+        gpus=8,
+        horizon=4,
+        running=(RunningJob(Job("etl", JobType.BATCH_INFERENCE, 2, 5), gpus=(0, 1), remaining=2),),
+        queue=(
+            Job("sft", JobType.TRAINING, 2, 3, priority=2.0),
+            Job("eval", JobType.BATCH_INFERENCE, 4, 2, release=1),
+            Job("late", JobType.BATCH_INFERENCE, 1, 3, release=2, deadline=4),
+        ),
+        apps=(App("chat", demand=(2, 3, 3, 2), ramp=1, initial=2, penalty=8.0),),
+    )
+    answer = client.post("/v1/decide", json={"state": CLUSTER_STATE, "scheduler": "greedy"})
+    assert answer.status_code == 200, answer.text
+    here = decide(state, "greedy").to_dict()
+    got = answer.json()
+    assert strip_timing(got["plan"]) == strip_timing(here["plan"])
+    assert {k: v for k, v in got.items() if k != "plan"} == {k: v for k, v in here.items() if k != "plan"}
+    assert got["expired"] == ["late"]
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        (lambda s: s["queue"][1].update(gpus=0), "state: queue[1].gpus: expected a positive integer, got 0"),
+        (lambda s: s["running"][0]["job"].update(priority=-1), "state: running[0].job.priority: expected a positive"),
+        (lambda s: s["running"][0].update(gpus=[1, 2, 3]), "state: running[0].gpus:"),
+        (lambda s: s["running"][0].update(remaining=0), "state: running[0].remaining: expected a positive integer"),
+        (lambda s: s["apps"][0].update(ramp=-1), "state: apps[0].ramp: expected a"),
+        (lambda s: s.update(horizon=0), "state: horizon: expected a positive integer, got 0"),
+        (lambda s: s.update(colour=1), "state: colour: unknown key"),
+    ],
+)
+def test_a_bad_cluster_state_names_its_field(client, change, fragment):
+    state = json.loads(json.dumps(CLUSTER_STATE))
+    change(state)
+    assert_refused(client.post("/v1/decide", json={"state": state}), 422, fragment)
+
+
 def test_compare_returns_every_plan_side_by_side(client):
     sc = small(4)
     answer = client.post(
@@ -168,7 +225,8 @@ def test_openapi_documents_every_endpoint_with_the_projects_types(client):
 
 
 def test_the_schemas_hold_every_key_the_readers_accept_and_no_other():
-    from agents.serve import schemas
+    from agents.rolling import ClusterState, RunningJob
+    from agents.serve import bodies, schemas
 
     assert set(schemas.ScenarioDocument.model_fields) == scenario_module._TOP_KEYS
     assert set(schemas.Cluster.model_fields) == scenario_module._CLUSTER_KEYS
@@ -176,6 +234,13 @@ def test_the_schemas_hold_every_key_the_readers_accept_and_no_other():
     assert set(schemas.RealtimeApp.model_fields) == scenario_module._APP_KEYS
     assert set(schemas.JobEntry.model_fields) == scenario_module._JOB_KEYS
     assert set(schemas.SchedulerName.__members__) == set(SCHEDULERS)
+    assert set(schemas.ClusterStateDocument.model_fields) == bodies.STATE_KEYS == set(ClusterState.__dataclass_fields__)
+    assert set(schemas.RunningEntry.model_fields) == set(RunningJob.__dataclass_fields__)
+    assert (
+        set(schemas.Options.model_fields)
+        == set(bodies.OPTION_KEYS)
+        == set(PlanOptions.__dataclass_fields__) - {"policy"}
+    )
 
 
 # ----------------------------------------------------------------------------- bad input: 4xx naming the field

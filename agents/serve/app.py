@@ -130,9 +130,9 @@ class Service:
         if self.pool is not None:
             self.pool.stop()
 
-    def job(self, kind: Kind, scenario: Scenario, scheduler: str, options: Any) -> Job:
+    def job(self, kind: Kind, scenario: Scenario, scheduler: str, options: Any, expired: tuple[str, ...] = ()) -> Job:
         """The work of one scheduler, with the server's policy."""
-        return Job(kind, scenario, scheduler, with_policy(options, self.settings.policy))
+        return Job(kind, scenario, scheduler, with_policy(options, self.settings.policy), expired)
 
     async def run(self, job: Job, cancelled: Callable[[], Awaitable[bool]]) -> dict[str, Any]:
         """Run one admitted job where its mode says; project errors become :class:`ApiError`."""
@@ -283,18 +283,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.post("/v1/decide", tags=["allocator"])
     async def decide(request: Request) -> JSONResponse:
-        """This slot's decisions for a cluster state (``agents.rolling.decide``): what starts now, and the plan."""
-        job = await checked(
-            request,
-            {"state", "scheduler", "options"},
-            {"state"},
-            lambda data: service.job(
-                "decide",
-                scheduler=bodies.read_scheduler(data.get("scheduler", "greedy")),
-                options=bodies.read_options(data.get("options"), limits),
-                scenario=bodies.read_scenario(data["state"], "state"),
-            ),
-        )
+        """This slot's decisions for a cluster state (``agents.rolling.decide``): what starts now, and the plan.
+
+        The state is a scenario whose slot 0 is now, or the fields of ``agents.rolling.ClusterState``.
+        """
+
+        def read(data: dict[str, Any]) -> Job:
+            scheduler = bodies.read_scheduler(data.get("scheduler", "greedy"))
+            options = bodies.read_options(data.get("options"), limits)
+            state, expired = bodies.read_state(data["state"])
+            return service.job("decide", state, scheduler, options, expired)
+
+        job = await checked(request, {"state", "scheduler", "options"}, {"state"}, read)
         async with service.admitted([job]):
             document = await service.run(job, cancelled_of(request))
         service.metrics.plan(document["plan"])

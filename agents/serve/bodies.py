@@ -19,6 +19,7 @@ JSON object in the plan format, or a string holding its JSON.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,7 +27,7 @@ from agents.options import Guard, PlanOptions
 from agents.registry import SCHEDULERS
 from agents.serve.settings import Limits
 from gpu_env.plan import Plan
-from gpu_env.scenario import FieldReader, Scenario, ScenarioError, parse_text, scenario_from_dict
+from gpu_env.scenario import MAX_JOBS, FieldReader, Scenario, ScenarioError, parse_text, scenario_from_dict
 
 REQUEST = "request"
 """The ``source`` of an error in the body's own keys (the CLI names a file there)."""
@@ -67,6 +68,109 @@ def read_scenario(value: Any, source: str = "scenario") -> Scenario:
     if isinstance(value, str):
         value = parse_text(value, source, json_only=value.lstrip().startswith("{"))
     return scenario_from_dict(value, source)
+
+
+STATE_KEYS = {
+    "gpus",
+    "horizon",
+    "running",
+    "queue",
+    "apps",
+    "node_size",
+    "decay",
+    "slot_minutes",
+    "value_scale",
+    "name",
+}
+"""The fields of :class:`agents.rolling.allocator.ClusterState`: the other form of ``/v1/decide``'s ``state``."""
+
+
+def read_state(value: Any, source: str = "state") -> tuple[Scenario, tuple[str, ...]]:
+    """A cluster state: the scenario form (slot 0 = now) or the :class:`~agents.rolling.allocator.ClusterState` form.
+
+    The ClusterState form is ``{"gpus", "horizon", "running": [{"job", "gpus", "remaining"}], "queue": [jobs],
+    "apps": [apps], ...}`` with jobs and apps as in a scenario file. It is told from the scenario form by its
+    ``gpus`` key (a scenario has ``cluster``). Its jobs and apps are checked by the scenario reader and refused
+    under their own names (``queue[2].gpus``, ``running[0].job.priority``, ``apps[0].ramp``).
+
+    Returns:
+        The state as a scenario whose slot 0 is now, and the queued jobs left out as expired (their deadline
+        can no longer be met).
+    """
+    if isinstance(value, str):
+        value = parse_text(value, source, json_only=value.lstrip().startswith("{"))
+    if not isinstance(value, Mapping) or "gpus" not in value:
+        return scenario_from_dict(value, source), ()
+    from agents.rolling.allocator import ClusterState, RunningJob
+
+    r = FieldReader(source)
+    data = r.mapping(value, "", STATE_KEYS, {"gpus", "horizon"})
+    running = data.get("running") or []
+    queue = data.get("queue") or []
+    for key, items in (("running", running), ("queue", queue)):
+        if not isinstance(items, list):
+            raise r.fail(key, f"expected a list, got {type(items).__name__}")
+    r.count(running, "running", MAX_JOBS, "jobs")
+    entries = [
+        r.mapping(e, f"running[{i}]", {"job", "gpus", "remaining"}, {"job", "gpus", "remaining"})
+        for i, e in enumerate(running)
+    ]
+    probe = {  # the jobs and apps checked by the scenario reader, their errors renamed to this form's fields
+        "name": data.get("name", "now"),
+        "cluster": {"gpus": data["gpus"], **({"node_size": data["node_size"]} if data.get("node_size") else {})},
+        "horizon": {
+            k: data[v]
+            for k, v in (("slots", "horizon"), ("decay", "decay"), ("slot_minutes", "slot_minutes"))
+            if v in data
+        },
+        "realtime": data.get("apps") or [],
+        "jobs": [*queue, *(e["job"] for e in entries)],
+    }
+    try:
+        checked = scenario_from_dict(probe, source)
+    except ScenarioError as exc:
+        raise ScenarioError(source, _state_field(exc.field, len(queue)), exc.reason) from None
+    scale = r.number(data.get("value_scale", 1.0), "value_scale", positive=True)
+    jobs = checked.jobs
+    state = ClusterState(
+        gpus=checked.gpus,
+        horizon=checked.slots,
+        running=tuple(
+            RunningJob(
+                jobs[len(queue) + i],
+                tuple(r.int_list(e["gpus"], f"running[{i}].gpus")),
+                r.integer(e["remaining"], f"running[{i}].remaining", 1),
+            )
+            for i, e in enumerate(entries)
+        ),
+        queue=jobs[: len(queue)],
+        apps=checked.apps,
+        node_size=checked.node_size,
+        decay=checked.decay,
+        slot_minutes=checked.slot_minutes,
+        value_scale=scale,
+        name=checked.name,
+    )
+    try:
+        return state.to_scenario()
+    except ScenarioError as exc:  # running jobs come first there: jobs[i] is running[i]
+        field = re.sub(r"^jobs\[(\d+)\]\.running_on", r"running[\1].gpus", exc.field)
+        field = re.sub(r"^jobs\[(\d+)\]\.duration", r"running[\1].remaining", field)
+        raise ScenarioError(source, field, exc.reason) from None
+
+
+def _state_field(field: str, queued: int) -> str:
+    """A field of the probe scenario as the ClusterState form names it."""
+    match = re.match(r"^jobs\[(\d+)\](.*)$", field)
+    if match:
+        i, rest = int(match.group(1)), match.group(2)
+        return f"queue[{i}]{rest}" if i < queued else f"running[{i - queued}].job{rest}"
+    for old, new in (("realtime", "apps"), ("cluster.gpus", "gpus"), ("cluster.node_size", "node_size")):
+        if field.startswith(old):
+            return new + field[len(old) :]
+    return {"horizon.slots": "horizon", "horizon.decay": "decay", "horizon.slot_minutes": "slot_minutes"}.get(
+        field, field
+    )
 
 
 def read_plan(value: Any, source: str = "plan") -> Plan:

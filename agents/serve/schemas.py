@@ -153,11 +153,38 @@ class ValidateRequest(BaseModel):
     plan: PlanDocument | str
 
 
+class RunningEntry(BaseModel):
+    """A job that holds GPUs now (``agents.rolling.RunningJob``)."""
+
+    model_config = _STRICT
+    job: JobEntry
+    gpus: list[int] = Field(description="the block it holds")
+    remaining: int = Field(ge=1, description="slots it still runs, now included")
+
+
+class ClusterStateDocument(BaseModel):
+    """``agents.rolling.ClusterState``: what a cluster manager knows at the start of a slot."""
+
+    model_config = _STRICT
+    gpus: int = Field(ge=1, le=MAX_GPUS)
+    horizon: int = Field(ge=1, le=MAX_SLOTS, description="slots planned ahead, now included")
+    running: list[RunningEntry] = Field(default_factory=list)
+    queue: list[JobEntry] = Field(default_factory=list, description="release and deadline count from now")
+    apps: list[RealtimeApp] = Field(default_factory=list, description="demand: the forecast; initial: GPUs now")
+    node_size: int | None = Field(None, ge=1, le=MAX_GPUS)
+    decay: float = Field(1.0, gt=0, le=1)
+    slot_minutes: float = Field(60.0, gt=0)
+    value_scale: float = Field(1.0, gt=0)
+    name: str = "now"
+
+
 class DecideRequest(BaseModel):
     """``POST /v1/decide``: the cluster state as a scenario whose slot 0 is now (docs/rolling.md)."""
 
     model_config = _STRICT
-    state: ScenarioOrText = Field(description="running jobs with running_on, release and deadline from now")
+    state: ClusterStateDocument | ScenarioOrText = Field(
+        description="the ClusterState fields, or a scenario whose slot 0 is now (running jobs with running_on)"
+    )
     scheduler: SchedulerName = SchedulerName("greedy")  # type: ignore[valid-type]
     options: Options | None = None  # type: ignore[valid-type]
 

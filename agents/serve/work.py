@@ -40,12 +40,14 @@ class Job:
         scenario: The checked scenario.
         scheduler: A name of :data:`agents.registry.SCHEDULERS`.
         options: The request's plan options, the server's ``--policy`` set.
+        expired: For ``decide``: queued jobs left out of the state, their deadline past reach.
     """
 
     kind: Kind
     scenario: Scenario
     scheduler: str
     options: PlanOptions
+    expired: tuple[str, ...] = ()
 
     @property
     def exact(self) -> bool:
@@ -73,7 +75,7 @@ def compute(job: Job) -> dict[str, Any]:
         lines = "; ".join(str(v) for v in violations[:10])
         raise InvalidPlanError(f"{job.scheduler} returned an invalid plan ({len(violations)} violations): {lines}")
     if job.kind == "decide":
-        return decision_from_plan(scenario, plan).to_dict()
+        return decision_from_plan(scenario, plan, job.expired).to_dict()
     return plan.to_dict()
 
 
