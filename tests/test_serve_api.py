@@ -359,6 +359,17 @@ def test_a_public_host_without_a_token_is_refused(capsys):
     assert len(err.splitlines()) == 1 and "--token-file" in err
 
 
+def test_serve_without_the_web_stack_names_the_extra(capsys, monkeypatch):
+    import sys
+
+    for name in [m for m in sys.modules if m == "agents.serve.server" or m.startswith(("agents.serve.app", "fastapi"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "fastapi", None)  # import fastapi now fails as when it is not installed
+    assert cli.main(["serve", "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and 'pip install -e ".[serve]"' in err and "'fastapi'" in err
+
+
 def test_the_token_guards_the_api_but_not_the_probes(tmp_path):
     token = tmp_path / "token.txt"
     token.write_text("s3cret-token-of-some-length\n")
