@@ -201,6 +201,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         task = asyncio.create_task(service.start())
+        task.add_done_callback(_log_failed_start)
         try:
             yield
         finally:
@@ -384,6 +385,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     install_openapi(app)
     return app
+
+
+def _log_failed_start(task: asyncio.Task[None]) -> None:
+    """A start-up that raised is a bug: its traceback in the log, and /readyz stays 503."""
+    if not task.cancelled() and task.exception() is not None:
+        exc = task.exception()
+        log.error("start-up failed:\n%s", "".join(traceback.format_exception(exc)))
 
 
 @contextlib.contextmanager
