@@ -77,24 +77,42 @@ def fire(server, work: list[tuple[str, dict]], clients: int) -> tuple[list[tuple
     return answers, time.perf_counter() - started
 
 
+def paired(server, scheduler: str, sc, body: dict, count: int) -> tuple[list[float], list[float]]:
+    """One client: each request beside the same plan made in-process, one after the other, ``count`` times.
+
+    Paired, so that a shared machine's drifting load hits both alike; returns (in-process, service) seconds.
+    """
+    options = PlanOptions()
+    here, there = [], []
+    with server.client() as c:
+        for _ in range(count):
+            t = time.perf_counter()
+            run_scheduler(scheduler, sc, options)
+            here.append(time.perf_counter() - t)
+            t = time.perf_counter()
+            answer = c.post("/v1/plan", json=body)
+            there.append(time.perf_counter() - t)
+            assert answer.status_code == 200, answer.text
+    return here, there
+
+
 def latency(server, args) -> list[dict]:
     sc = generate(SCENARIO, BENCHMARK_SEEDS[SCENARIO])
     rows = []
     for scheduler, count in (("greedy", args.greedy_requests), ("ppo", args.ppo_requests)):
-        options = PlanOptions()
-        warm_up_learned(scheduler, options)
+        warm_up_learned(scheduler, PlanOptions())
         body = {"scenario": sc.to_dict(), "scheduler": scheduler}
         fire(server, [("/v1/plan", body)] * 4, 1)  # warm connections and caches
+        here, alone = paired(server, scheduler, sc, body, count)
+        inproc = statistics.median(here)
+        extra = statistics.median(b - a for a, b in zip(here, alone, strict=True))
         for clients in (1, 4, 16):
-            here = []  # measured just before, so that a shared machine's drifting load hits both alike
-            for _ in range(max(20, count // 5)):
-                t = time.perf_counter()
-                run_scheduler(scheduler, sc, options)
-                here.append(time.perf_counter() - t)
-            inproc = statistics.median(here)
-            answers, wall = fire(server, [("/v1/plan", body)] * count, clients)
-            assert all(status == 200 for status, *_ in answers), Counter(s for s, *_ in answers)
-            times = [t for _, t, _, _ in answers]
+            if clients == 1:
+                times, wall = alone, sum(alone)
+            else:
+                answers, wall = fire(server, [("/v1/plan", body)] * count, clients)
+                assert all(status == 200 for status, *_ in answers), Counter(s for s, *_ in answers)
+                times = [t for _, t, _, _ in answers]
             rows.append(
                 {
                     "scheduler": scheduler,
@@ -105,6 +123,7 @@ def latency(server, args) -> list[dict]:
                     "throughput": count / wall,
                     "inproc_p50_ms": 1000 * inproc,
                     "inproc_throughput": 1 / inproc,
+                    "extra_ms": 1000 * extra,
                     "load_average": os.getloadavg()[0],
                 }
             )
@@ -167,22 +186,24 @@ def report(args, rows, loaded, trace, seconds) -> str:
         "",
         f"## 1. `POST /v1/plan` on {SCENARIO} (16 GPUs, 21 jobs, 1 app)",
         "",
-        "Client time per request, from the request's first byte to the answer's last; in-process: the same plan "
-        "made by `run_scheduler` in a warm process, serially, just before each row. Overhead: service p50 / "
-        "in-process p50; at 1 client it is the service's own cost (HTTP, JSON both ways, the scenario's check, the "
-        "plan's validation), with more clients it adds the queueing of 16 clients on 2 fast threads and 2 cores, "
-        "which the clients' own threads share. Load average: the machine's 1-minute load (other work included) "
-        "after the row.",
+        "Client time per request, from the request's first byte to the answer's last. In-process: the same plan "
+        "made by `run_scheduler` in a warm process, each one just before one request of the 1-client row (paired, "
+        "so that the shared machine's drifting load hits both alike). Overhead: service p50 / in-process p50, and "
+        "the median of the paired differences in ms: at 1 client that is the service's own cost (HTTP, JSON both "
+        "ways, the scenario's check, the plan's validation); with more clients the ratio adds the queueing of the "
+        "clients on 2 fast-mode threads and 2 cores, which the clients' own threads share. Load average: the "
+        "machine's 1-minute load (other work included) after the row.",
         "",
         "| scheduler | clients | requests | p50 ms | p99 ms | requests/s | in-process p50 ms | in-process plans/s "
-        "| overhead (p50 ratio) | load average |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| overhead (p50 ratio) | overhead ms (paired, 1 client) | load average |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in rows:
         lines.append(
             f"| {r['scheduler']} | {r['clients']} | {r['requests']} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} | "
             f"{r['throughput']:.1f} | {r['inproc_p50_ms']:.1f} | {r['inproc_throughput']:.1f} | "
-            f"{r['p50_ms'] / r['inproc_p50_ms']:.2f} | {r['load_average']:.1f} |"
+            f"{r['p50_ms'] / r['inproc_p50_ms']:.2f} | {format(r['extra_ms'], '+.1f') if r['clients'] == 1 else ''} | "
+            f"{r['load_average']:.1f} |"
         )
     lines += [
         "",
