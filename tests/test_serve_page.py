@@ -106,7 +106,7 @@ def test_the_page_compares_schedulers_and_draws_their_plans(tmp_path):
             if shot:
                 driver.save_screenshot(shot)
 
-            # a pasted scenario (YAML text), with an inherited job: read by the server like a file
+            # an uploaded scenario (YAML text), with an inherited job: read by the server like a file
             pasted = "\n".join(
                 [
                     "name: pasted",
@@ -117,7 +117,13 @@ def test_the_page_compares_schedulers_and_draws_their_plans(tmp_path):
                     "- {id: new, type: training, gpus: 2, duration: 2}",
                 ]
             )
-            driver.find_element(By.ID, "scenario-text").send_keys(pasted)
+            upload = tmp_path / "uploaded.yaml"  # uploaded: the file's text lands in the box, as if pasted
+            upload.write_text(pasted + "\n")
+            driver.find_element(By.ID, "scenario-file").send_keys(str(upload))
+            WebDriverWait(driver, HANG_GUARD_S).until(
+                lambda d: d.find_element(By.ID, "scenario-text").get_attribute("value").strip() == pasted
+            )
+            assert driver.find_element(By.ID, "source-pasted").is_selected()
             driver.find_element(By.ID, "run").click()
             WebDriverWait(driver, HANG_GUARD_S).until(
                 lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-state")
