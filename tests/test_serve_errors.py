@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import signal
+import warnings
 
 import pytest
 
@@ -16,7 +17,9 @@ from tests.serve_helpers import plan_body
 
 pytest.importorskip("fastapi")
 
-from fastapi.testclient import TestClient
+with warnings.catch_warnings():  # Starlette's note that its test client will move to httpx2
+    warnings.simplefilter("ignore")
+    from fastapi.testclient import TestClient
 
 from agents import greedy, ppo
 from agents.options import PlanOptions
@@ -105,3 +108,15 @@ def test_a_worker_reports_project_errors_by_name_and_bugs_with_their_traceback(m
     assert isinstance(failure, Failure) and failure.kind == kind
     assert "injected" in failure.message
     assert ("Traceback" in failure.traceback) == (kind == "bug")
+
+
+def test_not_ready_is_503_with_retry_after(client):
+    client.app.state.service.ready = False
+    try:
+        for path, body in (("/v1/plan", plan_body(small(), "greedy")), ("/v1/validate", {"scenario": {}, "plan": {}})):
+            answer = client.post(path, json=body)
+            assert answer.status_code == 503 and answer.headers["Retry-After"] == "1", path
+        assert client.get("/readyz").status_code == 503
+        assert client.get("/healthz").status_code == 200
+    finally:
+        client.app.state.service.ready = True
