@@ -207,8 +207,10 @@ def report(args, rows, loaded, trace, seconds) -> str:
         )
     lines += [
         "",
-        "With more clients than the 2 fast-mode threads and 2 cores, requests queue in the server "
-        "(p50 grows with the clients) while throughput stays near what the cores give.",
+        "With more clients than the 2 fast-mode threads and 2 cores, requests queue in the server: p50 grows with "
+        "the clients. Greedy's throughput falls from 1 to 16 clients because the benchmark's 16 client threads (one "
+        "Python process, one GIL) share the 2 cores with the server; ppo's rises, its onnxruntime calls releasing "
+        "the GIL. With the load average of the last column on 2 cores, these are figures of a busy shared machine.",
         "",
         f"## 2. Load: {loaded['requests']} requests from 16 concurrent clients, fast and exact mixed",
         "",
