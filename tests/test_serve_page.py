@@ -95,6 +95,7 @@ def test_the_page_compares_schedulers_and_draws_their_plans(tmp_path):
                     assert objective == pytest.approx(here.metrics.objective, abs=0.005), name
                     assert placed == here.metrics.placed
                 assert grid.find_elements(By.CSS_SELECTOR, "rect.served"), name  # the app's capacity is drawn
+            assert rows[2].find_element(By.CLASS_NAME, "how").text.split(",")[0] in ("optimal", "feasible")
             legend = driver.find_element(By.ID, "legend").text
             for app in sc.apps:
                 assert f"{app.name}: {colours['legend']['serving']}" in legend

@@ -112,6 +112,7 @@ function show(answer) {
       `${row.placed}/${row.jobs}`,
       `${row.completed}/${row.jobs}`,
       row.solve_ms == null ? "" : `${row.solve_ms.toFixed(1)} ms`,
+      how(answer.plans[row.scheduler].info || {}),
     ];
     const first = document.createElement("td");
     first.innerHTML = `<span class="swatch" style="background:${colours[row.scheduler]}"></span>`;
@@ -120,7 +121,7 @@ function show(answer) {
     cells.forEach((text, i) => {
       const td = document.createElement("td");
       td.textContent = text;
-      td.className = ["objective", "job_value", "shortfall", "utilization", "placed", "completed", "solve_ms"][i];
+      td.className = ["objective", "job_value", "shortfall", "utilization", "placed", "completed", "solve_ms", "how"][i];
       tr.append(td);
     });
     tbody.append(tr);
@@ -134,6 +135,16 @@ function show(answer) {
   rt.replaceChildren();
   (sc.realtime || []).forEach((app, i) => rt.append(realtimePanel(sc, app, i, names, answer.plans, colours)));
   if (!(sc.realtime || []).length) rt.textContent = `${sc.name}: no real-time applications`;
+}
+
+// What the plan's info says about how it was made (SPEC section 2): the solver's status and gap, ppo's winner.
+function how(info) {
+  if (info.status) {
+    const gap = typeof info.gap === "number" && info.status !== "optimal" ? `, gap ${(100 * info.gap).toFixed(1)} %` : "";
+    return `${info.status}${gap}`;
+  }
+  if (info.winner !== undefined) return typeof info.winner === "number" ? `rollout ${info.winner} won` : `${info.winner} won`;
+  return "";
 }
 
 // The legend of the report's allocation figure: an entry only for what some grid shows.
