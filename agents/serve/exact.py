@@ -158,7 +158,7 @@ class ExactPool:
         finally:
             self._reap(process, conn)
 
-    def admit(self, jobs: int = 1) -> None:
+    def admit(self) -> None:
         """Count a request in, or refuse it at once when the pool and its queue are full.
 
         Raises:
