@@ -6,6 +6,7 @@
     gpualloc render configs/scenarios/mixed-control.yaml plan.json -o plan.png
     gpualloc convert-2kp benchmarks/data/2kp/ngcut1.json -o ngcut1.yaml
     gpualloc slurm cycle --config slurm.yaml --scheduler greedy --dry-run
+    gpualloc serve --port 8080
 
 Exit status: 0 ok, 1 an invalid plan, 2 bad input (a malformed scenario or plan
 file, an unknown scheduler or family, bad arguments). Bad input prints one line
@@ -461,6 +462,124 @@ def _slurm(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
 
 
+# ----------------------------------------------------------------------------- serve (docs/serve.md)
+
+
+SERVE_PACKAGES = ("fastapi", "starlette", "uvicorn", "prometheus_client", "anyio", "pydantic")
+
+
+def _serve_arguments(p: argparse.ArgumentParser) -> None:
+    from agents.serve.settings import Limits, Settings
+
+    s, limits = Settings(), Limits()
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int_at_least(0), default=8080, metavar="N", help="port; 0: the OS chooses (8080)")
+    p.add_argument("--port-file", type=Path, metavar="FILE", help="write the bound port here once listening")
+    p.add_argument("--token-file", type=Path, metavar="FILE", help="require this bearer token on /v1 and /metrics")
+    p.add_argument(
+        "--allow-unauthenticated",
+        action="store_true",
+        help="bind a non-loopback --host without --token-file (behind a proxy that authenticates)",
+    )
+    p.add_argument(
+        "--exact-processes",
+        type=int_at_least(1),
+        default=s.exact_processes,
+        metavar="N",
+        help=f"exact-mode (cpsat, full) worker processes at once (default: {s.exact_processes})",
+    )
+    p.add_argument(
+        "--exact-queue",
+        type=int_at_least(0),
+        default=s.exact_queue,
+        metavar="N",
+        help=f"exact-mode requests that may wait for a process; beyond, 429 (default: {s.exact_queue})",
+    )
+    p.add_argument(
+        "--fast-threads",
+        type=int_at_least(1),
+        default=s.fast_threads,
+        metavar="N",
+        help=f"fast-mode plans at once (default: {s.fast_threads})",
+    )
+    p.add_argument(
+        "--fast-queue",
+        type=int_at_least(0),
+        default=s.fast_queue,
+        metavar="N",
+        help=f"fast-mode requests that may wait; beyond, 429 (default: {s.fast_queue})",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int_at_least(1),
+        default=limits.max_body_bytes,
+        metavar="N",
+        help=f"largest request body; beyond, 413 (default: {limits.max_body_bytes})",
+    )
+    p.add_argument(
+        "--max-time-limit",
+        type=positive_float,
+        default=limits.max_time_limit,
+        metavar="S",
+        help=f"largest options.time_limit a request may ask (default: {limits.max_time_limit:g})",
+    )
+    p.add_argument(
+        "--max-workers",
+        type=int_at_least(1),
+        default=limits.max_workers,
+        metavar="N",
+        help=f"largest options.workers (CP-SAT threads) a request may ask (default: {limits.max_workers})",
+    )
+    p.add_argument(
+        "--grace",
+        type=positive_float,
+        default=s.grace,
+        metavar="S",
+        help=f"kill an exact worker this long past its time limit, 504 (default: {s.grace:g})",
+    )
+    p.add_argument("--policy", type=Path, metavar="PATH", help="exported policy for the learned scheduler")
+    p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from agents.serve.settings import Limits, Settings
+
+    try:
+        from agents.serve.server import ServeError, is_loopback, read_token, serve
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in SERVE_PACKAGES:
+            raise
+        raise CliError(f'serve: needs the package {exc.name!r}: pip install -e ".[serve]"') from None
+    try:
+        token = None if args.token_file is None else read_token(args.token_file)
+        if token is None and not is_loopback(args.host) and not args.allow_unauthenticated:
+            raise CliError(
+                f"--host {args.host}: not this machine only; give --token-file (or --allow-unauthenticated "
+                "behind a proxy that authenticates, docs/serve.md)"
+            )
+        if args.policy is not None and not args.policy.is_file():
+            raise CliError(f"{args.policy}: --policy: no such file")
+        limits = Limits(
+            max_body_bytes=args.max_body_bytes,
+            max_time_limit=args.max_time_limit,
+            max_workers=args.max_workers,
+            default_time_limit=min(Limits.default_time_limit, args.max_time_limit),
+        )
+        settings = Settings(
+            limits=limits,
+            exact_processes=args.exact_processes,
+            exact_queue=args.exact_queue,
+            fast_threads=args.fast_threads,
+            fast_queue=args.fast_queue,
+            grace=args.grace,
+            token=token,
+            policy=args.policy,
+        )
+        return serve(settings, args.host, args.port, args.port_file, access_log=args.access_log)
+    except ServeError as exc:
+        raise CliError(str(exc)) from None
+
+
 # ----------------------------------------------------------------------------- the table and main
 
 COMMANDS: list[Command] = [
@@ -472,6 +591,7 @@ COMMANDS: list[Command] = [
     Command("from-trace", "build a scenario from the public traces", _from_trace_arguments, _from_trace),
     Command("convert-2kp", "turn a 2D-knapsack instance into a scenario", _convert_2kp_arguments, _convert_2kp),
     Command("slurm", "drive a Slurm cluster: snapshot, cycle (plan, commit now), run", _slurm_arguments, _slurm),
+    Command("serve", "run the allocator as an HTTP service with a what-if page", _serve_arguments, _serve),
 ]
 
 

@@ -221,6 +221,16 @@ _JOB_COLOURS = (
 
 _APP_COLOURS = ("#2b6cb0", "#c05621", "#2f855a", "#6b46c1")
 
+# The allocation figure's legend words (the page of ``gpualloc serve`` shows the same, from :func:`palette`).
+_LEGEND = {
+    "serving": "serving",
+    "reserved": "reserved, idle",
+    "inherited": "inherited*",
+    "unserved": "unserved demand",
+    "past": "past the horizon",
+    "clash": "two jobs on one GPU",
+}
+
 
 def scheduler_colours(names: Iterable[str]) -> dict[str, str]:
     """A colour for each scheduler name: the fixed ones first, then spares in order."""
@@ -236,6 +246,30 @@ def scheduler_colours(names: Iterable[str]) -> dict[str, str]:
 def job_colour(index: int) -> str:
     """The colour of the index-th job of a scenario, the same in every figure."""
     return _JOB_COLOURS[index % len(_JOB_COLOURS)]
+
+
+def palette() -> dict[str, Any]:
+    """Every colour and legend word of the figures as plain data: what the service's what-if page draws with.
+
+    One definition: :func:`plot_allocation` and :func:`plot_realtime` read the same constants, so the
+    page (``gpualloc serve``, ``/v1/palette``) and the report's figures look alike.
+    """
+    return {
+        "schedulers": dict(SCHEDULER_COLOURS),
+        "spare": [c for c in _SPARE_COLOURS if c not in SCHEDULER_COLOURS.values()],
+        "jobs": list(_JOB_COLOURS),
+        "apps": list(_APP_COLOURS),
+        "served_alpha": 0.16,
+        "edge": "#222222",
+        "node_boundary": "#111111",
+        "past_horizon": "#eeeeee",
+        "horizon_line": "#444444",
+        "unserved": "#c53030",
+        "clash": "red",
+        "demand_fill": "#d9d9d9",
+        "demand_line": "#555555",
+        "legend": dict(_LEGEND),
+    }
 
 
 def _text_colour(hex_colour: str) -> str:
@@ -461,16 +495,20 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
     handles = []
     for i, a in enumerate(scenario.apps):
         colour = _APP_COLOURS[i % len(_APP_COLOURS)]
-        handles.append(Patch(facecolor=colour + "29", edgecolor=colour, hatch="////", label=f"{a.name}: serving"))
-        handles.append(Patch(facecolor="white", edgecolor=colour, hatch="..", label=f"{a.name}: reserved, idle"))
+        handles.append(
+            Patch(facecolor=colour + "29", edgecolor=colour, hatch="////", label=f"{a.name}: {_LEGEND['serving']}")
+        )
+        handles.append(Patch(facecolor="white", edgecolor=colour, hatch="..", label=f"{a.name}: {_LEGEND['reserved']}"))
     if any(scenario.jobs[i].running_on is not None for i, _, _ in placements):
-        handles.append(Patch(facecolor="#dddddd", edgecolor="#222222", linestyle="--", linewidth=2, label="inherited*"))
+        handles.append(
+            Patch(facecolor="#dddddd", edgecolor="#222222", linestyle="--", linewidth=2, label=_LEGEND["inherited"])
+        )
     if short is not None and short.any():
-        handles.append(plt.Line2D([], [], marker="v", color="#c53030", linestyle="", label="unserved demand"))
+        handles.append(plt.Line2D([], [], marker="v", color="#c53030", linestyle="", label=_LEGEND["unserved"]))
     if xmax > T:
-        handles.append(Patch(facecolor="#eeeeee", edgecolor="#444444", linestyle=":", label="past the horizon"))
+        handles.append(Patch(facecolor="#eeeeee", edgecolor="#444444", linestyle=":", label=_LEGEND["past"]))
     if len(clashes):
-        handles.append(Patch(facecolor="red", hatch="xx", label="two jobs on one GPU"))
+        handles.append(Patch(facecolor="red", hatch="xx", label=_LEGEND["clash"]))
     return labels, handles
 
 

@@ -573,7 +573,20 @@ def parse_file(path: Path, json_only: bool = False) -> Any:
         raise ScenarioError(source, "<file>", "no such file") from None
     except (IsADirectoryError, PermissionError, UnicodeDecodeError) as exc:
         raise ScenarioError(source, "<file>", f"cannot read: {exc}") from None
-    if json_only or path.suffix.lower() == ".json":
+    return parse_text(text, source, json_only or path.suffix.lower() == ".json")
+
+
+def parse_text(text: str, source: str, json_only: bool = False) -> Any:
+    """The data of a JSON (with ``json_only``) or YAML (``safe_load``) document held in a string.
+
+    The one parser of scenario and plan documents: files (:func:`parse_file`) and the
+    service's request bodies (``gpualloc serve``) go through it, so both refuse the same
+    inputs with the same words.
+
+    Raises:
+        ScenarioError: Not valid JSON/YAML (naming ``source`` and the line).
+    """
+    if json_only:
         try:
             return json.loads(text)
         except json.JSONDecodeError as exc:
