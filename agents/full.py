@@ -24,11 +24,13 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import replace
+from enum import StrEnum
 from typing import Any
 
-from agents import cpsat
+from agents import cpsat, lns
 from agents.options import Guard, PlanOptions
 from agents.registry import get_scheduler
+from agents.relaxation import lp_bound
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
@@ -36,6 +38,19 @@ from gpu_env.validation import validate
 
 DEFAULT_HINT_SOURCE = "auto"  # the better of greedy's plan and the learned policy's (when a policy loads)
 AUTO_HINT_SOURCES = ("ppo", "greedy")
+LNS_AUTO_HINT_SOURCES = ("greedy",)
+"""``"auto"`` above the LNS switch: greedy alone. The learned policy's 8 rollouts take 2 s at 256 GPUs and 21-32 s
+at 1,024 (measured, docs/exact-mode.md), the whole budget; greedy takes 0.1-0.4 s and LNS passes the difference."""
+
+
+class Mode(StrEnum):
+    """How full mode improves its hint."""
+
+    AUTO = "auto"  # LNS above agents.lns.LNS_ABOVE_JOBS jobs, else the whole model
+    WHOLE = "whole"  # one CP-SAT model of the whole problem (the seed's full mode)
+    LNS = "lns"  # large-neighbourhood search around CP-SAT (agents/lns.py)
+
+
 _EPS = 1e-9
 
 
@@ -55,6 +70,8 @@ def solve(
     formulation: cpsat.Formulation | None = None,
     use_hint: bool = True,
     use_cutoff: bool = False,
+    mode: Mode | str = Mode.AUTO,
+    max_moves: int | None = None,
 ) -> cpsat.Result:
     """Plan with ``hint_source``, then improve its plan with CP-SAT until ``time_limit`` (hint time included).
 
@@ -62,30 +79,85 @@ def solve(
         scenario: The problem.
         time_limit: Wall-clock seconds for the whole call.
         workers: CP-SAT workers.
-        seed: CP-SAT ``random_seed`` (and the hint scheduler's seed).
+        seed: CP-SAT ``random_seed`` (and the hint scheduler's seed, and the neighbourhoods' draws).
         hint_source: Name of the scheduler whose plan is the hint.
         options: Options for the hint scheduler (its ``policy``, for a learned one).
-        deterministic_time: Also stop CP-SAT after this much deterministic time.
+        deterministic_time: Also stop CP-SAT after this much deterministic time (with LNS: the sum
+            over the sub-solves, the repeatable budget).
         formulation: Model options.
-        use_hint: Hand the plan to CP-SAT as a hint of every variable.
-        use_cutoff: Require CP-SAT's plans to reach the plan's objective (a constraint).
+        use_hint: Hand the plan to CP-SAT as a hint of every variable (whole model).
+        use_cutoff: Require CP-SAT's plans to reach the plan's objective (a constraint; whole model).
+        mode: ``"whole"`` (one CP-SAT model of everything), ``"lns"`` (large-neighbourhood search,
+            :mod:`agents.lns`) or ``"auto"``: LNS above :data:`agents.lns.LNS_ABOVE_JOBS` jobs.
+        max_moves: With LNS, stop after this many sub-solves.
 
     Returns:
         The result; its plan is the better of CP-SAT's best plan and the hint, and
-        its ``info`` holds the solver's status, bound and gap and, under ``"hint"``,
-        :func:`choose_hint`'s record. The trace starts with the hint (its bound is
-        infinite: nothing is proved yet).
+        its ``info`` holds the solver's status, bound (the least of CP-SAT's and the
+        LP relaxation's, :mod:`agents.relaxation`; ``bound_source`` says which) and gap,
+        the ``mode``, the ``trace`` (seconds, objective, bound; the hint first, its
+        bound null) and, under ``"hint"``, :func:`choose_hint`'s record.
 
     Raises:
         InvalidHintError: The hint scheduler's plan breaks a rule.
     """
     started = time.perf_counter()
     options = options or PlanOptions(time_limit=time_limit, seed=seed, workers=workers)
-    hint, record = choose_hint(scenario, hint_source, options)
+    mode = Mode(mode)
+    search = mode is Mode.LNS or (mode is Mode.AUTO and lns.use_lns(scenario))
+    sources = LNS_AUTO_HINT_SOURCES if search else AUTO_HINT_SOURCES
+    hint, record = choose_hint(scenario, hint_source, options, sources)
     problems = validate(scenario, hint)
     if problems:
         raise InvalidHintError(f"{record['scheduler']} returned an invalid plan: {problems[0]}")
     hint_objective = compute_metrics(scenario, hint).objective
+    if search:
+        result = _search(
+            scenario,
+            hint,
+            hint_objective,
+            time_limit,
+            workers,
+            seed,
+            deterministic_time,
+            max_moves,
+            started,
+            formulation,
+        )
+    else:
+        result = _whole(
+            scenario,
+            hint,
+            hint_objective,
+            time_limit,
+            workers,
+            seed,
+            deterministic_time,
+            use_hint,
+            use_cutoff,
+            started,
+            formulation,
+        )
+    if result.plan is not None:
+        result.plan.info["hint"] = record
+    result.runtime = time.perf_counter() - started
+    return result
+
+
+def _whole(
+    scenario: Scenario,
+    hint: Plan,
+    hint_objective: float,
+    time_limit: float,
+    workers: int,
+    seed: int,
+    deterministic_time: float | None,
+    use_hint: bool,
+    use_cutoff: bool,
+    started: float,
+    formulation: cpsat.Formulation | None,
+) -> cpsat.Result:
+    """The seed's full mode: CP-SAT on the whole model from the hint; the LP bound when it proves nothing."""
     hint_point = cpsat.TracePoint(time.perf_counter() - started, hint_objective, float("inf"))
     result = cpsat.solve(
         scenario,
@@ -108,17 +180,87 @@ def solve(
         chosen.metrics = compute_metrics(scenario, chosen)
         bound = None if result.bound is None else max(result.bound, hint_objective)
         result.status, result.plan, result.objective, result.bound = status, chosen, hint_objective, bound
-        chosen.info = cpsat.plan_info(status, bound, result.gap)
-    if result.plan is not None:
-        result.plan.info["hint"] = record
-    result.runtime = time.perf_counter() - started
+    assert result.plan is not None and result.objective is not None  # at least the hint
+    bounds: dict[str, float | None] = {"cpsat": None if result.bound is None else round(result.bound, 6)}
+    source = "cpsat"
+    if result.status is not cpsat.Status.OPTIMAL:  # CP-SAT proved nothing: the LP relaxation may do better
+        relaxed = lp_bound(scenario)
+        bounds["lp-dual"] = round(relaxed.value, 6)
+        if result.bound is None or relaxed.value < result.bound:
+            result.bound, source = max(relaxed.value, result.objective), "lp-dual"
+            result.trace.append(cpsat.TracePoint(time.perf_counter() - started, result.objective, result.bound))
+    result.plan.info = {
+        **cpsat.plan_info(result.status, result.bound, result.gap),
+        "bound_source": source,
+        "bounds": bounds,
+        "mode": Mode.WHOLE.value,
+        "trace": cpsat.trace_info(result.trace),
+    }
     return result
 
 
-def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> tuple[Plan, dict[str, Any]]:
+def _search(
+    scenario: Scenario,
+    hint: Plan,
+    hint_objective: float,
+    time_limit: float,
+    workers: int,
+    seed: int,
+    deterministic_time: float | None,
+    max_moves: int | None,
+    started: float,
+    formulation: cpsat.Formulation | None,
+) -> cpsat.Result:
+    """LNS from the hint (:func:`agents.lns.search`), its bound the certified LP relaxation."""
+    outcome = lns.search(
+        scenario,
+        hint,
+        time_limit=time_limit,
+        workers=workers,
+        seed=seed,
+        deterministic_time=deterministic_time,
+        max_moves=max_moves,
+        started=started,
+        formulation=formulation,
+    )
+    plan, objective = outcome.plan, outcome.objective
+    problems = validate(scenario, plan)
+    error = None
+    if problems or objective < hint_objective - _EPS:  # a bug in agents/lns.py: never return worse than the hint
+        error = str(problems[0]) if problems else f"objective {objective} below the hint's {hint_objective}"
+        print(f"full: LNS plan refused ({error}), returning the hint", file=sys.stderr)
+        plan = Plan(hint.scenario, "full", list(hint.placements), dict(hint.curves))
+        plan.metrics = compute_metrics(scenario, plan)
+        objective = plan.metrics.objective
+    bound = max(outcome.bound.value, objective)
+    gap = cpsat.optimality_gap(objective, bound)
+    status = cpsat.Status.OPTIMAL if gap is not None and gap <= 1e-9 else cpsat.Status.FEASIBLE
+    summary = {
+        "moves": len(outcome.moves),
+        "accepted": sum(m.gain > _EPS for m in outcome.moves),
+        "deterministic_time": round(outcome.deterministic_time, 6),
+        "kinds": lns.summary(outcome.moves),
+    }
+    if error is not None:
+        summary["error"] = error
+    plan.info = {
+        **cpsat.plan_info(status, bound, gap),
+        "bound_source": outcome.bound.source,
+        "bounds": {"cpsat": None, outcome.bound.source: round(outcome.bound.value, 6)},
+        "mode": Mode.LNS.value,
+        "trace": cpsat.trace_info(outcome.trace),
+        "lns": summary,
+    }
+    runtime = time.perf_counter() - started
+    return cpsat.Result(status, plan, objective, bound, runtime, outcome.trace, 1, outcome.deterministic_time)
+
+
+def choose_hint(
+    scenario: Scenario, hint_source: str, options: PlanOptions, sources: tuple[str, ...] = AUTO_HINT_SOURCES
+) -> tuple[Plan, dict[str, Any]]:
     """The hint plan and a record of how it was chosen.
 
-    ``"auto"`` runs every scheduler of ``AUTO_HINT_SOURCES`` (``ppo`` with ``guard="none"``) and keeps the best
+    ``"auto"`` runs every scheduler of ``sources`` (``ppo`` with ``guard="none"``) and keeps the best
     plan (the first on a tie). A source that cannot run (no loadable policy file,
     :class:`agents.ppo.PolicyError`, or a missing runtime) is skipped, and the
     skip is said in one line on stderr.
@@ -138,13 +280,13 @@ def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> t
     best: tuple[float, str, Plan] | None = None
     candidates: dict[str, float] = {}
     failures: list[str] = []
-    for name in AUTO_HINT_SOURCES:
+    for name in sources:
         # The learned candidate without its guard: greedy is a candidate of its own (not run twice).
         source_options = replace(options, guard=Guard.NONE) if name == "ppo" else options
         try:
             candidate = get_scheduler(name)(scenario, source_options)
         except (ImportError, ValueError) as exc:  # no usable policy file (agents.ppo.PolicyError) or runtime
-            if name == AUTO_HINT_SOURCES[-1] and best is None:
+            if name == sources[-1] and best is None:
                 raise
             failures.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
             continue
