@@ -21,6 +21,7 @@ and the ``fallback`` reason.
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import replace
@@ -188,7 +189,8 @@ def _whole(
         bounds["lp-dual"] = round(relaxed.value, 6)
         if result.bound is None or relaxed.value < result.bound:
             result.bound, source = max(relaxed.value, result.objective), "lp-dual"
-            result.trace.append(cpsat.TracePoint(time.perf_counter() - started, result.objective, result.bound))
+    end = time.perf_counter() - started
+    result.trace.append(cpsat.TracePoint(end, result.objective, math.inf if result.bound is None else result.bound))
     result.plan.info = {
         **cpsat.plan_info(result.status, result.bound, result.gap),
         "bound_source": source,

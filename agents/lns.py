@@ -479,6 +479,7 @@ def search(
         reward = max(0.0, record.gain) / (record.deterministic_time + 0.05)
         previous = average[kind]
         average[kind] = reward if previous is None else (1 - AVERAGE) * previous + AVERAGE * reward
+    trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound.value))  # the end of the run
     plan = state.plan()
     plan.metrics = compute_metrics(scenario, plan)
     return Outcome(plan, plan.metrics.objective, bound, trace, moves, spent)
