@@ -73,6 +73,7 @@ MIN_SIZE, MAX_SIZE = 4, 400
 GROW, SHRINK = 1.2, 0.8  # size factor after a sub-solve that proves its optimum / that runs out of time
 AVERAGE = 0.3  # weight of the newest gain in a kind's exponential average
 FLOOR = 0.1  # each kind is drawn at least in proportion to this share of the mean average
+MOVE_SHARE, MOVE_LEAST, MOVE_MOST = 0.05, 0.2, 1.5  # a sub-solve's limit: this share of the budget, within these
 _EPS = 1e-9
 
 
@@ -161,6 +162,8 @@ class _State:
         )
         self.penalty = np.array([app.penalty for app in sc.apps], dtype=np.float64)
         self.blocks = {k: rules.allowed_block_starts(int(k), sc.gpus, sc.node_size) for k in set(self.k.tolist())}
+        has_block = np.array([self.blocks[int(k)].size > 0 for k in self.k], dtype=bool)
+        self.placeable = has_block & (self.last >= self.release) & ~self.inherited  # some start and block allowed
 
     def load(self, jobs: np.ndarray) -> np.ndarray:
         """(T,) GPUs held in each slot t < T by the placed jobs of the mask ``jobs``."""
@@ -267,7 +270,7 @@ def choose_region(state: _State, rng: np.random.Generator, kind: str, size: int)
     ns, T = sc.node_size, sc.slots
     n_nodes = -(-sc.gpus // ns)
     forced: list[int] = []
-    left_out = np.flatnonzero(~state.placed & (state.last >= state.release))
+    left_out = np.flatnonzero(~state.placed & state.placeable)
     if kind == "unplaced" and left_out.size == 0:
         kind = "box"
     if kind == "nodes":
@@ -407,6 +410,7 @@ def search(
     started: float | None = None,
     bound: Bound | None = None,
     formulation: cpsat.Formulation | None = None,
+    move_seconds: float | None = None,
 ) -> Outcome:
     """Improve a valid plan by large-neighbourhood search until a budget runs out.
 
@@ -423,6 +427,8 @@ def search(
         started: ``time.perf_counter()`` at which the caller's clock began.
         bound: A proven bound to use (default: :func:`agents.relaxation.lp_bound`).
         formulation: The small models' formulation.
+        move_seconds: A sub-solve's limit, in wall seconds and in deterministic time
+            (default :func:`move_limit` of ``time_limit``).
 
     Returns:
         The best plan and its record; the plan is never worse than ``hint``.
@@ -436,7 +442,7 @@ def search(
     trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound.value))
     sizes = dict.fromkeys(KINDS, float(INITIAL_SIZE))
     average: dict[str, float | None] = dict.fromkeys(KINDS, None)
-    move_seconds = max(0.2, 0.05 * time_limit)  # a sub-solve's share of the budget
+    move_seconds = move_limit(time_limit) if move_seconds is None else move_seconds
     moves: list[Move] = []
     spent = 0.0
     while True:
@@ -483,6 +489,11 @@ def search(
     plan = state.plan()
     plan.metrics = compute_metrics(scenario, plan)
     return Outcome(plan, plan.metrics.objective, bound, trace, moves, spent)
+
+
+def move_limit(time_limit: float) -> float:
+    """A sub-solve's limit for a budget of ``time_limit`` seconds: :data:`MOVE_SHARE` of it, within bounds."""
+    return min(MOVE_MOST, max(MOVE_LEAST, MOVE_SHARE * time_limit))
 
 
 def _draw_kind(rng: np.random.Generator, average: dict[str, float | None]) -> str:
