@@ -975,7 +975,8 @@ def solve(
     if code == cp_model.MODEL_INVALID:  # a bug in this module, never the user's input
         raise RuntimeError(f"CP-SAT model invalid: {m.model.validate()}")
     status = _STATUS[code]
-    scaled_bound = solver.best_objective_bound if code != cp_model.INFEASIBLE else None
+    # With no solution CP-SAT's bound is not one (it reads 0.0 when the limit struck before the search): none.
+    scaled_bound = solver.best_objective_bound if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
     assignment = m.read_solution(solver.value) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
     dtime = solver.deterministic_time
     bound = None if scaled_bound is None else scaled_bound / m.scale
