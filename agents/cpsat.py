@@ -897,11 +897,15 @@ def _objective(m: ScheduleModel) -> None:
 
 
 class _Trace(cp_model.CpSolverSolutionCallback):
-    def __init__(self, started: float, scale: int) -> None:
+    def __init__(
+        self, started: float, scale: int, model: ScheduleModel, on_plan: Callable[[Plan], None] | None = None
+    ) -> None:
         super().__init__()
         self.started = started
         self.scale = scale
         self.points: list[TracePoint] = []
+        self.schedule = model
+        self.on_plan = on_plan
 
     def on_solution_callback(self) -> None:
         self.points.append(
@@ -911,6 +915,8 @@ class _Trace(cp_model.CpSolverSolutionCallback):
                 self.best_objective_bound / self.scale,
             )
         )
+        if self.on_plan is not None:
+            self.on_plan(self.schedule.plan_from(self.schedule.read_solution(self.value)))
 
 
 def _solver(
@@ -943,6 +949,8 @@ def solve(
     formulation: Formulation | None = None,
     log: bool = False,
     started: float | None = None,
+    on_solver: Callable[[cp_model.CpSolver], None] | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
 ) -> Result:
     """Solve a scenario exactly, anytime.
 
@@ -957,6 +965,9 @@ def solve(
         formulation: Model options (default: the chosen formulation).
         log: Print CP-SAT's search log.
         started: ``time.perf_counter()`` at which the caller's clock began (trace times count from it).
+        on_solver: Called with the solver just before the search (another thread may then
+            ``stop_search()`` it: full mode's portfolio, ``agents/full.py``).
+        on_plan: Called with the plan of every improving solution, from the solver's thread.
 
     Returns:
         The best plan found with its status, exact objective, proven bound and trace.
@@ -970,7 +981,9 @@ def solve(
         m.model.add(m.objective >= m.objective_of(m.assignment_from_plan(cutoff)))
     remaining = time_limit - (time.perf_counter() - started)
     solver = _solver(f, remaining, workers, seed, deterministic_time, log)
-    trace = _Trace(started, m.scale)
+    trace = _Trace(started, m.scale, m, on_plan)
+    if on_solver is not None:
+        on_solver(solver)
     code = solver.solve(m.model, trace)
     if code == cp_model.MODEL_INVALID:  # a bug in this module, never the user's input
         raise RuntimeError(f"CP-SAT model invalid: {m.model.validate()}")

@@ -44,7 +44,9 @@ these sizes). ``docs/exact-mode.md`` has the measurements.
 from __future__ import annotations
 
 import math
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -128,6 +130,7 @@ class Outcome:
         trace: (seconds, objective, bound) after the hint, the bound and each accepted move.
         moves: Every sub-solve in order.
         deterministic_time: The sum of the sub-solves' deterministic times.
+        adopted: How many plans from ``incoming`` the search continued from.
     """
 
     plan: Plan
@@ -136,6 +139,7 @@ class Outcome:
     trace: list[cpsat.TracePoint]
     moves: list[Move]
     deterministic_time: float
+    adopted: int = 0
 
 
 class _State:
@@ -411,6 +415,9 @@ def search(
     bound: Bound | None = None,
     formulation: cpsat.Formulation | None = None,
     move_seconds: float | None = None,
+    stop: threading.Event | None = None,
+    incoming: Callable[[], Plan | None] | None = None,
+    outgoing: Callable[[Plan], None] | None = None,
 ) -> Outcome:
     """Improve a valid plan by large-neighbourhood search until a budget runs out.
 
@@ -429,6 +436,10 @@ def search(
         formulation: The small models' formulation.
         move_seconds: A sub-solve's limit, in wall seconds and in deterministic time
             (default :func:`move_limit` of ``time_limit``).
+        stop: Stop before the next move once this is set (another thread proved the optimum).
+        incoming: Asked before each move for a valid plan found elsewhere (or None); the search
+            continues from it when it is worth more than its own.
+        outgoing: Called with the plan after each accepted move.
 
     Returns:
         The best plan and its record; the plan is never worse than ``hint``.
@@ -445,14 +456,22 @@ def search(
     move_seconds = move_limit(time_limit) if move_seconds is None else move_seconds
     moves: list[Move] = []
     spent = 0.0
+    adopted = 0
     while True:
         left = time_limit - (time.perf_counter() - started)
         if left <= 0.05 or (max_moves is not None and len(moves) >= max_moves):
             break
         if deterministic_time is not None and spent >= deterministic_time - 1e-12:
             break
-        if objective >= bound.value - 1e-9 * max(1.0, abs(bound.value)):
-            break  # proved optimal
+        if objective >= bound.value - 1e-9 * max(1.0, abs(bound.value)) or (stop is not None and stop.is_set()):
+            break  # proved optimal, here or elsewhere
+        other = incoming() if incoming is not None else None
+        if other is not None:
+            arrived = _State(scenario, other)
+            if arrived.objective() > objective + _EPS:
+                state, objective = arrived, arrived.objective()
+                adopted += 1
+                trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound.value))
         kind = _draw_kind(rng, average)
         region = choose_region(state, rng, kind, round(sizes[kind]))
         if not region.freed and not region.candidates:
@@ -478,6 +497,8 @@ def search(
             _apply(state, region, spots, curves)
             objective = state.objective()
             trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound.value))
+            if outgoing is not None:
+                outgoing(state.plan())
         if record.status == "optimal":
             sizes[kind] = min(MAX_SIZE, sizes[kind] * GROW + 1)
         elif record.status in ("feasible", "unknown"):
@@ -488,7 +509,7 @@ def search(
     trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound.value))  # the end of the run
     plan = state.plan()
     plan.metrics = compute_metrics(scenario, plan)
-    return Outcome(plan, plan.metrics.objective, bound, trace, moves, spent)
+    return Outcome(plan, plan.metrics.objective, bound, trace, moves, spent, adopted)
 
 
 def move_limit(time_limit: float) -> float:

@@ -227,3 +227,18 @@ def test_options_reach_the_search():
     sc = generate("realtime-diurnal", seed=21, gpus=128)
     plan = full.plan(sc, PlanOptions(time_limit=60.0, deterministic_time=0.05, seed=2), hint_source="greedy")
     assert plan.info["mode"] == "lns" and plan.info["lns"]["deterministic_time"] <= 0.05 + 0.05
+
+
+def test_the_portfolio_keeps_every_rule_and_the_hint():
+    """Two workers: CP-SAT on the whole model beside LNS; whatever either finds, the plan is valid and no worse."""
+    sc = generate("training-heavy", seed=17, gpus=96)
+    assert lns.use_lns(sc) and len(sc.jobs) <= full.PORTFOLIO_MAX_JOBS
+    greedy = run_scheduler("greedy", sc).metrics.objective
+    result = full.solve(sc, time_limit=120.0, workers=2, hint_source="greedy", deterministic_time=0.2)
+    info = result.plan.info
+    assert validate(sc, result.plan) == [] and result.objective >= greedy - 1e-9
+    assert info["mode"] == "lns" and 1 <= len(info["lns"]["portfolio"]["whole"]) <= full.WHOLE_ROUNDS
+    assert info["bound"] >= result.objective - 1e-6
+    assert info["bound"] == pytest.approx(min(b for b in info["bounds"].values() if b is not None), abs=1e-5) or (
+        info["bound"] == pytest.approx(result.objective, abs=1e-5)
+    )
