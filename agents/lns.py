@@ -19,7 +19,7 @@ its search adds nothing to the hint. Here the plan is improved a piece at a time
    (rule 7), and the real-time curves free. Every rule is posted, so any solution
    of the small model, with the rest of the plan added back, is a valid plan:
    the freed and the candidate jobs stay inside the region, where only pinned
-   boxes can be (rule 1), and the left-out jobs' load is in every slot's
+   boxes can be (rule 1), and the other placed jobs' load is in every slot's
    capacity (rule 7). CP-SAT gets the current plan as a complete hint and a short
    limit (wall seconds and deterministic time).
 3. **Keep improvements.** The move is accepted when the exact objective (the
@@ -37,8 +37,8 @@ drawn from one seeded generator and every adaptation reads only statuses,
 gains and deterministic times, never the clock.
 
 The bound is :func:`agents.relaxation.lp_bound`, the time-indexed LP relaxation
-certified by its dual (CP-SAT on the whole model does not finish its root at
-these sizes). ``docs/exact-mode.md`` has the measurements.
+certified by its dual (full mode adds CP-SAT's bound on the whole model where its
+portfolio runs one). ``docs/exact-mode.md`` has the measurements.
 """
 
 from __future__ import annotations
@@ -65,7 +65,9 @@ LNS_ABOVE_JOBS = 64
 """Full mode solves the whole model up to this many jobs and searches neighbourhoods above it.
 
 The seed's seven scenarios and their fresh draws have at most 30 jobs (proved in 0.06-2 s
-whole); the whole model stalls from about 140 jobs on (docs/exact-mode.md)."""
+whole); from 141 jobs on the whole model left gaps of 0.1-3.5 % in 30 s and above about
+190 jobs often added nothing to its hint (docs/exact-mode.md). Between, full mode's
+portfolio (``agents/full.py``) runs the whole model beside the search."""
 
 KINDS = ("nodes", "window", "box", "unplaced")
 """Neighbourhood kinds: a node range over the day, a slot window over the cluster, a box, a box for a left-out job."""
