@@ -109,9 +109,8 @@ def test_regions_hold_what_they_say():
 @pytest.mark.parametrize("family", ["batch-fragmentation", "mixed-control", "scale-64x30"])
 def test_lns_is_never_below_its_hint_and_keeps_every_rule(family):
     sc = generate(family, seed=4242, gpus=64 if family != "scale-64x30" else 256)
-    assert lns.use_lns(sc)
     greedy = run_scheduler("greedy", sc).metrics.objective
-    result = full.solve(sc, time_limit=120.0, workers=1, seed=3, hint_source="greedy", deterministic_time=0.1)
+    result = full.solve(sc, time_limit=120.0, seed=3, hint_source="greedy", deterministic_time=0.1, mode="lns")
     plan = result.plan
     assert validate(sc, plan) == []
     assert plan.info["mode"] == "lns" and plan.info["hint"]["scheduler"] == "greedy"
@@ -128,7 +127,7 @@ def test_lns_is_never_below_its_hint_and_keeps_every_rule(family):
 def test_one_worker_and_a_deterministic_budget_repeat_the_plan():
     sc = generate("batch-fragmentation", seed=99, gpus=64)
     runs = [
-        full.solve(sc, time_limit=120.0, workers=1, seed=5, hint_source="greedy", deterministic_time=0.15)
+        full.solve(sc, time_limit=120.0, seed=5, hint_source="greedy", deterministic_time=0.15, mode="lns")
         for _ in range(2)
     ]
     a, b = (r.plan for r in runs)
@@ -139,7 +138,7 @@ def test_one_worker_and_a_deterministic_budget_repeat_the_plan():
 def test_a_budget_of_no_moves_returns_the_hint():
     sc = generate("uniform-priority", seed=5, gpus=128)
     hint = run_scheduler("greedy", sc)
-    result = full.solve(sc, time_limit=60.0, hint_source="greedy", max_moves=0)
+    result = full.solve(sc, time_limit=60.0, hint_source="greedy", max_moves=0, mode="lns")
     assert result.plan.placements == hint.placements and result.objective == pytest.approx(hint.metrics.objective)
     assert result.plan.info["lns"]["moves"] == 0
 
@@ -190,6 +189,14 @@ def test_the_seven_scenarios_keep_the_whole_model():
         assert not lns.use_lns(generate(family, seed=BENCHMARK_SEEDS[family]))
 
 
+def test_the_switch_is_the_number_of_jobs():
+    assert not lns.use_lns(generate("mixed-control", seed=1, num_jobs=lns.LNS_ABOVE_JOBS, gpus=128))
+    assert lns.use_lns(generate("mixed-control", seed=1, num_jobs=lns.LNS_ABOVE_JOBS + 1, gpus=128))
+    big = generate("batch-fragmentation", seed=2, gpus=128)  # 205 jobs
+    plan = full.plan(big, PlanOptions(time_limit=60.0, deterministic_time=0.05), hint_source="greedy")
+    assert plan.info["mode"] == "lns" and validate(big, plan) == []
+
+
 def test_small_instances_keep_todays_full_mode():
     sc = generate("training-heavy", seed=0)
     result = full.solve(sc, time_limit=60.0, workers=1, hint_source="greedy", deterministic_time=5.0)
@@ -224,7 +231,7 @@ def test_plan_draws_the_trace(tmp_path):
 
 
 def test_options_reach_the_search():
-    sc = generate("realtime-diurnal", seed=21, gpus=128)
+    sc = generate("uniform-priority", seed=21, gpus=192)  # 192 jobs: above the switch
     plan = full.plan(sc, PlanOptions(time_limit=60.0, deterministic_time=0.05, seed=2), hint_source="greedy")
     assert plan.info["mode"] == "lns" and plan.info["lns"]["deterministic_time"] <= 0.05 + 0.05
 
@@ -232,9 +239,9 @@ def test_options_reach_the_search():
 def test_the_portfolio_keeps_every_rule_and_the_hint():
     """Two workers: CP-SAT on the whole model beside LNS; whatever either finds, the plan is valid and no worse."""
     sc = generate("training-heavy", seed=17, gpus=96)
-    assert lns.use_lns(sc) and len(sc.jobs) <= full.PORTFOLIO_MAX_JOBS
+    assert len(sc.jobs) <= full.PORTFOLIO_MAX_JOBS
     greedy = run_scheduler("greedy", sc).metrics.objective
-    result = full.solve(sc, time_limit=120.0, workers=2, hint_source="greedy", deterministic_time=0.2)
+    result = full.solve(sc, time_limit=120.0, workers=2, hint_source="greedy", deterministic_time=0.2, mode="lns")
     info = result.plan.info
     assert validate(sc, result.plan) == [] and result.objective >= greedy - 1e-9
     assert info["mode"] == "lns" and 1 <= len(info["lns"]["portfolio"]["whole"]) <= full.WHOLE_ROUNDS
