@@ -50,8 +50,8 @@ from gpu_env.validation import validate
 DEFAULT_HINT_SOURCE = "auto"  # the better of greedy's plan and the learned policy's (when a policy loads)
 AUTO_HINT_SOURCES = ("ppo", "greedy")
 LNS_AUTO_HINT_SOURCES = ("greedy",)
-"""``"auto"`` above the LNS switch: greedy alone. The learned policy's 8 rollouts take 2 s at 256 GPUs and 21-32 s
-at 1,024 (measured, docs/exact-mode.md), the whole budget; greedy takes 0.1-0.4 s and LNS passes the difference."""
+"""``"auto"`` above the LNS switch starts from greedy at once (0.1-0.4 s) and plans with the learned policy beside
+the search (its 8 rollouts take 2-7 s at 256 GPUs and 21-32 s at 1,024, measured: docs/exact-mode.md)."""
 
 
 class Mode(StrEnum):
@@ -116,8 +116,11 @@ def solve(
     options = options or PlanOptions(time_limit=time_limit, seed=seed, workers=workers)
     mode = Mode(mode)
     search = mode is Mode.LNS or (mode is Mode.AUTO and lns.use_lns(scenario))
-    sources = LNS_AUTO_HINT_SOURCES if search else AUTO_HINT_SOURCES
-    hint, record = choose_hint(scenario, hint_source, options, sources)
+    # Above the switch the learned plan is planned beside the search, except under a deterministic budget,
+    # where the hint waits for it (as at the seed's sizes) so that the run repeats.
+    beside = search and hint_source == DEFAULT_HINT_SOURCE and deterministic_time is None
+    hint, record = choose_hint(scenario, hint_source, options, LNS_AUTO_HINT_SOURCES if beside else AUTO_HINT_SOURCES)
+    learned = _learned_beside(scenario, options) if beside else None
     problems = validate(scenario, hint)
     if problems:
         raise InvalidHintError(f"{record['scheduler']} returned an invalid plan: {problems[0]}")
@@ -134,6 +137,8 @@ def solve(
             max_moves,
             started,
             formulation,
+            learned,
+            record,
         )
     else:
         result = _whole(
@@ -222,8 +227,14 @@ def _search(
     max_moves: int | None,
     started: float,
     formulation: cpsat.Formulation | None,
+    learned: tuple[threading.Thread, dict[str, Any]] | None = None,
+    record: dict[str, Any] | None = None,
 ) -> cpsat.Result:
     """LNS from the hint (:func:`agents.lns.search`); with 2 workers or more, CP-SAT on the whole model beside it.
+
+    ``learned`` is :func:`_learned_beside`'s thread: the learned policy's plan, planned beside the
+    search; LNS continues from it when it arrives and is worth more, and it is returned when it is
+    worth more than the search's plan (the call waits for it: never below today's ``auto`` hint).
 
     The portfolio (up to :data:`PORTFOLIO_MAX_JOBS` jobs): one thread runs CP-SAT on the whole model
     with ``workers - 1`` workers in :data:`WHOLE_ROUNDS` rounds, each hinted with the best plan either
@@ -254,7 +265,7 @@ def _search(
         started=started,
         formulation=formulation,
         stop=stop,
-        incoming=lambda: whole.pop("plan", None),
+        incoming=lambda: whole.pop("plan", None) or (learned[1].pop("plan", None) if learned else None),
         outgoing=lambda found: whole.__setitem__("lns_plan", found),
     )
     trace = list(outcome.trace)
@@ -281,6 +292,20 @@ def _search(
                     bound, source = result.bound, "cpsat"
             if result.plan is not None and result.objective is not None and result.objective > objective + _EPS:
                 plan, objective = result.plan, result.objective
+    if learned is not None:
+        learned[0].join()
+        box = learned[1]
+        if record is not None and "objective" in box:
+            record["candidates"]["ppo"] = round(box["objective"], 6)
+            record["beside"] = "ppo"
+        if record is not None and "error" in box:
+            record["fallback"] = box["error"]
+            print(f"full: no learned plan beside the search, fallback: {box['error']}", file=sys.stderr)
+        if "final" in box and box["objective"] > objective + _EPS:
+            plan = Plan(hint.scenario, "full", list(box["final"].placements), dict(box["final"].curves))
+            plan.metrics = compute_metrics(scenario, plan)
+            objective = plan.metrics.objective
+            trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound))
     problems = validate(scenario, plan)
     error = None
     if problems or objective < hint_objective - _EPS:  # a bug: never return worse than the hint
@@ -372,6 +397,34 @@ def _whole_rounds(
         if result.status is cpsat.Status.OPTIMAL:
             stop.set()
             return
+
+
+def _learned_beside(scenario: Scenario, options: PlanOptions) -> tuple[threading.Thread, dict[str, Any]]:
+    """Start the learned policy (``ppo``, no guard) in a thread; its valid plan lands in the returned dict.
+
+    Above the LNS switch the ``auto`` hint is greedy's, at once, and the learned plan joins when it
+    is ready (measured: 2-7 s at 256 GPUs, 21-32 s at 1,024, and better than greedy's by 0.1-1.8 %
+    on the priority-inversion, uniform-priority and scale-64x30 families). The dict gets
+    ``"plan"`` (taken by LNS), ``"final"`` and ``"objective"``, or ``"error"`` (``"ppo: reason"``).
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            found = get_scheduler("ppo")(scenario, replace(options, guard=Guard.NONE))
+        except (ImportError, ValueError) as exc:  # no usable policy file (agents.ppo.PolicyError) or runtime
+            box["error"] = f"ppo: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            return
+        problems = validate(scenario, found)
+        if problems:
+            box["error"] = f"ppo: returned an invalid plan: {problems[0]}"
+            return
+        box["objective"] = compute_metrics(scenario, found).objective
+        box["final"] = box["plan"] = found
+
+    thread = threading.Thread(target=run, name="full-learned-hint", daemon=True)
+    thread.start()
+    return thread, box
 
 
 def _merged(points: list[cpsat.TracePoint], end: float) -> list[cpsat.TracePoint]:

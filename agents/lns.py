@@ -475,6 +475,8 @@ def search(
                 state, objective = arrived, arrived.objective()
                 adopted += 1
                 trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound.value))
+                if outgoing is not None:
+                    outgoing(state.plan())
         kind = _draw_kind(rng, average)
         region = choose_region(state, rng, kind, round(sizes[kind]))
         if not region.freed and not region.candidates:

@@ -249,3 +249,14 @@ def test_the_portfolio_keeps_every_rule_and_the_hint():
     assert info["bound"] == pytest.approx(min(b for b in info["bounds"].values() if b is not None), abs=1e-5) or (
         info["bound"] == pytest.approx(result.objective, abs=1e-5)
     )
+
+
+def test_the_learned_plan_is_planned_beside_the_search_and_never_lost():
+    """Above the switch the auto hint is greedy's; the learned plan joins when ready and is never lost."""
+    sc = generate("uniform-priority", seed=23, gpus=192)  # 192 jobs
+    result = full.solve(sc, time_limit=2.0, workers=1, max_moves=3)
+    hint = result.plan.info["hint"]
+    assert hint["scheduler"] == "greedy" and hint.get("beside") == "ppo"
+    assert set(hint["candidates"]) == {"greedy", "ppo"}
+    assert result.objective >= max(hint["candidates"].values()) - 1e-5
+    assert validate(sc, result.plan) == []
