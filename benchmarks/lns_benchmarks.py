@@ -152,7 +152,8 @@ def _write_scale(
         '`full` the new one (`mode="auto"`: the whole model up to 180 jobs, LNS above, beside the whole model '
         "up to 300 jobs: `portfolio`); "
         "gaps are against the least bound any run proved (`cpsat`: CP-SAT's bound on the whole model; "
-        "`lp-dual`: the certified LP relaxation). `cpsat bound` is nan where CP-SAT proved none better than the LP.\n\n"
+        "`lp-dual`: the certified LP relaxation). `cpsat bound` is the least bound CP-SAT proved on the whole "
+        "model in any run (nan: none).\n\n"
     )
     text += table(head, rows, right=3)
     gaps = {name: [] for name in names}
