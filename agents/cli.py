@@ -40,6 +40,7 @@ from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario, ScenarioError, dump_scenario, load_scenario, save_scenario
 from gpu_env.validation import Violation, validate
 
+TRACED = ("cpsat", "full")  # the schedulers whose plan.info holds an anytime trace (--trace)
 EXIT_OK = 0
 EXIT_INVALID = 1
 EXIT_BAD_INPUT = 2
@@ -111,12 +112,22 @@ def _plan_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", type=Path, help="scenario file (YAML or JSON)")
     p.add_argument("--scheduler", "-s", required=True, metavar="NAME", help=f"one of: {', '.join(SCHEDULERS)}")
     p.add_argument("-o", "--output", type=Path, metavar="PLAN.json", help="write the plan here (default: stdout)")
+    p.add_argument(
+        "--trace",
+        type=Path,
+        metavar="PNG",
+        help=f"draw objective and bound against seconds here ({' and '.join(TRACED)} only)",
+    )
     add_plan_options(p)
 
 
 def _plan(args: argparse.Namespace) -> int:
     if args.output is not None:
         _check_output(args.output, (".json",))
+    if args.trace is not None:
+        _check_output(args.trace, (".png",), "--trace")
+        if args.scheduler not in TRACED:
+            raise CliError(f"--trace: only {' and '.join(TRACED)} record a trace, not {args.scheduler!r}")
     scenario = load_scenario(args.scenario)
     if args.policy is not None and not args.policy.is_file():
         raise CliError(f"{args.policy}: --policy: no such file")
@@ -136,6 +147,12 @@ def _plan(args: argparse.Namespace) -> int:
     else:
         plan.save(args.output)
         print(f"{args.scheduler} on {scenario.name}: {summary(plan, metrics)} -> {args.output}", file=sys.stderr)
+    if args.trace is not None:
+        from agents.report.trace import plot_trace
+        from gpu_env.render import save_figure
+
+        save_figure(plot_trace(plan.info, scenario.name), args.trace)
+        print(f"{args.scheduler} on {scenario.name}: trace -> {args.trace}", file=sys.stderr)
     if violations:
         print(f"the {args.scheduler} plan is INVALID ({len(violations)} violations):", file=sys.stderr)
         _report_violations(violations, sys.stderr)

@@ -222,6 +222,29 @@ class Assignment:
 # ----------------------------------------------------------------------------- the model
 
 
+@dataclass(frozen=True)
+class Restriction:
+    """Part of the plan held constant: the small model that large-neighbourhood search solves (``agents/lns.py``).
+
+    Every rule stays posted; the restriction only shrinks domains and adds constant load,
+    so every solution of the restricted model, with the held part added back, is a valid plan
+    whenever the held part is (the caller's side of the contract: ``reserved`` holds every job
+    left out of the model, and every left-out job's box lies outside ``gpus`` x ``slots``).
+
+    Attributes:
+        pinned: Job index -> (start, first GPU): the job is placed there, a constant of the model.
+        reserved: (T,) GPUs held in each slot t < T by jobs that are not in the model (rule 7).
+        gpus: (lo, hi): every job that is not pinned takes a block inside GPUs ``lo..hi-1``.
+        slots: (lo, hi): every job that is not pinned starts at ``lo`` or later and, when ``hi`` is not
+            None, ends by ``hi``.
+    """
+
+    pinned: dict[int, tuple[int, int]] = field(default_factory=dict)
+    reserved: np.ndarray | None = None
+    gpus: tuple[int, int] | None = None
+    slots: tuple[int, int | None] | None = None
+
+
 @dataclass
 class JobVars:
     """The variables of one job."""
@@ -251,9 +274,16 @@ class ScheduleModel:
         groups: Identical jobs, as lists of job indices (each list in file order).
     """
 
-    def __init__(self, scenario: Scenario, formulation: Formulation | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, formulation: Formulation | None = None, restriction: Restriction | None = None
+    ) -> None:
         self.scenario = scenario
         self.formulation = formulation or Formulation()
+        if restriction is not None and self.formulation.gpu_cells:
+            raise ValueError("a restriction needs the no-overlap-2D encoding of rule 1, not gpu_cells")
+        self.restriction = restriction
+        reserved = None if restriction is None else restriction.reserved
+        self.reserved = np.zeros(scenario.slots, dtype=np.int64) if reserved is None else np.asarray(reserved)
         self.model = cp_model.CpModel()
         self.values = start_values(scenario)  # (jobs, T + 1) value of each start, before scaling
         self.scale = _choose_scale(scenario, self.values)
@@ -298,6 +328,8 @@ class ScheduleModel:
         _job_variables(self)
         for rule_constraint in RULE_CONSTRAINTS.values():
             rule_constraint(self)
+        if self.restriction is not None:
+            _restrict(self, self.restriction)
         self.start_literals()
         if self.formulation.slot_rows and self.jobs and all(jv.start_lits for jv in self.jobs):
             _slot_rows(self)
@@ -525,10 +557,11 @@ def _capacity(m: ScheduleModel) -> None:
         else:
             load = 0
         m.slot_load.append(load)
-        if m.curves:
+        held = int(m.reserved[t])
+        if m.curves or held:
             intervals.append(m.model.new_fixed_size_interval_var(t, 1, f"slot{t}"))
-            demands.append(load)
-    if m.curves or m.formulation.cumulative_always:
+            demands.append(load + held if held else load)
+    if m.curves or m.reserved.any() or m.formulation.cumulative_always:
         m.model.add_cumulative(intervals, demands, sc.gpus)
 
 
@@ -542,6 +575,30 @@ RULE_CONSTRAINTS: dict[Rule, Callable[[ScheduleModel], None]] = {
     Rule.CAPACITY: _capacity,
 }
 """Every rule of SPEC section 2 (PLAN_FORMAT is about files, not plans), in the order they are posted."""
+
+
+def _restrict(m: ScheduleModel, restriction: Restriction) -> None:
+    """Pinned jobs placed at their spot; every other job's starts and blocks cut to the region (or absent)."""
+    glo, ghi = restriction.gpus or (0, m.scenario.gpus)
+    tlo, thi = restriction.slots or (0, None)
+    for jv in m.jobs:
+        spot = restriction.pinned.get(jv.index)
+        if spot is not None:
+            start, first = spot
+            if start not in jv.starts or first not in jv.blocks:
+                raise ValueError(f"pinned job {jv.job.id!r} at {spot} breaks rule 3, 4 or 5")
+            jv.present.with_domain(Domain(1, 1))
+            jv.starts, jv.blocks = [start], [first]
+        else:
+            d, k = jv.job.duration, jv.job.gpus
+            starts = [t for t in jv.starts if t >= tlo and (thi is None or t + d <= thi)]
+            blocks = [a for a in jv.blocks if glo <= a and a + k <= ghi]
+            if not starts or not blocks:  # nowhere to go in the region: absent (one value per domain)
+                jv.present.with_domain(Domain(0, 0))
+                starts, blocks = jv.starts[:1], jv.blocks[:1]
+            jv.starts, jv.blocks = starts, blocks
+        jv.start.with_domain(Domain.from_values(jv.starts))
+        jv.first.with_domain(Domain.from_values(jv.blocks))
 
 
 # ----------------------------------------------------------------------------- rule 1, two encodings
@@ -602,7 +659,7 @@ def _slot_rows(m: ScheduleModel) -> None:
             if covering:
                 terms.append(jv.job.gpus * sum(covering))
         if terms:
-            m.model.add(sum(terms) + m.slot_load[t] <= sc.gpus)
+            m.model.add(sum(terms) + m.slot_load[t] <= sc.gpus - int(m.reserved[t]))
 
 
 def _symmetry(m: ScheduleModel) -> None:
@@ -618,9 +675,10 @@ def _symmetry(m: ScheduleModel) -> None:
     """
     sc = m.scenario
     groups: dict[tuple[Any, ...], list[int]] = {}
+    pinned = {} if m.restriction is None else m.restriction.pinned
     for jv in m.jobs:
         job = jv.job
-        if job.running_on is not None or not jv.starts or _upper(jv.present) == 0:
+        if job.running_on is not None or not jv.starts or _upper(jv.present) == 0 or jv.index in pinned:
             continue
         key = (job.gpus, job.duration, job.release, job.deadline, tuple(sorted(jv.table.items())))
         groups.setdefault(key, []).append(jv.index)
@@ -664,7 +722,8 @@ def _normal_patterns(m: ScheduleModel) -> None:
     sc = m.scenario
     jobs = [jv for jv in m.jobs if _upper(jv.present) == 1]
     if (
-        sc.apps
+        m.restriction is not None
+        or sc.apps
         or sc.node_size != sc.gpus
         or any(jv.job.running_on is not None or jv.job.release != 0 or len(set(jv.table.values())) > 1 for jv in jobs)
     ):
@@ -838,11 +897,15 @@ def _objective(m: ScheduleModel) -> None:
 
 
 class _Trace(cp_model.CpSolverSolutionCallback):
-    def __init__(self, started: float, scale: int) -> None:
+    def __init__(
+        self, started: float, scale: int, model: ScheduleModel, on_plan: Callable[[Plan], None] | None = None
+    ) -> None:
         super().__init__()
         self.started = started
         self.scale = scale
         self.points: list[TracePoint] = []
+        self.schedule = model
+        self.on_plan = on_plan
 
     def on_solution_callback(self) -> None:
         self.points.append(
@@ -852,6 +915,8 @@ class _Trace(cp_model.CpSolverSolutionCallback):
                 self.best_objective_bound / self.scale,
             )
         )
+        if self.on_plan is not None:
+            self.on_plan(self.schedule.plan_from(self.schedule.read_solution(self.value)))
 
 
 def _solver(
@@ -884,6 +949,8 @@ def solve(
     formulation: Formulation | None = None,
     log: bool = False,
     started: float | None = None,
+    on_solver: Callable[[cp_model.CpSolver], None] | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
 ) -> Result:
     """Solve a scenario exactly, anytime.
 
@@ -898,6 +965,9 @@ def solve(
         formulation: Model options (default: the chosen formulation).
         log: Print CP-SAT's search log.
         started: ``time.perf_counter()`` at which the caller's clock began (trace times count from it).
+        on_solver: Called with the solver just before the search (another thread may then
+            ``stop_search()`` it: full mode's portfolio, ``agents/full.py``).
+        on_plan: Called with the plan of every improving solution, from the solver's thread.
 
     Returns:
         The best plan found with its status, exact objective, proven bound and trace.
@@ -911,12 +981,15 @@ def solve(
         m.model.add(m.objective >= m.objective_of(m.assignment_from_plan(cutoff)))
     remaining = time_limit - (time.perf_counter() - started)
     solver = _solver(f, remaining, workers, seed, deterministic_time, log)
-    trace = _Trace(started, m.scale)
+    trace = _Trace(started, m.scale, m, on_plan)
+    if on_solver is not None:
+        on_solver(solver)
     code = solver.solve(m.model, trace)
     if code == cp_model.MODEL_INVALID:  # a bug in this module, never the user's input
         raise RuntimeError(f"CP-SAT model invalid: {m.model.validate()}")
     status = _STATUS[code]
-    scaled_bound = solver.best_objective_bound if code != cp_model.INFEASIBLE else None
+    # With no solution CP-SAT's bound is not one (it reads 0.0 when the limit struck before the search): none.
+    scaled_bound = solver.best_objective_bound if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
     assignment = m.read_solution(solver.value) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
     dtime = solver.deterministic_time
     bound = None if scaled_bound is None else scaled_bound / m.scale
@@ -944,6 +1017,15 @@ def plan_info(status: Status, bound: float | None, gap: float | None) -> dict[st
     }
 
 
+def trace_info(points: list[TracePoint]) -> dict[str, list[float | None]]:
+    """A trace as ``plan.info["trace"]``: seconds, objective and bound (null while none is proved), in order."""
+    return {
+        "seconds": [round(p.seconds, 4) for p in points],
+        "objective": [round(p.objective, 6) for p in points],
+        "bound": [round(p.bound, 6) if math.isfinite(p.bound) else None for p in points],
+    }
+
+
 def fallback_plan(scenario: Scenario, scheduler: str) -> Plan:
     """A valid plan when the solver found none in time: inherited jobs only, each app at its ramp floor."""
     placements = [Placement(job.id, 0, tuple(job.running_on)) for job in scenario.jobs if job.running_on is not None]
@@ -968,6 +1050,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
         deterministic_time=options.deterministic_time,
     )
     if result.plan is not None:
+        result.plan.info["trace"] = trace_info(result.trace)
         return result.plan
     fallback = fallback_plan(scenario, "cpsat")
     objective = compute_metrics(scenario, fallback).objective

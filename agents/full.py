@@ -9,6 +9,15 @@ solution of known objective and spends the rest of the time limit improving it
 and proving a bound. The plan returned is never worse than the hint: when
 CP-SAT ends without a better plan, the hint itself is returned.
 
+Full mode chooses by the instance's size (:class:`Mode`): up to
+:data:`agents.lns.LNS_ABOVE_JOBS` jobs CP-SAT gets the whole model (the seed's
+behaviour, which proves the optimum of every benchmark scenario in seconds);
+above it, large-neighbourhood search around CP-SAT (:mod:`agents.lns`) improves
+the hint a region at a time. Either way the bound is the least of CP-SAT's bound
+on the whole model and the certified LP relaxation (:mod:`agents.relaxation`),
+``plan.info["bound_source"]`` says which, and ``plan.info["trace"]`` records
+objective and bound over time.
+
 A fallback is never silent: when ``"auto"`` cannot run a source (no loadable
 policy for ``ppo``), one line on stderr says which hint was used and why, and
 ``plan.info["hint"]`` records the hint's scheduler, every candidate's objective
@@ -21,15 +30,19 @@ and the ``fallback`` reason.
 
 from __future__ import annotations
 
+import math
 import sys
+import threading
 import time
 from dataclasses import replace
+from enum import StrEnum
 from typing import Any
 
-from agents import cpsat
+from agents import cpsat, lns
 from agents.options import Guard, PlanOptions
 from agents.ppo import PolicyError
 from agents.registry import SchedulerUnavailableError, get_scheduler
+from agents.relaxation import lp_bound
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
@@ -37,6 +50,19 @@ from gpu_env.validation import validate
 
 DEFAULT_HINT_SOURCE = "auto"  # the better of greedy's plan and the learned policy's (when a policy loads)
 AUTO_HINT_SOURCES = ("ppo", "greedy")
+LNS_AUTO_HINT_SOURCES = ("greedy",)
+"""``"auto"`` above the LNS switch starts from greedy at once (0.1-0.4 s) and plans with the learned policy beside
+the search (its 8 rollouts take 2-7 s at 256 GPUs and 21-32 s at 1,024, measured: docs/exact-mode.md)."""
+
+
+class Mode(StrEnum):
+    """How full mode improves its hint."""
+
+    AUTO = "auto"  # LNS above agents.lns.LNS_ABOVE_JOBS jobs, else the whole model
+    WHOLE = "whole"  # one CP-SAT model of the whole problem (the seed's full mode)
+    LNS = "lns"  # large-neighbourhood search around CP-SAT (agents/lns.py)
+
+
 _EPS = 1e-9
 
 
@@ -56,6 +82,8 @@ def solve(
     formulation: cpsat.Formulation | None = None,
     use_hint: bool = True,
     use_cutoff: bool = False,
+    mode: Mode | str = Mode.AUTO,
+    max_moves: int | None = None,
 ) -> cpsat.Result:
     """Plan with ``hint_source``, then improve its plan with CP-SAT until ``time_limit`` (hint time included).
 
@@ -63,30 +91,90 @@ def solve(
         scenario: The problem.
         time_limit: Wall-clock seconds for the whole call.
         workers: CP-SAT workers.
-        seed: CP-SAT ``random_seed`` (and the hint scheduler's seed).
+        seed: CP-SAT ``random_seed`` (and the hint scheduler's seed, and the neighbourhoods' draws).
         hint_source: Name of the scheduler whose plan is the hint.
         options: Options for the hint scheduler (its ``policy``, for a learned one).
-        deterministic_time: Also stop CP-SAT after this much deterministic time.
+        deterministic_time: Also stop CP-SAT after this much deterministic time (with LNS: the sum
+            over the sub-solves, the repeatable budget).
         formulation: Model options.
-        use_hint: Hand the plan to CP-SAT as a hint of every variable.
-        use_cutoff: Require CP-SAT's plans to reach the plan's objective (a constraint).
+        use_hint: Hand the plan to CP-SAT as a hint of every variable (whole model).
+        use_cutoff: Require CP-SAT's plans to reach the plan's objective (a constraint; whole model).
+        mode: ``"whole"`` (one CP-SAT model of everything), ``"lns"`` (large-neighbourhood search,
+            :mod:`agents.lns`) or ``"auto"``: LNS above :data:`agents.lns.LNS_ABOVE_JOBS` jobs.
+        max_moves: With LNS, stop after this many sub-solves.
 
     Returns:
         The result; its plan is the better of CP-SAT's best plan and the hint, and
-        its ``info`` holds the solver's status, bound and gap and, under ``"hint"``,
-        :func:`choose_hint`'s record. The trace starts with the hint (its bound is
-        infinite: nothing is proved yet).
+        its ``info`` holds the solver's status, bound (the least of CP-SAT's and the
+        LP relaxation's, :mod:`agents.relaxation`; ``bound_source`` says which) and gap,
+        the ``mode``, the ``trace`` (seconds, objective, bound; the hint first, its
+        bound null) and, under ``"hint"``, :func:`choose_hint`'s record.
 
     Raises:
         InvalidHintError: The hint scheduler's plan breaks a rule.
     """
     started = time.perf_counter()
     options = options or PlanOptions(time_limit=time_limit, seed=seed, workers=workers)
-    hint, record = choose_hint(scenario, hint_source, options)
+    mode = Mode(mode)
+    search = mode is Mode.LNS or (mode is Mode.AUTO and lns.use_lns(scenario))
+    # Above the switch the learned plan is planned beside the search, except under a deterministic budget,
+    # where the hint waits for it (as at the seed's sizes) so that the run repeats.
+    beside = search and hint_source == DEFAULT_HINT_SOURCE and deterministic_time is None
+    hint, record = choose_hint(scenario, hint_source, options, LNS_AUTO_HINT_SOURCES if beside else AUTO_HINT_SOURCES)
+    learned = _learned_beside(scenario, options) if beside else None
     problems = validate(scenario, hint)
     if problems:
         raise InvalidHintError(f"{record['scheduler']} returned an invalid plan: {problems[0]}")
     hint_objective = compute_metrics(scenario, hint).objective
+    if search:
+        result = _search(
+            scenario,
+            hint,
+            hint_objective,
+            time_limit,
+            workers,
+            seed,
+            deterministic_time,
+            max_moves,
+            started,
+            formulation,
+            learned,
+            record,
+        )
+    else:
+        result = _whole(
+            scenario,
+            hint,
+            hint_objective,
+            time_limit,
+            workers,
+            seed,
+            deterministic_time,
+            use_hint,
+            use_cutoff,
+            started,
+            formulation,
+        )
+    if result.plan is not None:
+        result.plan.info["hint"] = record
+    result.runtime = time.perf_counter() - started
+    return result
+
+
+def _whole(
+    scenario: Scenario,
+    hint: Plan,
+    hint_objective: float,
+    time_limit: float,
+    workers: int,
+    seed: int,
+    deterministic_time: float | None,
+    use_hint: bool,
+    use_cutoff: bool,
+    started: float,
+    formulation: cpsat.Formulation | None,
+) -> cpsat.Result:
+    """The seed's full mode: CP-SAT on the whole model from the hint; the LP bound when it proves nothing."""
     hint_point = cpsat.TracePoint(time.perf_counter() - started, hint_objective, float("inf"))
     result = cpsat.solve(
         scenario,
@@ -109,17 +197,271 @@ def solve(
         chosen.metrics = compute_metrics(scenario, chosen)
         bound = None if result.bound is None else max(result.bound, hint_objective)
         result.status, result.plan, result.objective, result.bound = status, chosen, hint_objective, bound
-        chosen.info = cpsat.plan_info(status, bound, result.gap)
-    if result.plan is not None:
-        result.plan.info["hint"] = record
-    result.runtime = time.perf_counter() - started
+    assert result.plan is not None and result.objective is not None  # at least the hint
+    bounds: dict[str, float | None] = {"cpsat": None if result.bound is None else round(result.bound, 6)}
+    source = "cpsat"
+    if result.status is not cpsat.Status.OPTIMAL:  # CP-SAT proved nothing: the LP relaxation may do better
+        relaxed = lp_bound(scenario)
+        bounds["lp-dual"] = round(relaxed.value, 6)
+        if result.bound is None or relaxed.value < result.bound:
+            result.bound, source = max(relaxed.value, result.objective), "lp-dual"
+    end = time.perf_counter() - started
+    result.trace.append(cpsat.TracePoint(end, result.objective, math.inf if result.bound is None else result.bound))
+    result.plan.info = {
+        **cpsat.plan_info(result.status, result.bound, result.gap),
+        "bound_source": source,
+        "bounds": bounds,
+        "mode": Mode.WHOLE.value,
+        "trace": cpsat.trace_info(result.trace),
+    }
     return result
 
 
-def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> tuple[Plan, dict[str, Any]]:
+def _search(
+    scenario: Scenario,
+    hint: Plan,
+    hint_objective: float,
+    time_limit: float,
+    workers: int,
+    seed: int,
+    deterministic_time: float | None,
+    max_moves: int | None,
+    started: float,
+    formulation: cpsat.Formulation | None,
+    learned: tuple[threading.Thread, dict[str, Any]] | None = None,
+    record: dict[str, Any] | None = None,
+) -> cpsat.Result:
+    """LNS from the hint (:func:`agents.lns.search`); with 2 workers or more, CP-SAT on the whole model beside it.
+
+    ``learned`` is :func:`_learned_beside`'s thread: the learned policy's plan, planned beside the
+    search; LNS continues from it when it arrives and is worth more, and it is returned when it is
+    worth more than the search's plan (the call waits for it: never below today's ``auto`` hint).
+
+    The portfolio (up to :data:`PORTFOLIO_MAX_JOBS` jobs): one thread runs CP-SAT on the whole model
+    with ``workers - 1`` workers in :data:`WHOLE_ROUNDS` rounds, each hinted with the best plan either
+    search has then (its search improves mid-size instances and may prove them, its bound may beat
+    the LP's); the other runs LNS with one-worker sub-solves and continues from any better plan the
+    whole model finds. Whichever proves the optimum first stops the other; the better plan is
+    returned. With one worker, or above the portfolio's size, LNS runs alone (with one worker: repeatable).
+    """
+    whole: dict[str, Any] = {"results": []}
+    stop = threading.Event()
+    thread = None
+    if workers >= 2 and len(scenario.jobs) <= PORTFOLIO_MAX_JOBS:
+        thread = threading.Thread(
+            target=_captured,
+            args=(whole, _whole_rounds, scenario, hint, whole, stop, time_limit, workers - 1, seed, deterministic_time)
+            + (started, formulation),
+            name="full-whole-model",
+            daemon=True,
+        )
+        thread.start()
+    outcome = lns.search(
+        scenario,
+        hint,
+        time_limit=time_limit,
+        workers=1 if thread is not None else workers,
+        seed=seed,
+        deterministic_time=deterministic_time,
+        max_moves=max_moves,
+        started=started,
+        formulation=formulation,
+        stop=stop,
+        incoming=lambda: whole.pop("plan", None) or (learned[1].pop("plan", None) if learned else None),
+        outgoing=lambda found: whole.__setitem__("lns_plan", found),
+    )
+    trace = list(outcome.trace)
+    plan, objective = outcome.plan, outcome.objective
+    bounds: dict[str, float | None] = {"cpsat": None, outcome.bound.source: round(outcome.bound.value, 6)}
+    bound, source = outcome.bound.value, outcome.bound.source
+    portfolio: dict[str, Any] = {"lns": round(objective, 6), "adopted": outcome.adopted}
+    if thread is not None:
+        stop.set()  # LNS is done (time, moves or a proof): the whole model stops too
+        solver = whole.get("solver")
+        if solver is not None and thread.is_alive():
+            solver.stop_search()
+        thread.join()
+        if "bug" in whole:
+            raise whole["bug"]
+        results: list[cpsat.Result] = whole["results"]
+        portfolio["whole"] = [
+            {"objective": None if r.objective is None else round(r.objective, 6), "status": r.status.value}
+            for r in results
+        ]
+        for result in results:
+            trace += result.trace
+            if result.bound is not None and (bounds["cpsat"] is None or result.bound < bounds["cpsat"]):
+                bounds["cpsat"] = round(result.bound, 6)
+                if result.bound < bound:
+                    bound, source = result.bound, "cpsat"
+            if result.plan is not None and result.objective is not None and result.objective > objective + _EPS:
+                plan, objective = result.plan, result.objective
+    if learned is not None:
+        learned[0].join()
+        box = learned[1]
+        if "bug" in box:
+            raise box["bug"]
+        if record is not None and "objective" in box:
+            record["candidates"]["ppo"] = round(box["objective"], 6)
+            record["beside"] = "ppo"
+        if record is not None and "error" in box:
+            record["fallback"] = box["error"]
+            print(f"full: no learned plan beside the search, fallback: {box['error']}", file=sys.stderr)
+        if "final" in box and box["objective"] > objective + _EPS:
+            plan = Plan(hint.scenario, "full", list(box["final"].placements), dict(box["final"].curves))
+            plan.metrics = compute_metrics(scenario, plan)
+            objective = plan.metrics.objective
+            trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound))
+    problems = validate(scenario, plan)
+    error = None
+    if problems or objective < hint_objective - _EPS:  # a bug: never return worse than the hint
+        error = str(problems[0]) if problems else f"objective {objective} below the hint's {hint_objective}"
+        print(f"full: plan refused ({error}), returning the hint", file=sys.stderr)
+        plan = Plan(hint.scenario, "full", list(hint.placements), dict(hint.curves))
+        plan.metrics = compute_metrics(scenario, plan)
+        objective = plan.metrics.objective
+    plan.scheduler = "full"
+    bound = max(bound, objective)
+    gap = cpsat.optimality_gap(objective, bound)
+    status = cpsat.Status.OPTIMAL if gap is not None and gap <= 1e-9 else cpsat.Status.FEASIBLE
+    trace = _merged(trace, time.perf_counter() - started)
+    summary: dict[str, Any] = {
+        "moves": len(outcome.moves),
+        "accepted": sum(m.gain > _EPS for m in outcome.moves),
+        "deterministic_time": round(outcome.deterministic_time, 6),
+        "kinds": lns.summary(outcome.moves),
+        "portfolio": portfolio,
+    }
+    if error is not None:
+        summary["error"] = error
+    plan.info = {
+        **cpsat.plan_info(status, bound, gap),
+        "bound_source": source,
+        "bounds": bounds,
+        "mode": Mode.LNS.value,
+        "trace": cpsat.trace_info(trace),
+        "lns": summary,
+    }
+    runtime = time.perf_counter() - started
+    return cpsat.Result(status, plan, objective, bound, runtime, trace, 1, outcome.deterministic_time)
+
+
+PORTFOLIO_MAX_JOBS = 300
+"""Above the LNS switch and up to this many jobs, with 2 workers or more, CP-SAT on the whole model runs beside LNS.
+
+Measured (30 s, greedy hint, 2 workers): the whole model proved the optimum of scale-64x30 at 512 GPUs (240 jobs)
+and reached 0.98-0.997 of the bound at 128 GPUs (141-166 jobs), but added nothing to the hint on priority-inversion
+at 256 GPUs (192 jobs) or at 282 jobs and more; above 300 jobs its thread would only take a core from LNS."""
+
+WHOLE_ROUNDS = 3
+"""The portfolio's whole-model thread restarts CP-SAT this many times within the budget, each from the best plan
+either search has then (a restart costs a presolve: 0.8 s at 128 GPUs)."""
+
+
+def _whole_rounds(
+    scenario: Scenario,
+    hint: Plan,
+    shared: dict[str, Any],
+    stop: threading.Event,
+    time_limit: float,
+    workers: int,
+    seed: int,
+    deterministic_time: float | None,
+    started: float,
+    formulation: cpsat.Formulation | None,
+) -> None:
+    """CP-SAT on the whole model in rounds, each hinted with the best plan so far; results go to ``shared``."""
+    best = hint
+    best_objective = compute_metrics(scenario, hint).objective
+    for round_ in range(WHOLE_ROUNDS):
+        if stop.is_set():
+            return
+        left = time_limit - (time.perf_counter() - started)
+        if left < 1.0:
+            return
+        offered = shared.get("lns_plan")
+        if offered is not None:
+            value = compute_metrics(scenario, offered).objective
+            if value > best_objective + _EPS:
+                best, best_objective = offered, value
+        end = time_limit if round_ == WHOLE_ROUNDS - 1 else time_limit - left + left / (WHOLE_ROUNDS - round_)
+        result = cpsat.solve(
+            scenario,
+            time_limit=end,
+            workers=workers,
+            seed=seed + round_,
+            deterministic_time=deterministic_time,
+            hint=best,
+            formulation=formulation,
+            started=started,
+            on_solver=lambda solver: shared.__setitem__("solver", solver),
+            on_plan=lambda found: shared.__setitem__("plan", found),
+        )
+        shared["results"].append(result)
+        if result.plan is not None and result.objective is not None and result.objective > best_objective + _EPS:
+            best, best_objective = result.plan, result.objective
+        if result.status is cpsat.Status.OPTIMAL:
+            stop.set()
+            return
+
+
+def _captured(box: dict[str, Any], function: Any, *args: Any) -> None:
+    """Run ``function(*args)`` in a thread; an exception is kept in ``box["bug"]`` for the caller to raise again."""
+    try:
+        function(*args)
+    except BaseException as exc:  # re-raised by the caller after join: a bug in a thread is never lost
+        box["bug"] = exc
+
+
+def _learned_beside(scenario: Scenario, options: PlanOptions) -> tuple[threading.Thread, dict[str, Any]]:
+    """Start the learned policy (``ppo``, no guard) in a thread; its valid plan lands in the returned dict.
+
+    Above the LNS switch the ``auto`` hint is greedy's, at once, and the learned plan joins when it
+    is ready (measured: 2-7 s at 256 GPUs, 21-32 s at 1,024, and better than greedy's by 0.1-1.8 %
+    on the priority-inversion, uniform-priority and scale-64x30 families). The dict gets
+    ``"plan"`` (taken by LNS), ``"final"`` and ``"objective"``, or ``"error"`` (``"ppo: reason"``).
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            found = get_scheduler("ppo")(scenario, replace(options, guard=Guard.NONE))
+        except (PolicyError, SchedulerUnavailableError) as exc:  # no usable policy file or runtime
+            box["error"] = f"ppo: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            return
+        except BaseException as exc:  # a bug in the planner: raised again in the caller's thread, not lost here
+            box["bug"] = exc
+            return
+        problems = validate(scenario, found)
+        if problems:
+            box["error"] = f"ppo: returned an invalid plan: {problems[0]}"
+            return
+        box["objective"] = compute_metrics(scenario, found).objective
+        box["final"] = box["plan"] = found
+
+    thread = threading.Thread(target=run, name="full-learned-hint", daemon=True)
+    thread.start()
+    return thread, box
+
+
+def _merged(points: list[cpsat.TracePoint], end: float) -> list[cpsat.TracePoint]:
+    """Points of several searches as one trace: in time order, the best objective and the least bound so far."""
+    out: list[cpsat.TracePoint] = []
+    best, least = -math.inf, math.inf
+    for p in sorted(points, key=lambda p: p.seconds):
+        best, least = max(best, p.objective), min(least, p.bound)
+        out.append(cpsat.TracePoint(p.seconds, best, least))
+    if out:
+        out.append(cpsat.TracePoint(max(end, out[-1].seconds), best, least))
+    return out
+
+
+def choose_hint(
+    scenario: Scenario, hint_source: str, options: PlanOptions, sources: tuple[str, ...] = AUTO_HINT_SOURCES
+) -> tuple[Plan, dict[str, Any]]:
     """The hint plan and a record of how it was chosen.
 
-    ``"auto"`` runs every scheduler of ``AUTO_HINT_SOURCES`` (``ppo`` with ``guard="none"``) and keeps the best
+    ``"auto"`` runs every scheduler of ``sources`` (``ppo`` with ``guard="none"``) and keeps the best
     plan (the first on a tie). A source that cannot run (no loadable policy file,
     :class:`agents.ppo.PolicyError`, or a missing package,
     :class:`agents.registry.SchedulerUnavailableError`) is skipped, and the skip is said in one
@@ -140,7 +482,7 @@ def choose_hint(scenario: Scenario, hint_source: str, options: PlanOptions) -> t
     best: tuple[float, str, Plan] | None = None
     candidates: dict[str, float] = {}
     failures: list[str] = []
-    for name in AUTO_HINT_SOURCES:
+    for name in sources:
         # The learned candidate without its guard: greedy is a candidate of its own (not run twice).
         source_options = replace(options, guard=Guard.NONE) if name == "ppo" else options
         try:

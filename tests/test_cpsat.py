@@ -344,7 +344,8 @@ def test_schedulers_return_valid_plans_with_status_bound_gap(name):
     plan = run_scheduler(name, sc, PlanOptions(**EXACT))
     assert_valid(sc, plan)
     assert plan.scheduler == name
-    assert set(plan.info) == {"status", "bound", "gap"} | ({"hint"} if name == "full" else set())
+    extra = {"hint", "bound_source", "bounds", "mode"} if name == "full" else set()
+    assert set(plan.info) == {"status", "bound", "gap", "trace"} | extra
     assert plan.info["status"] == "optimal" and plan.info["gap"] < 1e-5
     assert plan.info["bound"] >= plan.metrics.objective - 1e-9
     assert Plan.from_dict(plan.to_dict()).info == plan.info

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agents import cpsat, fifo, full, greedy, ppo
+from agents import cpsat, fifo, full, greedy, ppo, relaxation
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
 from gpu_env.generators import generate
@@ -155,9 +155,14 @@ def test_cpsat_below_its_hint_returns_the_hint(scenario, monkeypatch, status, wo
     assert validate(scenario, plan) == []
     assert plan.metrics.objective == pytest.approx(hint.metrics.objective)
     assert plan.info["status"] == expected
-    if bound is None:
-        assert plan.info["bound"] is None and plan.info["gap"] is None
-    else:  # the bound is never below the plan returned
-        assert plan.info["bound"] == pytest.approx(max(bound, hint.metrics.objective))
-        assert (plan.info["gap"] > 0) == (bound > hint.metrics.objective)
+    # Unproved: the least of CP-SAT's bound and the certified LP relaxation's, never below the plan returned.
+    relaxed = relaxation.lp_bound(scenario).value
+    if expected == "optimal":
+        assert plan.info["bound_source"] == "cpsat" and "lp-dual" not in plan.info["bounds"]
+        best = bound
+    else:
+        best = relaxed if bound is None else min(bound, relaxed)
+        assert plan.info["bound_source"] == ("lp-dual" if best == relaxed else "cpsat")
+    assert plan.info["bound"] == pytest.approx(max(best, hint.metrics.objective))
+    assert (plan.info["gap"] > 0) == (best > hint.metrics.objective + 1e-6)
     assert plan.info["hint"]["scheduler"] == "greedy"
