@@ -250,8 +250,11 @@ def _search(
     if workers >= 2 and len(scenario.jobs) <= PORTFOLIO_MAX_JOBS:
         thread = threading.Thread(
             target=_captured,
-            args=(whole, _whole_rounds, scenario, hint, whole, stop, time_limit, workers - 1, seed, deterministic_time)
-            + (started, formulation),
+            args=(
+                whole,
+                _whole_rounds,
+                *(scenario, hint, whole, stop, time_limit, workers - 1, seed, deterministic_time, started, formulation),
+            ),
             name="full-whole-model",
             daemon=True,
         )
