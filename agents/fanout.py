@@ -64,7 +64,7 @@ from typing import Any, Literal
 from agents.options import Guard, PlanOptions
 from agents.registry import run_scheduler
 from gpu_env.metrics import compute_metrics
-from gpu_env.plan import Plan
+from gpu_env.plan import Plan, without_timings
 from gpu_env.scenario import Scenario, load_scenario, scenario_from_dict
 from gpu_env.validation import validate
 
@@ -241,6 +241,8 @@ class TaskResult:
         data = self.to_dict()
         for name in (*TIMING_FIELDS, *PLACE_FIELDS):
             data.pop(name, None)
+        if data.get("plan") is not None:
+            data["plan"] = without_timings(data["plan"])  # an anytime trace's seconds
         return data
 
     def to_plan(self, scenario: Scenario) -> Plan | None:

@@ -142,3 +142,24 @@ class Plan:
     def curve(self, app: str, slots: int) -> np.ndarray:
         """An app's real-time curve, zeros when the plan has none for it."""
         return np.asarray(self.curves.get(app, [0] * slots), dtype=np.int64)
+
+
+def without_timings(document: dict[str, Any]) -> dict[str, Any]:
+    """A plan document (``Plan.to_dict()``) without what the clock measured: equal for two runs of a repeatable plan.
+
+    Drops ``solve_ms`` and the ``seconds`` of every anytime trace in ``info`` (full mode's, and its
+    hint's); objectives, bounds and every other field are kept.
+    """
+
+    def strip(value: Any, key: str | None = None) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: strip(v, k)
+                for k, v in value.items()
+                if not (k == "seconds" and key == "trace") and not (key is None and k == "solve_ms")
+            }
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(document)

@@ -182,5 +182,7 @@ def exact_options(**extra) -> dict:
 
 
 def strip_timing(document: dict, keys: Sequence[str] = ("solve_ms",)) -> dict:
-    """A plan document without its timings (and a ppo/full info's timings, none today)."""
-    return {k: v for k, v in document.items() if k not in keys}
+    """A plan document without its timings: ``keys`` and every anytime trace's seconds (see without_timings)."""
+    from gpu_env.plan import without_timings
+
+    return without_timings({k: v for k, v in document.items() if k not in keys})

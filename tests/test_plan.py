@@ -11,7 +11,7 @@ from agents.cli import main
 from agents.options import PlanOptions
 from agents.registry import SCHEDULERS, run_scheduler
 from gpu_env.metrics import compute_metrics
-from gpu_env.plan import Placement, Plan
+from gpu_env.plan import Placement, Plan, without_timings
 from gpu_env.scenario import ScenarioError, load_scenario
 from gpu_env.validation import validate
 
@@ -85,3 +85,29 @@ def test_plan_without_info_reads_back_empty():
     plan = Plan.from_dict({"placements": [{"job": "a", "start": 0, "gpus": [0]}]})
     assert plan.info == {} and plan.placements == [Placement("a", 0, (0,))]
     assert plan.to_dict()["info"] == {}
+
+
+def test_without_timings_drops_the_clock_only():
+    document = {
+        "scenario": "s",
+        "solve_ms": 3.2,
+        "placements": [{"job": "a", "start": 0, "gpus": [0]}],
+        "info": {
+            "status": "optimal",
+            "trace": {"seconds": [0.1, 0.2], "objective": [1.0, 2.0], "bound": [3.0, 2.0]},
+            "hint": {"scheduler": "greedy", "info": {"trace": {"seconds": [0.05], "objective": [1.0]}}},
+            "seconds": 7,  # not a trace's: kept
+        },
+    }
+    stripped = without_timings(document)
+    assert stripped == {
+        "scenario": "s",
+        "placements": [{"job": "a", "start": 0, "gpus": [0]}],
+        "info": {
+            "status": "optimal",
+            "trace": {"objective": [1.0, 2.0], "bound": [3.0, 2.0]},
+            "hint": {"scheduler": "greedy", "info": {"trace": {"objective": [1.0]}}},
+            "seconds": 7,
+        },
+    }
+    assert document["info"]["trace"]["seconds"] == [0.1, 0.2]  # the input is left as it was
