@@ -408,6 +408,12 @@ def _whole_rounds(
             return
 
 
+def _skip_reason(name: str, exc: BaseException) -> str:
+    """``name: first line of the error`` (its type where it has no message): how a skipped hint source is named."""
+    text = str(exc)
+    return f"{name}: {text.splitlines()[0] if text else type(exc).__name__}"
+
+
 def _captured(box: dict[str, Any], function: Any, *args: Any) -> None:
     """Run ``function(*args)`` in a thread; an exception is kept in ``box["bug"]`` for the caller to raise again."""
     try:
@@ -430,7 +436,7 @@ def _learned_beside(scenario: Scenario, options: PlanOptions) -> tuple[threading
         try:
             found = get_scheduler("ppo")(scenario, replace(options, guard=Guard.NONE))
         except (PolicyError, SchedulerUnavailableError) as exc:  # no usable policy file or runtime
-            box["error"] = f"ppo: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            box["error"] = _skip_reason("ppo", exc)
             return
         except BaseException as exc:  # a bug in the planner: raised again in the caller's thread, not lost here
             box["bug"] = exc
@@ -491,9 +497,9 @@ def choose_hint(
         try:
             candidate = get_scheduler(name)(scenario, source_options)
         except (PolicyError, SchedulerUnavailableError) as exc:  # no usable policy file or runtime; a bug propagates
-            if name == AUTO_HINT_SOURCES[-1] and best is None:
+            if name == sources[-1] and best is None:
                 raise
-            failures.append(f"{name}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+            failures.append(_skip_reason(name, exc))
             continue
         objective = compute_metrics(scenario, candidate).objective
         candidates[name] = round(objective, 6)
