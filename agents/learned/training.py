@@ -1,0 +1,349 @@
+"""Training the queue scorer: imitation of proven optima, then self-labelling and POMO on the compiled decoder.
+
+Every phase works on *labels*: for each training instance, the best job order
+(and trade mode) known so far, with the objective the decoder reaches with it.
+
+1. **Labels to start from.** Where CP-SAT proved an optimum
+   (:mod:`agents.learned.optima`), its plan replayed into the list action space:
+   the placed jobs by start (then first GPU), the others after them by value
+   (:func:`order_from_plan`). Everywhere, greedy's own orderings (priority and
+   value) too; the best decode of them is the instance's first label.
+2. **Imitation.** The scorer is fitted to the labels by ListMLE: the
+   Plackett-Luce likelihood of the label order (:func:`agents.learned.scorer.order_log_prob`),
+   and the mode logit to the label's mode.
+3. **Self-labelling and POMO.** Each round draws K orders per instance from the
+   current scores (Gumbel-top-k), decodes them all in one compiled call per
+   instance, replaces a label when a draw beats it (SLIM's self-labelling), and
+   takes a policy-gradient step with the K draws' mean as the shared baseline
+   (POMO), beside the ListMLE step on the labels.
+4. **Curriculum over sizes.** Later stages add larger clusters (128-1,024 GPUs),
+   where no optimum is known and the labels come from greedy's orders and the
+   policy's own best draws.
+
+Everything is seeded: the instances, the draws and torch.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from agents.learned.scorer import QueueScorer, order_log_prob
+from gpu_env.generators import generate
+from gpu_env.listsched import MODE_AFTER, MODE_INLINE, ListInstance, decode
+from gpu_env.queue_features import cluster_features, job_features
+from gpu_env.scenario import Scenario
+
+
+@dataclass
+class Item:
+    """One training instance with its features and its label.
+
+    Attributes:
+        scenario: The scenario.
+        inst: Its decoder arrays.
+        jobs: (n, F) job features.
+        cluster: (C,) cluster features.
+        pending: (m,) indices of the jobs to order.
+        scale: Objective scale (greedy's objective, at least 1e-6): rewards are objective / scale.
+        label: (m,) the best order known.
+        label_mode: Its trade mode.
+        label_objective: The decoder's objective with it.
+        optimum: The proven optimum's objective, when CP-SAT proved one.
+        greedy: Greedy's objective (the heuristic as shipped).
+    """
+
+    scenario: Scenario
+    inst: ListInstance
+    jobs: np.ndarray
+    cluster: np.ndarray
+    pending: np.ndarray
+    scale: float
+    label: np.ndarray
+    label_mode: int
+    label_objective: float
+    optimum: float | None = None
+    greedy: float = 0.0
+
+
+def order_from_plan(inst: ListInstance, placements: np.ndarray) -> np.ndarray:
+    """A plan's jobs as a list-scheduling order: placed ones by (start, first GPU), then the rest by value.
+
+    Args:
+        inst: The scenario's decoder arrays.
+        placements: (p, 3) rows of (job index, start, first GPU) of the placed non-inherited jobs.
+
+    Returns:
+        (m,) every pending job once.
+    """
+    placed = {int(j): (int(t), int(a)) for j, t, a in np.asarray(placements, dtype=np.int64).reshape(-1, 3)}
+    pending = np.flatnonzero(inst.pending)
+    first = sorted((j for j in pending if j in placed), key=lambda j: (*placed[j], j))
+    rest = sorted((j for j in pending if j not in placed), key=lambda j: (-inst.first_value[j], j))
+    return np.array(first + rest, dtype=np.int64)
+
+
+def _greedy_orders(scenario: Scenario) -> list[list[int]]:
+    from agents import greedy
+
+    ctx = greedy._Context(scenario)
+    return [greedy.ORDERINGS[name](ctx) for name in ("weight", "value", "density", "deadline")]
+
+
+def prepare(scenario: Scenario, placements: np.ndarray | None = None, optimum: float | None = None) -> Item:
+    """An instance with its features and its first label (the best decode of the optimum's and greedy's orders)."""
+    from agents import greedy
+
+    inst = ListInstance.build(scenario)
+    orders = [np.array(o, dtype=np.int64) for o in _greedy_orders(scenario)]
+    if placements is not None:
+        orders.insert(0, order_from_plan(inst, placements))
+    pending = np.flatnonzero(inst.pending)
+    m = pending.size
+    rows = np.array([np.asarray(o, dtype=np.int64)[:m] for o in orders for _ in (0, 1)]).reshape(-1, m)
+    modes = np.array([mode for _ in orders for mode in (MODE_INLINE, MODE_AFTER)], dtype=np.int64)
+    decoded = decode(inst, rows, modes)
+    b = decoded.best
+    g = greedy.solve(scenario).objective
+    return Item(
+        scenario=scenario,
+        inst=inst,
+        jobs=job_features(scenario, inst),
+        cluster=cluster_features(scenario, inst),
+        pending=pending,
+        scale=max(abs(g), 1e-6),
+        label=rows[b].copy(),
+        label_mode=int(modes[b]),
+        label_objective=float(decoded.objective[b]),
+        optimum=optimum,
+        greedy=float(g),
+    )
+
+
+def draw_scenarios(families: dict[str, float], sizes: Sequence[int], count: int, seed: int) -> list[Scenario]:
+    """``count`` scenarios: families by weight, cluster sizes uniformly from ``sizes``, all seeded by ``seed``."""
+    rng = np.random.default_rng(seed)
+    names = list(families)
+    p = np.array([families[n] for n in names], dtype=np.float64)
+    p = p / p.sum()
+    out = []
+    for _ in range(count):
+        fam = names[int(rng.choice(len(names), p=p))]
+        gpus = int(rng.choice(sizes))
+        out.append(generate(fam, seed=int(rng.integers(0, 2**31 - 1)), gpus=gpus))
+    return out
+
+
+# ----------------------------------------------------------------------------- batches
+
+
+def collate(items: Sequence[Item]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Padded (B, n, F) job features, (B, n) mask of pending jobs and (B, C) cluster features."""
+    n = max(it.jobs.shape[0] for it in items)
+    F = items[0].jobs.shape[1]
+    jobs = np.zeros((len(items), n, F), dtype=np.float32)
+    mask = np.zeros((len(items), n), dtype=np.float32)
+    for b, it in enumerate(items):
+        jobs[b, : it.jobs.shape[0]] = it.jobs
+        mask[b, it.pending] = 1.0
+    cluster = np.stack([it.cluster for it in items])
+    return torch.from_numpy(jobs), torch.from_numpy(mask), torch.from_numpy(cluster)
+
+
+def _pad_orders(orders: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+    L = max(max((o.size for o in orders), default=0), 1)
+    out = np.zeros((len(orders), L), dtype=np.int64)
+    lengths = np.zeros(len(orders), dtype=np.int64)
+    for i, o in enumerate(orders):
+        out[i, : o.size] = o
+        lengths[i] = o.size
+    return torch.from_numpy(out), torch.from_numpy(lengths)
+
+
+def imitation_loss(model: QueueScorer, items: Sequence[Item]) -> torch.Tensor:
+    """Mean ListMLE of the labels (per job, so long queues do not dominate) plus the mode's cross-entropy."""
+    jobs, mask, cluster = collate(items)
+    scores, mode = model(jobs, mask, cluster)
+    orders, lengths = _pad_orders([it.label for it in items])
+    logp = order_log_prob(scores, orders, lengths) / lengths.clamp(min=1)
+    target = torch.tensor([1.0 if it.label_mode == MODE_AFTER else 0.0 for it in items])
+    mode_loss = torch.nn.functional.binary_cross_entropy_with_logits(mode, target)
+    return -logp.mean() + 0.1 * mode_loss
+
+
+def sample_orders(scores: np.ndarray, pending: np.ndarray, k: int, rng: np.random.Generator, temperature: float) -> np.ndarray:
+    """(k, m) Gumbel-top-k orders of the pending jobs under ``scores`` (n,)."""
+    s = scores[pending].astype(np.float64)
+    g = -np.log(-np.log(rng.random((k, pending.size)) + 1e-300) + 1e-300)
+    return pending[np.argsort(-(s[None] + temperature * g), axis=1, kind="stable")]
+
+
+@dataclass
+class RoundStats:
+    """What one self-labelling round did."""
+
+    improved: int = 0
+    mean_ratio: float = 0.0  # mean over instances of the K draws' best / label before the round
+    loss: float = 0.0
+
+
+def self_label_round(
+    model: QueueScorer,
+    optimizer: torch.optim.Optimizer,
+    items: Sequence[Item],
+    k: int,
+    rng: np.random.Generator,
+    temperature: float,
+    pg_coef: float,
+    batch: int,
+) -> RoundStats:
+    """Draw k orders per instance, decode, update labels, and take ListMLE + POMO steps over the items."""
+    stats = RoundStats()
+    ratios = []
+    model.train()
+    for lo in range(0, len(items), batch):
+        chunk = items[lo : lo + batch]
+        jobs, mask, cluster = collate(chunk)
+        scores, mode_logit = model(jobs, mask, cluster)
+        s_np = scores.detach().numpy()
+        p_after = torch.sigmoid(mode_logit).detach().numpy()
+        all_orders, all_modes, rewards = [], [], []
+        for b, it in enumerate(chunk):
+            orders = sample_orders(s_np[b], it.pending, k, rng, temperature)
+            modes = np.where(rng.random(k) < p_after[b], MODE_AFTER, MODE_INLINE).astype(np.int64)
+            dec = decode(it.inst, orders, modes)
+            best = dec.best
+            ratios.append(float(dec.objective[best]) / it.scale - it.label_objective / it.scale)
+            if dec.objective[best] > it.label_objective + 1e-9:
+                it.label = orders[best].copy()
+                it.label_mode = int(modes[best])
+                it.label_objective = float(dec.objective[best])
+                stats.improved += 1
+            all_orders.append(orders)
+            all_modes.append(modes)
+            rewards.append(dec.objective / it.scale)
+        loss = imitation_loss(model, chunk)
+        if pg_coef > 0:
+            reward = torch.tensor(np.stack(rewards), dtype=torch.float32)  # (B, k)
+            adv = reward - reward.mean(dim=1, keepdim=True)
+            adv = adv / (adv.std() + 1e-6)
+            B = len(chunk)
+            flat = [o for orders in all_orders for o in orders]
+            orders_t, lengths = _pad_orders(flat)
+            rep = scores.repeat_interleave(k, dim=0)
+            logp = order_log_prob(rep, orders_t, lengths).view(B, k) / lengths.view(B, k).clamp(min=1)
+            after = torch.tensor(np.stack(all_modes) == MODE_AFTER, dtype=torch.float32)
+            logp_mode = -torch.nn.functional.binary_cross_entropy_with_logits(
+                mode_logit.unsqueeze(1).expand(B, k), after, reduction="none"
+            )
+            pg = -((logp + logp_mode) * adv).mean()
+            loss = loss + pg_coef * pg
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        stats.loss += float(loss) * len(chunk)
+    stats.loss /= max(len(items), 1)
+    stats.mean_ratio = float(np.mean(ratios)) if ratios else 0.0
+    return stats
+
+
+def fit_imitation(
+    model: QueueScorer, optimizer: torch.optim.Optimizer, items: Sequence[Item], epochs: int, batch: int, seed: int
+) -> list[float]:
+    """Epochs of ListMLE on the labels; returns the mean loss per epoch."""
+    rng = np.random.default_rng(seed)
+    losses = []
+    model.train()
+    for _ in range(epochs):
+        perm = rng.permutation(len(items))
+        total = 0.0
+        for lo in range(0, len(items), batch):
+            chunk = [items[i] for i in perm[lo : lo + batch]]
+            loss = imitation_loss(model, chunk)
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            total += float(loss) * len(chunk)
+        losses.append(total / max(len(items), 1))
+    return losses
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+
+@dataclass
+class Evaluation:
+    """The policy on held-out instances, as ratios to greedy's objective (per instance, then the mean)."""
+
+    alone: float  # one candidate: the argmax order in the preferred mode
+    shipped: float  # ``samples`` candidates
+    below_greedy: int  # instances where ``samples`` candidates fall below greedy
+    per_family: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+def evaluate_policy(model: QueueScorer, items: Sequence[Item], samples: int, temperature: float, seed: int = 0) -> Evaluation:
+    """Decode the argmax order and ``samples`` candidates as the planner does (:func:`agents.ppo.candidate_orders`)."""
+    from agents.ppo import candidate_orders
+
+    model.eval()
+    alone, shipped, below = [], [], 0
+    fam: dict[str, list[tuple[float, float]]] = {}
+    with torch.no_grad():
+        for it in items:
+            jobs, mask, cluster = collate([it])
+            scores, mode = model(jobs, mask, cluster)
+            orders, modes = candidate_orders(
+                scores[0].numpy(), float(mode[0]), it.inst.pending, samples, seed, temperature
+            )
+            dec = decode(it.inst, orders, modes)
+            a = float(dec.objective[0]) / it.scale
+            s = float(dec.objective.max()) / it.scale
+            alone.append(a)
+            shipped.append(s)
+            below += s < 1.0 - 1e-9
+            fam.setdefault(it.scenario.family or it.scenario.name, []).append((a, s))
+    return Evaluation(
+        alone=float(np.mean(alone)),
+        shipped=float(np.mean(shipped)),
+        below_greedy=int(below),
+        per_family={f: (float(np.mean([x[0] for x in v])), float(np.mean([x[1] for x in v]))) for f, v in fam.items()},
+    )
+
+
+Logger = Callable[[str, float, int], None]
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (numpy draws take their own generators)."""
+    torch.manual_seed(seed)
+    torch.set_num_threads(1)
+
+
+def timed(fn: Callable[[], object]) -> tuple[object, float]:
+    """(fn(), seconds)."""
+    t = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t
+
+
+__all__ = [
+    "Evaluation",
+    "Item",
+    "collate",
+    "draw_scenarios",
+    "evaluate_policy",
+    "fit_imitation",
+    "imitation_loss",
+    "order_from_plan",
+    "prepare",
+    "sample_orders",
+    "seed_everything",
+    "self_label_round",
+    "timed",
+]

@@ -1,0 +1,577 @@
+"""List scheduling: a job order in, a valid plan out, compiled.
+
+The learned planner's action space (``docs/learned-mode.md``). A decision names
+the next job of the queue; the rules place it. :func:`decode` runs whole
+orders, many at once, in one compiled call (numba; plain Python when numba is
+off, ``GPUALLOC_NUMBA=0``): no Python per decision.
+
+Placement is greedy's sweep (:mod:`agents.greedy`, the reference the tests hold
+this to, placement by placement):
+
+* The real-time curves start demand-following (:func:`gpu_env.objective.realtime_curves`
+  of the demand next to the inherited work), as in greedy.
+* Each job takes its **earliest feasible start** (decay makes early slots worth
+  more) on the **lowest-index free block** that rule 4 allows, in the capacity
+  the curves leave (rule 7).
+* **Trades.** A job may take real-time capacity instead: the starts where its
+  block is free with the curves at their ramp floors are bounded (its value
+  less the least penalty of the GPUs it would take beyond the slack and the
+  curves' excess over demand), the best ``trade_candidates`` are evaluated
+  exactly (curves recomputed with the job's load as a cap), and the best trade
+  wins when it beats the start without one.
+* A candidate's **mode** says when trades happen: :data:`MODE_OFF` never,
+  :data:`MODE_INLINE` as each job comes, :data:`MODE_AFTER` once every job had
+  its turn without trading, for the jobs left out, most valuable first.
+
+Jobs are named by their index in ``scenario.jobs``; inherited jobs are placed
+before the first decision and are ignored in an order. A job that fits nowhere
+is skipped: its decision places nothing (the environment's mask forbids it).
+
+>>> from gpu_env.generators import generate
+>>> sc = generate("mixed-control", seed=0)
+>>> inst = ListInstance.build(sc)
+>>> order = np.argsort([-job.weight for job in sc.jobs], kind="stable")
+>>> result = decode(inst, order[None, :], np.array([MODE_INLINE]))
+>>> plan = result.plan(0, sc, "example")
+>>> from gpu_env.validation import validate
+>>> validate(sc, plan)
+[]
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from gpu_env import rules
+from gpu_env.objective import ramp_floors, realtime_curves, serving_order, shortfall_penalty, start_values
+from gpu_env.plan import Placement, Plan
+from gpu_env.scenario import Scenario
+
+try:  # pragma: no cover - depends on the install
+    if os.environ.get("GPUALLOC_NUMBA", "1") == "0":
+        raise ImportError("disabled by GPUALLOC_NUMBA=0")
+    from numba import njit
+except ImportError:  # pragma: no cover - depends on the install
+
+    def njit(*args: object, **kwargs: object):  # type: ignore[no-redef]
+        """Stand-in decorator: the plain Python function."""
+
+        def wrap(f):
+            return f
+
+        return wrap
+
+
+MODE_OFF = 0
+MODE_INLINE = 1
+MODE_AFTER = 2
+MODES = {"off": MODE_OFF, "inline": MODE_INLINE, "after": MODE_AFTER}
+
+TRADE_CANDIDATES = 8
+"""Starts per job whose trade is evaluated exactly (greedy's ``trade_candidates``)."""
+
+_EPS = 1e-9
+_ONE = np.uint64(1)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+
+
+class ListInstance(NamedTuple):
+    """One scenario as the arrays the compiled decoder reads (built once per scenario).
+
+    ``n`` jobs (every job of the scenario, file order), ``A`` apps, ``T`` slots,
+    ``W = T + longest duration`` grid columns, ``NW`` 64-GPU words.
+    """
+
+    gpus: int
+    slots: int
+    node_size: int
+    k: np.ndarray  # (n,) int64 GPUs
+    d: np.ndarray  # (n,) int64 duration
+    lo: np.ndarray  # (n,) int64 first allowed start (rules 3 and 5)
+    hi: np.ndarray  # (n,) int64 one past the last allowed start (lo == hi: none)
+    pending: np.ndarray  # (n,) bool: not inherited
+    held_first: np.ndarray  # (n,) int64 first GPU of an inherited job, -1 for the others
+    values: np.ndarray  # (n, T + 1) float64 value by start
+    first_value: np.ndarray  # (n,) float64 value at the window's first start (0 without a window)
+    block_pattern: np.ndarray  # (n,) uint64: bit a set when a block of k may start at a % 64 (k <= node_size)
+    demand: np.ndarray  # (1, A, T) int64
+    initial: np.ndarray  # (1, A) int64
+    ramp: np.ndarray  # (1, A) int64
+    order: np.ndarray  # (1, A) int64 serving order
+    floors: np.ndarray  # (1, A, T) int64 ramp floors
+    floor_total: np.ndarray  # (T,) int64
+    penalty: np.ndarray  # (1, A) float64
+    min_penalty: float  # least penalty of an app (inf without apps)
+    gpus_arr: np.ndarray  # (1,) int64
+    slots_arr: np.ndarray  # (1,) int64
+    busy: np.ndarray  # (W, NW) uint64 inherited work
+    load: np.ndarray  # (T,) int64 inherited load
+    curves: np.ndarray  # (A, T) int64 demand-following curves next to the inherited work
+    penalty0: float  # their penalty
+    value0: float  # value of the inherited work
+
+    @classmethod
+    def build(cls, scenario: Scenario) -> ListInstance:
+        """The arrays of a scenario, with its inherited work placed (rules 1 and 5)."""
+        sc = scenario
+        G, T, ns = sc.gpus, sc.slots, sc.node_size
+        jobs = sc.jobs
+        n = len(jobs)
+        k = np.array([job.gpus for job in jobs], dtype=np.int64)
+        d = np.array([job.duration for job in jobs], dtype=np.int64)
+        windows = [rules.start_window(job, T) for job in jobs]
+        lo = np.array([w.start for w in windows], dtype=np.int64)
+        hi = np.array([max(w.start, w.stop) for w in windows], dtype=np.int64)
+        pending = np.array([job.running_on is None for job in jobs], dtype=np.bool_)
+        values = start_values(sc)
+        first_value = np.array([values[i, lo[i]] if hi[i] > lo[i] else 0.0 for i in range(n)], dtype=np.float64)
+        pattern = np.zeros(n, dtype=np.uint64)
+        for i in range(n):
+            if k[i] <= ns and 64 % ns == 0:
+                bits = 0
+                for a in range(64):
+                    if a % ns + k[i] <= ns:
+                        bits |= 1 << a
+                pattern[i] = np.uint64(bits)
+        W = T + int(d.max(initial=0))
+        nw = (G + 63) // 64
+        busy = np.zeros((max(W, 1), nw), dtype=np.uint64)
+        load = np.zeros(T, dtype=np.int64)
+        value0 = 0.0
+        for i, job in enumerate(jobs):
+            if job.running_on is None:
+                continue
+            first = job.running_on[0]
+            for s in range(job.duration):
+                for g in range(first, first + job.gpus):
+                    busy[s, g >> 6] |= np.uint64(1 << (g & 63))
+            load[: min(job.duration, T)] += job.gpus
+            value0 += float(values[i, 0])
+        apps = sc.apps
+        A = len(apps)
+        demand = np.asarray(sc.demand, dtype=np.int64).reshape(A, T)
+        floors = ramp_floors(sc).reshape(A, T)
+        order = serving_order(apps).astype(np.int64)
+        penalty = np.array([app.penalty for app in apps], dtype=np.float64)
+        curves = realtime_curves(demand, apps, order, floors, G, load).astype(np.int64).reshape(A, T)
+        return cls(
+            gpus=G,
+            slots=T,
+            node_size=ns,
+            k=k,
+            d=d,
+            lo=lo,
+            hi=hi,
+            pending=pending,
+            held_first=np.array([-1 if job.running_on is None else job.running_on[0] for job in jobs], dtype=np.int64),
+            values=values,
+            first_value=first_value,
+            block_pattern=pattern,
+            demand=demand[None],
+            initial=np.array([[app.initial for app in apps]], dtype=np.int64).reshape(1, A),
+            ramp=np.array([[app.ramp for app in apps]], dtype=np.int64).reshape(1, A),
+            order=order.reshape(1, A),
+            floors=floors[None],
+            floor_total=floors.sum(axis=0).astype(np.int64),
+            penalty=penalty.reshape(1, A),
+            min_penalty=float(penalty.min()) if A else float("inf"),
+            gpus_arr=np.array([G], dtype=np.int64),
+            slots_arr=np.array([T], dtype=np.int64),
+            busy=busy,
+            load=load,
+            curves=curves,
+            penalty0=shortfall_penalty(curves, demand, penalty),
+            value0=value0,
+        )
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """What :func:`decode` returns for K candidates.
+
+    Attributes:
+        objective: (K,) job value minus real-time penalty of each candidate's plan (SPEC section 3).
+        start: (K, n) start of each job, -1 when unplaced (inherited jobs: 0).
+        first: (K, n) first GPU of each job's block, -1 when unplaced.
+        curves: (K, A, T) real-time curves.
+    """
+
+    objective: np.ndarray
+    start: np.ndarray
+    first: np.ndarray
+    curves: np.ndarray
+
+    @property
+    def best(self) -> int:
+        """Index of the most valuable candidate (the first of equals)."""
+        return int(np.argmax(self.objective))
+
+    def plan(self, i: int, scenario: Scenario, scheduler: str) -> Plan:
+        """Candidate i as a plan (metrics not filled)."""
+        placements = []
+        for j, job in enumerate(scenario.jobs):
+            t, a = int(self.start[i, j]), int(self.first[i, j])
+            if t >= 0:
+                placements.append(Placement(job.id, t, tuple(range(a, a + job.gpus))))
+        curves = {app.name: [int(x) for x in self.curves[i, a]] for a, app in enumerate(scenario.apps)}
+        return Plan(scenario.name, scheduler, placements, curves)
+
+
+def decode(
+    inst: ListInstance, orders: np.ndarray, modes: np.ndarray, trade_candidates: int = TRADE_CANDIDATES
+) -> Decoded:
+    """Decode K job orders into K plans, in one compiled call.
+
+    Args:
+        inst: The scenario's arrays (:meth:`ListInstance.build`).
+        orders: (K, m) job indices; each row lists jobs in the order they are placed (-1 pads a row;
+            inherited jobs and repeats are ignored; jobs missing from a row stay unplaced).
+        modes: (K,) trade mode of each candidate (:data:`MODES`); without apps every mode is off.
+        trade_candidates: Starts per job whose trade is evaluated exactly.
+
+    Returns:
+        The K plans' placements, curves and objectives.
+    """
+    orders = np.ascontiguousarray(orders, dtype=np.int64)
+    modes = np.ascontiguousarray(modes, dtype=np.int64)
+    if orders.ndim != 2 or modes.shape != (orders.shape[0],):
+        raise ValueError(f"orders must be (K, m) and modes (K,), got {orders.shape} and {modes.shape}")
+    if orders.size and (orders.max() >= inst.k.size or orders.min() < -1):
+        raise ValueError(f"orders name jobs outside 0..{inst.k.size - 1}")
+    K, n = orders.shape[0], inst.k.size
+    A, T = inst.curves.shape
+    objective = np.zeros(K, dtype=np.float64)
+    start = np.full((K, n), -1, dtype=np.int64)
+    first = np.full((K, n), -1, dtype=np.int64)
+    curves = np.zeros((K, A, T), dtype=np.int64)
+    _decode_all(inst, orders, modes, int(trade_candidates), objective, start, first, curves)
+    return Decoded(objective, start, first, curves)
+
+
+# ----------------------------------------------------------------------------- compiled
+
+
+@njit(cache=True, nogil=True)
+def _lowest_bit(m: np.uint64) -> int:  # pragma: no cover - compiled
+    i = 0
+    while ((m >> np.uint64(i)) & _ONE) == 0:
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def _find_block(inst: ListInstance, j: int, t: int, busy: np.ndarray, span: np.ndarray) -> int:  # pragma: no cover
+    """Lowest allowed first GPU of a block of job j free over [t, t + d), or -1 (``span``: (NW,) scratch)."""
+    G, ns = inst.gpus, inst.node_size
+    k, d = inst.k[j], inst.d[j]
+    nw = busy.shape[1]
+    for w in range(nw):
+        acc = np.uint64(0)
+        for s in range(t, t + d):
+            acc |= busy[s, w]
+        span[w] = ~acc
+    rem = G & 63
+    if rem:
+        span[nw - 1] &= (_ONE << np.uint64(rem)) - _ONE
+    pattern = inst.block_pattern[j]
+    if pattern != np.uint64(0):  # k <= node_size and nodes tile the words: blocks never cross a word
+        for w in range(nw):
+            m = span[w]
+            covered = 1
+            while covered < k and m != np.uint64(0):
+                shift = min(covered, k - covered)
+                m &= m >> np.uint64(shift)
+                covered += shift
+            m &= pattern
+            if m != np.uint64(0):
+                return w * 64 + _lowest_bit(m)
+        return -1
+    step = ns if k > ns else 1
+    for a in range(0, G - k + 1, step):
+        if k <= ns and a // ns != (a + k - 1) // ns:
+            continue
+        ok = True
+        for g in range(a, a + k):
+            if ((span[g >> 6] >> np.uint64(g & 63)) & _ONE) == 0:
+                ok = False
+                break
+        if ok:
+            return a
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _fits(k: int, t: int, d: int, T: int, room: np.ndarray) -> bool:  # pragma: no cover - compiled
+    for s in range(t, min(t + d, T)):
+        if room[s] < k:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _earliest(inst: ListInstance, j: int, busy: np.ndarray, room: np.ndarray, span: np.ndarray) -> tuple:  # pragma: no cover
+    """(start, first GPU) of job j's earliest feasible start on its lowest free block, or (-1, -1)."""
+    T = inst.slots
+    k, d = inst.k[j], inst.d[j]
+    for t in range(inst.lo[j], inst.hi[j]):
+        if not _fits(k, t, d, T, room):
+            continue
+        a = _find_block(inst, j, t, busy, span)
+        if a >= 0:
+            return t, a
+    return -1, -1
+
+
+@njit(cache=True, nogil=True)
+def _curves_for(
+    inst: ListInstance, load: np.ndarray, out: np.ndarray, cost: np.ndarray, scratch: np.ndarray
+) -> float:  # pragma: no cover - compiled
+    """Least-shortfall curves next to a job load into ``out`` (1, A, T); returns their penalty.
+
+    :func:`gpu_env.objective.realtime_curves` of the demand (apps in serving order, each
+    under what the load, the apps before it and the ramp floors of the apps after it leave),
+    then :func:`gpu_env.objective.shortfall_penalty`.
+    """
+    A, T = inst.curves.shape
+    free, rest, up, low = scratch[0], scratch[1], scratch[2], scratch[3]
+    for t in range(T):
+        free[t] = inst.gpus - load[t]
+        rest[t] = inst.floor_total[t]
+    for i in range(A):
+        a = inst.order[0, i]
+        r = inst.ramp[0, a]
+        init = inst.initial[0, a]
+        for t in range(T):
+            rest[t] -= inst.floors[0, a, t]
+        for t in range(T):
+            cap = max(free[t] - rest[t], inst.floors[0, a, t])
+            up[t] = min(init + r * (t + 1), cap)
+        for t in range(1, T):
+            up[t] = min(up[t], up[t - 1] + r)
+        for t in range(T - 2, -1, -1):
+            up[t] = min(up[t], up[t + 1] + r)
+        for t in range(T):
+            target = min(inst.demand[0, a, t], up[t])
+            low[t] = max(target, max(0, init - r * (t + 1)))
+        for t in range(1, T):
+            low[t] = max(low[t], low[t - 1] - r)
+        for t in range(T - 2, -1, -1):
+            low[t] = max(low[t], low[t + 1] - r)
+        for t in range(T):
+            c = max(min(low[t], up[t]), 0)
+            out[0, a, t] = c
+            free[t] -= c
+    total = 0.0
+    for a in range(A):
+        short = 0
+        for t in range(T):
+            short += max(0, inst.demand[0, a, t] - out[0, a, t])
+        total = total + inst.penalty[0, a] * short
+    cost[0] = total
+    return total
+
+
+class _Scratch(NamedTuple):
+    span: np.ndarray  # (NW,) uint64
+    room: np.ndarray  # (T,) int64 slack
+    floor_room: np.ndarray  # (T,) int64 capacity above the ramp floors
+    need: np.ndarray  # (T + 1,) int64
+    bound: np.ndarray  # (T,) float64
+    rows: np.ndarray  # (T,) int64
+    trial_load: np.ndarray  # (T,) int64
+    trial: np.ndarray  # (1, A, T) int64
+    best_curves: np.ndarray  # (1, A, T) int64
+    cost: np.ndarray  # (1,) float64
+    work: np.ndarray  # (4, T) int64
+
+
+@njit(cache=True, nogil=True)
+def _set_room(inst: ListInstance, load: np.ndarray, curves: np.ndarray, sc: _Scratch, excess: np.ndarray) -> None:  # pragma: no cover
+    """Slack, capacity above the floors and the curves' excess over demand and floor, per slot."""
+    A, T = curves.shape
+    for t in range(T):
+        total = 0
+        ex = 0
+        for a in range(A):
+            c = curves[a, t]
+            total += c
+            keep = max(inst.demand[0, a, t], inst.floors[0, a, t])
+            if c > keep:
+                ex += c - keep
+        sc.room[t] = inst.gpus - load[t] - total
+        sc.floor_room[t] = inst.gpus - load[t] - inst.floor_total[t]
+        excess[t] = ex
+
+
+@njit(cache=True, nogil=True)
+def _decide(
+    inst: ListInstance,
+    j: int,
+    trade: bool,
+    busy: np.ndarray,
+    load: np.ndarray,
+    penalty: float,
+    excess: np.ndarray,
+    trade_candidates: int,
+    sc: _Scratch,
+) -> tuple:  # pragma: no cover - compiled
+    """Job j's decision: (start, first GPU, traded, new penalty); start -1 when it stays unplaced.
+
+    After a trade the new curves are in ``sc.best_curves[0]``.
+    """
+    T = inst.slots
+    k, d = inst.k[j], inst.d[j]
+    t0, a0 = _earliest(inst, j, busy, sc.room, sc.span)
+    base = inst.values[j, t0] if t0 >= 0 else 0.0
+    if not trade or not (inst.first_value[j] > base + inst.min_penalty):
+        return t0, a0, False, penalty
+    # A cheap bound on each start: its value less the least penalty of the GPUs beyond slack and excess.
+    sc.need[0] = 0
+    for t in range(T):
+        sc.need[t + 1] = sc.need[t] + max(0, k - sc.room[t] - excess[t])
+    n_rows = 0
+    for t in range(inst.lo[j], inst.hi[j]):
+        b = inst.values[j, t] - inst.min_penalty * (sc.need[min(t + d, T)] - sc.need[t])
+        if b > base + _EPS and _fits(k, t, d, T, sc.floor_room) and _find_block(inst, j, t, busy, sc.span) >= 0:
+            sc.rows[n_rows] = t
+            sc.bound[n_rows] = b
+            n_rows += 1
+    if n_rows == 0:
+        return t0, a0, False, penalty
+    # The best few by bound, largest first (ties: earlier start), evaluated exactly.
+    best_gain = 0.0
+    best_t = -1
+    best_penalty = penalty
+    for _ in range(min(trade_candidates, n_rows)):
+        r = -1
+        for i in range(n_rows):
+            if sc.rows[i] >= 0 and (r < 0 or sc.bound[i] > sc.bound[r]):
+                r = i
+        t = sc.rows[r]
+        sc.rows[r] = -1
+        if best_t >= 0 and sc.bound[r] <= best_gain + _EPS:
+            break
+        for s in range(T):
+            sc.trial_load[s] = load[s]
+        for s in range(t, min(t + d, T)):
+            sc.trial_load[s] += k
+        new_penalty = _curves_for(inst, sc.trial_load, sc.trial, sc.cost, sc.work)
+        gain = inst.values[j, t] - (new_penalty - penalty)
+        if gain > base + _EPS and (best_t < 0 or gain > best_gain + _EPS):
+            best_gain = gain
+            best_t = t
+            best_penalty = new_penalty
+            sc.best_curves[:] = sc.trial[:]
+    if best_t < 0:
+        return t0, a0, False, penalty
+    return best_t, _find_block(inst, j, best_t, busy, sc.span), True, best_penalty
+
+
+@njit(cache=True, nogil=True)
+def _place(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray, load: np.ndarray) -> None:  # pragma: no cover
+    k, d = inst.k[j], inst.d[j]
+    for s in range(t, t + d):
+        for g in range(a, a + k):
+            busy[s, g >> 6] |= _ONE << np.uint64(g & 63)
+    for s in range(t, min(t + d, inst.slots)):
+        load[s] += k
+
+
+@njit(cache=True, nogil=True)
+def _decode_all(
+    inst: ListInstance,
+    orders: np.ndarray,
+    modes: np.ndarray,
+    trade_candidates: int,
+    objective: np.ndarray,
+    start: np.ndarray,
+    first: np.ndarray,
+    curves_out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    A, T = inst.curves.shape
+    n = inst.k.size
+    nw = inst.busy.shape[1]
+    sc = _Scratch(
+        np.zeros(nw, dtype=np.uint64),
+        np.zeros(T, dtype=np.int64),
+        np.zeros(T, dtype=np.int64),
+        np.zeros(T + 1, dtype=np.int64),
+        np.zeros(max(T, 1), dtype=np.float64),
+        np.zeros(max(T, 1), dtype=np.int64),
+        np.zeros(T, dtype=np.int64),
+        np.zeros((1, A, T), dtype=np.int64),
+        np.zeros((1, A, T), dtype=np.int64),
+        np.zeros(1, dtype=np.float64),
+        np.zeros((4, T), dtype=np.int64),
+    )
+    busy = np.empty_like(inst.busy)
+    load = np.empty(T, dtype=np.int64)
+    curves = np.empty((A, T), dtype=np.int64)
+    excess = np.zeros(T, dtype=np.int64)
+    seen = np.zeros(n, dtype=np.bool_)
+    left = np.empty(n, dtype=np.int64)
+    for c in range(orders.shape[0]):
+        busy[:] = inst.busy
+        load[:] = inst.load
+        curves[:] = inst.curves
+        penalty = inst.penalty0
+        value = inst.value0
+        mode = modes[c] if A > 0 else 0
+        seen[:] = False
+        for j in range(n):
+            if not inst.pending[j]:
+                start[c, j] = 0
+                first[c, j] = inst.held_first[j]
+        n_left = 0
+        _set_room(inst, load, curves, sc, excess)
+        for p in range(orders.shape[1]):
+            j = orders[c, p]
+            if j < 0 or seen[j] or not inst.pending[j]:
+                continue
+            seen[j] = True
+            t, a, traded, new_penalty = _decide(
+                inst, j, mode == 1, busy, load, penalty, excess, trade_candidates, sc
+            )
+            if t < 0:
+                left[n_left] = j
+                n_left += 1
+                continue
+            _place(inst, j, t, a, busy, load)
+            value += inst.values[j, t]
+            start[c, j] = t
+            first[c, j] = a
+            if traded:
+                curves[:] = sc.best_curves[0]
+                penalty = new_penalty
+            _set_room(inst, load, curves, sc, excess)
+        if mode == 2 and n_left > 0:
+            # The jobs left out, most valuable first (ties: job index), may now trade.
+            for i in range(1, n_left):
+                x = left[i]
+                m = i - 1
+                while m >= 0 and (
+                    inst.first_value[left[m]] < inst.first_value[x]
+                    or (inst.first_value[left[m]] == inst.first_value[x] and left[m] > x)
+                ):
+                    left[m + 1] = left[m]
+                    m -= 1
+                left[m + 1] = x
+            for i in range(n_left):
+                j = left[i]
+                t, a, traded, new_penalty = _decide(inst, j, True, busy, load, penalty, excess, trade_candidates, sc)
+                if t < 0:
+                    continue
+                _place(inst, j, t, a, busy, load)
+                value += inst.values[j, t]
+                start[c, j] = t
+                first[c, j] = a
+                if traded:
+                    curves[:] = sc.best_curves[0]
+                    penalty = new_penalty
+                _set_room(inst, load, curves, sc, excess)
+        curves_out[c] = curves
+        objective[c] = value - penalty
