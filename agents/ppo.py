@@ -1,26 +1,29 @@
-"""The allocator's learned fast mode: roll out an exported policy (ONNX) on the batched engine, no torch.
+"""The allocator's learned fast mode: score the queue once, decode job orders in compiled code, no torch.
 
-The policy file is an ONNX model written by :mod:`agents.learned.export` with a JSON
-card beside it (``default.onnx`` + ``default.json``). The shipped policy is
-package data (``agents/policies/``), found with :mod:`importlib.resources`, so
-an installed wheel plans without the repository. Planning loads it with
-onnxruntime (one thread) and runs the rollouts as one batch of
-:class:`gpu_env.batch.BatchEngine` episodes (:func:`rollout_batch`): one
-onnxruntime call per decision for all of them, on the observations
-:class:`gpu_env.observation.Encoder` would give; it applies the action masks
-itself and decodes the chosen actions; stable-baselines3 and torch are never
-imported. :func:`rollout_episodes` is the reference form, one
-:class:`gpu_env.episode.Episode` per rollout.
+Planning is one onnxruntime call and one compiled call (``docs/learned-mode.md``):
 
-``options.samples`` rollouts run per plan (default
-:data:`~agents.options.DEFAULT_SAMPLES`): the first takes the most likely action
-at every step, the others sample from the policy (seeded by ``options.seed``);
-the most valuable plan wins, and only its plan is built. ``samples=1`` is the fastest. ``options.guard``
-names a baseline computed too and returned when it is worth more: greedy as
-shipped (the learned mode is never below the heuristic, nor FIFO), FIFO, or
-none (the policy alone). ``plan.info`` records the samples, every candidate's objective and
-the winner. Every plan is valid by construction (the masks allow only actions
-that keep SPEC section 2) and is validated again in the tests.
+1. :func:`gpu_env.queue_features.job_features` and
+   :func:`~gpu_env.queue_features.cluster_features` describe the queue and the
+   cluster (a row per job, no row per GPU or slot);
+2. the exported scorer (ONNX, :mod:`agents.learned.scorer`) gives every job a
+   score and the instance a mode logit, in one call;
+3. :func:`candidate_orders` makes ``options.samples`` job orders from those
+   scores: the argmax order in the mode the policy prefers, then Gumbel-top-k
+   (Plackett-Luce) draws seeded by ``options.seed``, alternating trade modes;
+4. :func:`gpu_env.listsched.decode` places every order with the rules'
+   placement (greedy's sweep, compiled), all candidates in one call; the most
+   valuable wins and only its plan is built.
+
+``options.guard`` names a baseline computed too and returned when it is worth
+more: FIFO (the shipped default: the learned mode is never below FIFO), greedy,
+or none (the policy alone). ``plan.info`` records the policy, the candidates'
+objectives and the winner. Every plan is valid by construction (the decoder
+keeps SPEC section 2) and is validated again in the tests.
+
+The policy file is an ONNX model written by :mod:`agents.learned.export` with a
+JSON card beside it (``default.onnx`` + ``default.json``); the shipped one is
+package data (``agents/policies/``), so an installed wheel plans without the
+repository.
 
 >>> from gpu_env.generators import generate
 >>> plan(generate("training-heavy", seed=0)).scheduler
@@ -42,27 +45,16 @@ import numpy as np
 
 from agents.options import DEFAULT_SAMPLES as DEFAULT_SAMPLES  # re-exported: callers read it here
 from agents.options import Guard, PlanOptions
-from gpu_env.batch.engine import BatchEngine
-from gpu_env.batch.observe import observe
-from gpu_env.batch.state import Sizes
-from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode, Episode
+from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode
 from gpu_env.metrics import compute_metrics
-from gpu_env.observation import (
-    APP_CURVES,
-    APP_FEATURES,
-    GLOBAL_FEATURES,
-    GPU_FEATURES,
-    JOB_FEATURES,
-    SLOT_FEATURES,
-    Encoder,
-    Limits,
-)
 from gpu_env.plan import Plan
+from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
 from gpu_env.scenario import Scenario
 
-ENV_ID = "GpuCluster-v0"
-CARD_FORMAT = "gpualloc-policy/1"
-INPUTS: tuple[str, ...] = ("jobs", "gpus", "slots", "apps", "app_info", "globals")
+CARD_FORMAT = "gpualloc-policy/2"
+INPUTS: tuple[str, ...] = ("jobs", "mask", "cluster")
+OUTPUTS: tuple[str, ...] = ("scores", "mode")
+DEFAULT_TEMPERATURE = 1.0
 # The shipped policy, package data of ``agents`` (pyproject.toml). pip installs a wheel's files on
 # disk, so the resource is a path there; onnxruntime and the card check read it as a file.
 DEFAULT_POLICY = Path(str(resources.files("agents").joinpath("policies", "default.onnx")))
@@ -78,27 +70,16 @@ class PolicyError(Exception):
 
 
 def observation_spec() -> dict[str, Any]:
-    """What a policy must have been trained on: feature names per observation key and the action layout."""
+    """What a policy must have been trained on: the action space and the feature names of each input."""
     return {
-        "env": ENV_ID,
-        "actions": ActionMode.FIT.value,
-        "fit_rules": list(FIT_RULES),
+        "actions": "list",
         "inputs": list(INPUTS),
-        "features": {
-            "jobs": list(JOB_FEATURES),
-            "gpus": list(GPU_FEATURES),
-            "slots": list(SLOT_FEATURES),
-            "apps": list(APP_CURVES),
-            "app_info": list(APP_FEATURES),
-            "globals": list(GLOBAL_FEATURES),
-        },
-        "reward_scale": "gpus * slots * w_max",
-        "trade_realtime": True,
-        "realtime": "cover",
+        "outputs": list(OUTPUTS),
+        "features": {"jobs": list(JOB_FEATURES), "cluster": list(CLUSTER_FEATURES)},
     }
 
 
-LogitsFn = Callable[[dict[str, np.ndarray]], np.ndarray]
+ScoreFn = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, float]]
 
 
 @dataclass
@@ -109,17 +90,16 @@ class LoadedPolicy:
         path: The ONNX file.
         card: The card's contents.
         sha256: Hex SHA-256 of the ONNX file (what a plan records, not the machine's path).
-        limits: The padded sizes the policy was trained with (observations are
-            padded at least to these, so features are scaled as in training).
-        logits: Batch of observations -> (B, n_actions) raw logits.
+        score: (jobs (n, F), mask (n,), cluster (C,)) -> (scores (n,), mode logit).
+        temperature: Gumbel temperature of the sampled orders (the card's ``temperature``).
         warm: Whether :func:`warm_up` has planned with it in this process.
     """
 
     path: Path
     card: dict[str, Any]
     sha256: str
-    limits: Limits
-    logits: LogitsFn
+    score: ScoreFn
+    temperature: float = DEFAULT_TEMPERATURE
     warm: bool = False
 
 
@@ -132,14 +112,14 @@ def card_path(policy: Path) -> Path:
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
-    """Load (once per file version) an exported policy and check its card against this environment.
+    """Load (once per file version) an exported policy and check its card against this planner.
 
     Args:
         path: The ``.onnx`` file; default the shipped ``agents/policies/default.onnx``.
 
     Raises:
         PolicyError: The file or its card is missing or unreadable, or the card's
-            observation spec differs from this environment's.
+            observation spec differs from this planner's.
     """
     onnx_path = Path(path) if path is not None else DEFAULT_POLICY
     card_file = card_path(onnx_path)
@@ -151,9 +131,12 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
         return _CACHE[key]
     card = _read_card(card_file)
     _check_spec(card, card_file)
-    limits = _card_limits(card, card_file)
-    logits = _onnx_logits(onnx_path, card)
-    loaded = LoadedPolicy(onnx_path, card, hashlib.sha256(onnx_path.read_bytes()).hexdigest(), limits, logits)
+    temperature = card.get("temperature", DEFAULT_TEMPERATURE)
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature > 0:
+        raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
+    score = _onnx_scores(onnx_path)
+    digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()
+    loaded = LoadedPolicy(onnx_path, card, digest, score, float(temperature))
     _CACHE[key] = loaded
     return loaded
 
@@ -174,32 +157,23 @@ def _check_spec(card: dict[str, Any], card_file: Path) -> None:
     spec = card.get("observation_spec")
     if not isinstance(spec, dict):
         raise PolicyError(f"{card_file}: field 'observation_spec' missing or not an object")
-    expected = observation_spec()
-    for field, want in expected.items():
+    for field, want in observation_spec().items():
         got = spec.get(field)
         if field == "features" and isinstance(got, dict):
             for key, names in want.items():
                 if got.get(key) != names:
                     raise PolicyError(
                         f"{card_file}: field 'observation_spec.features.{key}': the policy was trained on "
-                        f"{got.get(key)}, this environment has {names}; retrain or export a matching policy"
+                        f"{got.get(key)}, this planner has {names}; retrain or export a matching policy"
                     )
         elif got != want:
             raise PolicyError(
                 f"{card_file}: field 'observation_spec.{field}': the policy was trained with {got!r}, "
-                f"this environment has {want!r}; retrain or export a matching policy"
+                f"this planner has {want!r}; retrain or export a matching policy"
             )
 
 
-def _card_limits(card: dict[str, Any], card_file: Path) -> Limits:
-    limits = card.get("limits")
-    names = ("max_gpus", "max_jobs", "max_slots", "max_apps")
-    if not isinstance(limits, dict) or not all(isinstance(limits.get(n), int) and limits[n] >= 1 for n in names):
-        raise PolicyError(f"{card_file}: field 'limits': expected positive integers {', '.join(names)}")
-    return Limits(**{n: limits[n] for n in names})
-
-
-def _onnx_logits(onnx_path: Path, card: dict[str, Any]) -> LogitsFn:
+def _onnx_scores(onnx_path: Path) -> ScoreFn:
     try:
         import onnxruntime as ort
     except ImportError as exc:  # a core dependency, but a broken install is the user's to fix, in one line
@@ -214,36 +188,36 @@ def _onnx_logits(onnx_path: Path, card: dict[str, Any]) -> LogitsFn:
     except Exception as exc:  # onnxruntime raises its own exception types for corrupt files
         raise PolicyError(f"{onnx_path}: not a loadable ONNX policy ({str(exc).splitlines()[0]})") from None
     names = [i.name for i in session.get_inputs()]
-    if len(names) != len(INPUTS):
-        raise PolicyError(f"{onnx_path}: expected {len(INPUTS)} inputs ({', '.join(INPUTS)}), the model has {names}")
-    output = session.get_outputs()[0].name
+    outputs = [o.name for o in session.get_outputs()]
+    if names != list(INPUTS) or outputs[: len(OUTPUTS)] != list(OUTPUTS):
+        raise PolicyError(f"{onnx_path}: expected inputs {list(INPUTS)} and outputs {list(OUTPUTS)}, got {names}, {outputs}")
 
-    def logits(obs: dict[str, np.ndarray]) -> np.ndarray:
-        return session.run([output], {name: obs[key] for name, key in zip(names, INPUTS, strict=True)})[0]
+    def score(jobs: np.ndarray, mask: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarray, float]:
+        feed = {"jobs": jobs[None], "mask": mask[None].astype(np.float32), "cluster": cluster[None]}
+        scores, mode = session.run(list(OUTPUTS), feed)
+        return scores[0], float(mode[0])
 
-    return logits
+    return score
 
 
 def warm_up(path: str | os.PathLike[str] | None = None) -> None:
     """Pay this process's one-time costs of planning before anything is timed.
 
     Loads the policy (:func:`load_policy`) and plans one small generated scenario, so that the
-    onnxruntime session, the engine's compiled kernels (numba compiles them on a machine's first
-    use, 6-10 s, and loads them from its disk cache in later processes, about 0.5 s) and the
-    imports are ready. Once per loaded policy (:func:`load_policy`'s cache: per file version); later calls
-    return at once.
+    onnxruntime session, the decoder's compiled code (numba compiles it on a machine's first use and
+    loads it from its disk cache in later processes) and the imports are ready. Once per loaded policy;
+    later calls return at once.
 
     Raises:
-        PolicyError: The policy file is missing, corrupt, or does not match the environment.
+        PolicyError: The policy file is missing, corrupt, or does not match the planner.
     """
     policy = load_policy(path)
     if policy.warm:
         return
     from gpu_env.generators import generate
 
-    # mixed-control has every kind of work (training, inference, real-time apps that jobs trade against), so every
-    # compiled kernel runs here (a training-heavy plan left the real-time kernels for the first timed plan: 0.45 s).
-    rollout_batch(generate("mixed-control", seed=0), policy.logits, policy.limits, samples=2)
+    # mixed-control has training, inference and real-time apps that jobs trade against: every compiled path runs.
+    _decode_candidates(generate("mixed-control", seed=0), policy, samples=2, seed=0)
     policy.warm = True
 
 
@@ -252,218 +226,81 @@ def policy_record(policy: LoadedPolicy) -> dict[str, str]:
     return {"file": policy.path.name, "sha256": policy.sha256}
 
 
-# ----------------------------------------------------------------------------- rollouts
+# ----------------------------------------------------------------------------- candidates
 
 
-def padded_limits(scenario: Scenario, rows: int, base: Limits) -> Limits:
-    """The training limits, grown where the scenario is larger (so features keep their training scale)."""
-    return Limits(
-        max_gpus=max(base.max_gpus, scenario.gpus),
-        max_jobs=max(base.max_jobs, rows, 1),
-        max_slots=max(base.max_slots, scenario.slots),
-        max_apps=max(base.max_apps, len(scenario.apps), 1),
-    )
+def candidate_orders(
+    scores: np.ndarray, mode_logit: float, pending: np.ndarray, samples: int, seed: int, temperature: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Job orders and trade modes of the candidates, from one set of scores.
 
-
-def reward_scale(episode: Episode) -> float:
-    """The environment's default reward scale: ``G * T * w_max``."""
-    sc = episode.scenario
-    return float(sc.gpus * sc.slots * episode.w_max)
-
-
-def rollout_episodes(
-    scenario: Scenario,
-    logits_fn: LogitsFn,
-    base_limits: Limits,
-    samples: int = 1,
-    seed: int = 0,
-) -> list[Episode]:
-    """Roll a policy out ``samples`` times on a scenario; one logits call per decision for all rollouts.
-
-    Rollout 0 takes the most likely allowed action at every step; the others
-    sample from the masked softmax with a generator seeded by ``seed``. This is
-    the reference: one :class:`~gpu_env.episode.Episode` per rollout, stepped in
-    a Python loop. Planning runs :func:`rollout_batch` (the same rollout 0, a
-    different random stream for the samples); training's evaluation runs this,
-    through :func:`rollout`.
+    Candidate 0 is the argmax order (scores descending, ties by file position)
+    in the mode the policy prefers (:data:`~gpu_env.listsched.MODE_AFTER` when
+    ``mode_logit > 0``); candidate 1 the same order in the other mode; the
+    others are Gumbel-top-k draws (a Plackett-Luce sample of the whole order
+    each, at ``temperature``), their modes alternating from the preferred one.
 
     Args:
-        scenario: The problem.
-        logits_fn: Batch of observations (keys of ``INPUTS``) -> (B, n_actions) logits.
-        base_limits: The padded sizes the policy was trained with.
-        samples: Number of rollouts (at least 1).
-        seed: Seed of the sampled rollouts.
+        scores: (n,) score of each job.
+        mode_logit: The policy's preference for deferred trades.
+        pending: (n,) bool, the jobs to order (inherited ones are not).
+        samples: Candidates (at least 1).
+        seed: Seed of the Gumbel draws.
+        temperature: Scale of the Gumbel noise.
 
     Returns:
-        The finished episodes, rollout 0 first.
+        orders (samples, m) of job indices and modes (samples,), m the pending jobs.
     """
-    rows = sum(job.running_on is None for job in scenario.jobs)
-    limits = padded_limits(scenario, rows, base_limits)
-    layout = ActionLayout.make(ActionMode.FIT, limits.max_jobs, limits.max_gpus)
-    first = Episode(scenario, layout)
-    episodes = [first] + [first.copy() for _ in range(max(1, samples) - 1)]
-    scale = reward_scale(first)
-    encoders = [Encoder(ep, limits, scale) for ep in episodes]
-    rng = np.random.default_rng(seed)
-    advance = layout.advance
-    active = [i for i, ep in enumerate(episodes) if not ep.done]
-    while active:
-        observed = [encoders[i].observe(copy=False) for i in active]
-        batch = {key: np.stack([o[key] for o in observed]) for key in INPUTS}
-        masks = np.stack([o["action_mask"] for o in observed]).astype(bool)
-        logits = np.where(masks, logits_fn(batch), -np.inf)
-        for b, i in enumerate(active):
-            mask = masks[b]
-            allowed = np.flatnonzero(mask)
-            if allowed.size == 1:
-                action = int(allowed[0])
-            elif i == 0:
-                action = int(np.argmax(logits[b]))
-            else:
-                z = logits[b, allowed]
-                p = np.exp(z - z.max())
-                action = int(allowed[rng.choice(allowed.size, p=p / p.sum())])
-            if not mask[action]:  # cannot happen with finite logits; ADVANCE is always allowed until the end
-                action = advance
-            episodes[i].apply(action)
-        active = [i for i in active if not episodes[i].done]
-    return episodes
+    idx = np.flatnonzero(pending)
+    s = scores[idx].astype(np.float64)
+    prefer = MODE_AFTER if mode_logit > 0 else MODE_INLINE
+    other = MODE_INLINE if prefer == MODE_AFTER else MODE_AFTER
+    orders = np.empty((samples, idx.size), dtype=np.int64)
+    modes = np.empty(samples, dtype=np.int64)
+    orders[0] = idx[np.argsort(-s, kind="stable")]
+    modes[0] = prefer
+    if samples > 1:
+        orders[1] = orders[0]
+        modes[1] = other
+    if samples > 2:
+        rng = np.random.default_rng(seed)
+        gumbel = -np.log(-np.log(rng.random((samples - 2, idx.size)) + 1e-300) + 1e-300)
+        keys = s[None, :] + temperature * gumbel
+        orders[2:] = idx[np.argsort(-keys, axis=1, kind="stable")]
+        modes[2:] = np.where(np.arange(samples - 2) % 2 == 0, prefer, other)
+    return orders, modes
 
 
-def rollout(
-    scenario: Scenario,
-    logits_fn: LogitsFn,
-    base_limits: Limits,
-    samples: int = 1,
-    seed: int = 0,
-) -> tuple[Episode, list[float]]:
-    """The best of :func:`rollout_episodes` (the first on a tie), and every rollout's objective.
-
-    Training evaluates its torch policy through this (``logits_fn``), planning through :func:`candidates`.
-    """
-    episodes = rollout_episodes(scenario, logits_fn, base_limits, samples=samples, seed=seed)
-    objectives = [ep.objective for ep in episodes]
-    return episodes[int(np.argmax(objectives))], objectives
-
-
-@dataclass
-class Rollouts:
-    """The finished rollouts of one scenario, still in the batched engine (plans are built on demand).
-
-    Attributes:
-        engine: The engine; episode ``i`` is rollout ``i``, all done.
-        objectives: (B,) each rollout's objective (the engine's, equal to its plan's metrics within 1e-9).
-        decisions: Decisions taken, one onnxruntime call each for the whole batch.
-    """
-
-    engine: BatchEngine
-    objectives: np.ndarray
-    decisions: int
-
-    def plan(self, i: int) -> Plan:
-        """Rollout i's plan, named ``"ppo"``, with metrics."""
-        return self.engine.plan(i, "ppo")
-
-
-def rollout_engine(scenario: Scenario, base_limits: Limits, batch: int) -> BatchEngine:
-    """A :class:`BatchEngine` of ``batch`` episodes of ``scenario``, reset, padded as :func:`rollout_episodes` pads."""
-    rows = sum(job.running_on is None for job in scenario.jobs)
-    limits = padded_limits(scenario, rows, base_limits)
-    duration = max([job.duration for job in scenario.jobs] + [1])
-    engine = BatchEngine(batch, Sizes.from_limits(limits, duration))
-    engine.reset(scenario)
-    return engine
-
-
-def rollout_batch(
-    scenario: Scenario,
-    logits_fn: LogitsFn,
-    base_limits: Limits,
-    samples: int = 1,
-    seed: int = 0,
-) -> Rollouts:
-    """Roll a policy out ``samples`` times on a scenario as one batch of the numpy engine.
-
-    The rollouts are the episodes of one :class:`~gpu_env.batch.engine.BatchEngine`
-    (B = ``samples``), padded as :func:`rollout_episodes` pads, so the policy sees
-    :class:`~gpu_env.observation.Encoder`'s observations. Each decision is one
-    ``logits_fn`` call for all the rollouts still running, with only the policy's inputs observed.
-    Rollout 0 takes the most likely allowed action (the same as rollout 0 of
-    :func:`rollout_episodes`); the others sample from the masked softmax, one
-    uniform draw per rollout and decision from a generator seeded by ``seed``.
-    Finished episodes stay in the batch, all masked; their actions are ignored.
-
-    Args:
-        scenario: The problem.
-        logits_fn: Batch of observations (keys of ``INPUTS``) -> (B, n_actions) logits.
-        base_limits: The padded sizes the policy was trained with.
-        samples: Number of rollouts (at least 1).
-        seed: Seed of the sampled rollouts.
-
-    Returns:
-        The finished rollouts.
-    """
-    batch = max(1, samples)
-    engine = rollout_engine(scenario, base_limits, batch)
-    rng = np.random.default_rng(seed)
-    done = engine.state.done  # updated in place by the engine
-    decisions = 0
-    while not done.all():
-        masks = engine.action_masks()
-        obs = observe(engine, INPUTS)
-        actions = np.full(batch, engine.layout.advance, dtype=np.int64)  # done episodes ignore theirs
-        live = np.flatnonzero(~done)
-        if live.size < batch:  # finished rollouts stay in the engine but skip the network
-            obs = {key: value[live] for key, value in obs.items()}
-        logits = np.asarray(logits_fn(obs), dtype=np.float64)
-        actions[live] = choose_actions(logits, masks[live], live == 0, rng)
-        engine.step(actions)
-        decisions += 1
-    return Rollouts(engine, engine.state.objective.copy(), decisions)
-
-
-def choose_actions(logits: np.ndarray, masks: np.ndarray, greedy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """One action per row: the masked argmax where ``greedy``, elsewhere a draw from the masked softmax.
-
-    Args:
-        logits: (n, A) raw logits.
-        masks: (n, A) allowed actions, at least one per row.
-        greedy: (n,) rows that take the most likely action.
-        rng: Draws one uniform per row (greedy rows too, so the stream does not depend on which rows are greedy).
-
-    Returns:
-        (n,) allowed actions.
-    """
-    masked = np.where(masks, logits, -np.inf)
-    if greedy.all():
-        return np.argmax(masked, axis=1)
-    draw = rng.random(masks.shape[0])
-    weights = np.exp(masked - masked.max(axis=1, keepdims=True))  # 0 where masked
-    cumulative = np.cumsum(weights, axis=1)
-    # The first action whose cumulative weight exceeds the draw: an allowed one (its weight is > 0). Where
-    # rounding leaves none (draw * total == total), the last allowed action.
-    first_above = (cumulative <= (draw * cumulative[:, -1])[:, None]).sum(axis=1)
-    last_allowed = masks.shape[1] - 1 - np.argmax(masks[:, ::-1], axis=1)
-    return np.where(greedy, np.argmax(masked, axis=1), np.minimum(first_above, last_allowed))
+def _decode_candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int) -> Decoded:
+    inst = ListInstance.build(scenario)
+    jobs = job_features(scenario, inst)
+    cluster = cluster_features(scenario, inst)
+    scores, mode_logit = policy.score(jobs, inst.pending, cluster)
+    orders, modes = candidate_orders(scores, mode_logit, inst.pending, samples, seed, policy.temperature)
+    return decode(inst, orders, modes)
 
 
 def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int = 0) -> list[Plan]:
-    """The policy's candidate plans for a scenario: one per rollout, with their metrics.
+    """The policy's candidate plans for a scenario, with their metrics (for inspection).
 
-    :func:`plan` chooses among the same rollouts (:func:`rollout_batch`) but
-    builds only the winner's plan; this builds every one, for inspection.
+    :func:`plan` chooses among the same candidates but builds only the winner's plan.
 
     Args:
         scenario: The problem.
         policy: A loaded policy (:func:`load_policy`).
-        samples: Number of rollouts (at least 1); plan ``i`` is rollout ``i``, rollout 0 the most likely.
-        seed: Seed of the sampled rollouts.
+        samples: Number of candidates (at least 1); candidate 0 is the argmax order.
+        seed: Seed of the sampled orders.
 
     Returns:
         ``samples`` valid plans named ``"ppo"``, each with ``metrics`` filled.
     """
-    rollouts = rollout_batch(scenario, policy.logits, policy.limits, samples=samples, seed=seed)
-    return [rollouts.plan(i) for i in range(rollouts.engine.batch)]
+    decoded = _decode_candidates(scenario, policy, samples, seed)
+    plans = []
+    for i in range(decoded.objective.size):
+        p = decoded.plan(i, scenario, "ppo")
+        p.metrics = compute_metrics(scenario, p)
+        plans.append(p)
+    return plans
 
 
 def _baseline(scenario: Scenario, guard: Guard, options: PlanOptions) -> Plan:
@@ -480,30 +317,30 @@ def _baseline(scenario: Scenario, guard: Guard, options: PlanOptions) -> Plan:
 
 
 def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
-    """The learned fast mode as a scheduler: the best of the policy's rollouts, or the guard's plan.
+    """The learned fast mode as a scheduler: the best of the policy's candidates, or the guard's plan.
 
     Args:
         scenario: The problem.
         options: ``options.policy`` names the exported ``.onnx`` file (default the
-            shipped one); ``options.samples`` rollouts run, seeded by ``options.seed``;
+            shipped one); ``options.samples`` candidates are decoded, seeded by ``options.seed``;
             ``options.guard`` names the baseline (FIFO, greedy or none) computed too
-            and returned, under the name ``"ppo"``, when it is worth more than every rollout.
+            and returned, under the name ``"ppo"``, when it is worth more than every candidate.
 
     Returns:
-        The plan, with ``info``: ``policy`` (file and hash), ``samples`` (rollouts
-        that ran), ``guard`` (the option's value), ``objectives`` (each rollout's
-        objective, by sample index), ``guard_objective`` (the baseline's, absent
-        with guard ``none``) and ``winner`` (the winning sample's index, or
-        ``"fifo"``/``"greedy"`` when the guard's plan won).
+        The plan, with ``info``: ``policy`` (file and hash), ``samples`` (candidates
+        decoded), ``guard`` (the option's value), ``objectives`` (each candidate's
+        objective), ``guard_objective`` (the baseline's, absent with guard ``none``)
+        and ``winner`` (the winning candidate's index, or ``"fifo"``/``"greedy"``
+        when the guard's plan won).
 
     Raises:
-        PolicyError: The policy file is missing, corrupt, or does not match the environment.
+        PolicyError: The policy file is missing, corrupt, or does not match the planner.
     """
     options = options or PlanOptions()
     policy = load_policy(options.policy)
-    rollouts = rollout_batch(scenario, policy.logits, policy.limits, samples=options.samples, seed=options.seed)
-    objectives = rollouts.objectives.tolist()
-    winner: int | str = int(np.argmax(rollouts.objectives))  # the first on a tie: the most likely rollout first
+    decoded = _decode_candidates(scenario, policy, options.samples, options.seed)
+    objectives = decoded.objective.tolist()
+    winner: int | str = decoded.best  # the first on a tie: the argmax order first
     info: dict[str, Any] = {
         "policy": policy_record(policy),
         "samples": len(objectives),
@@ -519,7 +356,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
             result.metrics = baseline.metrics
             winner = options.guard.value
     if result is None:
-        result = rollouts.plan(int(winner))  # only the winner's plan is built
+        result = decoded.plan(int(winner), scenario, "ppo")  # only the winner's plan is built
     info["winner"] = winner
     result.info = info
     return result

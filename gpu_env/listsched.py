@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
@@ -128,29 +129,16 @@ class ListInstance(NamedTuple):
         hi = np.array([max(w.start, w.stop) for w in windows], dtype=np.int64)
         pending = np.array([job.running_on is None for job in jobs], dtype=np.bool_)
         values = start_values(sc)
-        first_value = np.array([values[i, lo[i]] if hi[i] > lo[i] else 0.0 for i in range(n)], dtype=np.float64)
-        pattern = np.zeros(n, dtype=np.uint64)
-        for i in range(n):
-            if k[i] <= ns and 64 % ns == 0:
-                bits = 0
-                for a in range(64):
-                    if a % ns + k[i] <= ns:
-                        bits |= 1 << a
-                pattern[i] = np.uint64(bits)
+        first_value = np.where(hi > lo, values[np.arange(n), np.minimum(lo, T)], 0.0).astype(np.float64)
+        pattern = np.array([_block_pattern(int(x), ns) for x in k], dtype=np.uint64)
         W = T + int(d.max(initial=0))
-        nw = (G + 63) // 64
-        busy = np.zeros((max(W, 1), nw), dtype=np.uint64)
+        busy = np.zeros((max(W, 1), (G + 63) // 64), dtype=np.uint64)
         load = np.zeros(T, dtype=np.int64)
-        value0 = 0.0
-        for i, job in enumerate(jobs):
-            if job.running_on is None:
-                continue
-            first = job.running_on[0]
-            for s in range(job.duration):
-                for g in range(first, first + job.gpus):
-                    busy[s, g >> 6] |= np.uint64(1 << (g & 63))
-            load[: min(job.duration, T)] += job.gpus
-            value0 += float(values[i, 0])
+        held = np.flatnonzero(~pending)
+        for i in held:
+            _mark(busy, 0, int(d[i]), int(jobs[i].running_on[0]), int(k[i]))
+            load[: min(int(d[i]), T)] += k[i]
+        value0 = float(values[held, 0].sum()) if held.size else 0.0
         apps = sc.apps
         A = len(apps)
         demand = np.asarray(sc.demand, dtype=np.int64).reshape(A, T)
@@ -187,6 +175,18 @@ class ListInstance(NamedTuple):
             penalty0=shortfall_penalty(curves, demand, penalty),
             value0=value0,
         )
+
+
+@lru_cache(maxsize=256)
+def _block_pattern(k: int, node_size: int) -> int:
+    """Bit a set when a block of k GPUs may start at GPU a (mod 64): it stays inside its node.
+
+    0 when blocks may cross a 64-GPU word (k > node size, or nodes that do not tile 64), which
+    sends the decoder to its general search.
+    """
+    if k > node_size or 64 % node_size:
+        return 0
+    return sum(1 << a for a in range(64) if a % node_size + k <= node_size)
 
 
 @dataclass(frozen=True)
@@ -472,11 +472,17 @@ def _decide(
 
 
 @njit(cache=True, nogil=True)
-def _place(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray, load: np.ndarray) -> None:  # pragma: no cover
-    k, d = inst.k[j], inst.d[j]
+def _mark(busy: np.ndarray, t: int, d: int, a: int, k: int) -> None:  # pragma: no cover - compiled
+    """Mark GPUs a..a+k-1 busy over slots [t, t + d)."""
     for s in range(t, t + d):
         for g in range(a, a + k):
             busy[s, g >> 6] |= _ONE << np.uint64(g & 63)
+
+
+@njit(cache=True, nogil=True)
+def _place(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray, load: np.ndarray) -> None:  # pragma: no cover
+    k, d = inst.k[j], inst.d[j]
+    _mark(busy, t, d, a, k)
     for s in range(t, min(t + d, inst.slots)):
         load[s] += k
 

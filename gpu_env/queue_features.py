@@ -97,7 +97,9 @@ def job_features(scenario: Scenario, inst: ListInstance) -> np.ndarray:
     end = np.minimum(lo + inst.d, T)
     span = np.maximum(end - lo, 1)
     mean_room = (csum[end] - csum[lo]) / span
-    min_room = np.array([room[a:b].min() if b > a else 0 for a, b in zip(lo, end, strict=True)], dtype=np.float64)
+    # Least room over each span: the minimum over the window [lo, end) of a (T, T) table of running minima.
+    table = np.minimum.accumulate(np.triu(np.broadcast_to(room, (T, T))) + np.tril(np.full((T, T), G), -1), axis=1)
+    min_room = np.where(end > lo, table[lo, np.maximum(end - 1, lo)], 0).astype(np.float64)
     types = [job.type for job in sc.jobs]
 
     def col(name: str) -> int:

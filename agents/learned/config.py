@@ -1,9 +1,8 @@
 """The training run's settings: the config dataclasses, their YAML loading and checks, and the device.
 
-A config file is YAML whose keys are the fields below (nested sections for
-the scenario sampler, the network, PPO, imitation and evaluation). Every field
-is checked on load; a bad file raises :class:`ConfigError` with one message
-naming the file and the field.
+A config file is YAML whose keys are the fields below (nested sections for each
+stage of the curriculum and for the evaluation). Every field is checked on load;
+a bad file raises :class:`ConfigError` with one message naming the file and the field.
 """
 
 from __future__ import annotations
@@ -17,107 +16,33 @@ import yaml
 
 
 @dataclass
-class ScenarioConfig:
-    """Where training scenarios come from (``gpu_env.sampler.ScenarioSampler``)."""
+class StageConfig:
+    """One stage of the curriculum: instances of some cluster sizes, self-labelling rounds over them."""
 
-    families: dict[str, float] = field(default_factory=dict)
-    """Family name -> weight of drawing it."""
-    gpus: list[int] | None = None
-    """[low, high] cluster sizes, or None for each family's own."""
-    jobs: list[int] | None = None
-    """[low, high] job counts, or None for the family's jobs per GPU."""
-
-
-@dataclass
-class NetworkConfig:
-    """The job scorer's sizes (:mod:`agents.learned.network`)."""
-
-    hidden: int = 64
-    """Width of every embedding."""
-    value_features: int = 64
-    """Width of the critic's features."""
-
-
-@dataclass
-class PPOConfig:
-    """MaskablePPO hyperparameters (SB3 names)."""
-
-    learning_rate: float = 1e-4
-    n_steps: int = 256
-    """Steps per environment per rollout."""
-    batch_size: int = 256
-    n_epochs: int = 4
-    gamma: float = 1.0
-    """1: the return of an episode is its plan's objective."""
-    gae_lambda: float = 0.95
-    clip_range: float = 0.1
-    ent_coef: float = 0.001
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    target_kl: float | None = 0.02
-
-
-@dataclass
-class ImitationConfig:
-    """Warm start by behaviour cloning of greedy's plans (0 episodes: none)."""
-
-    episodes: int = 0
-    """Scenarios planned by the teacher."""
-    epochs: int = 10
-    batch_size: int = 256
-    learning_rate: float = 1e-3
-    value_weight: float = 0.5
-    """Weight of the critic's regression to the teacher's returns."""
-    dagger_rounds: int = 0
-    """DAgger rounds after behaviour cloning (0: none): the policy plays, greedy labels the states it reaches."""
-    dagger_episodes: int = 200
-    """Scenarios the policy plays per DAgger round."""
-    dagger_epochs: int = 4
-    """Epochs over all the data gathered so far after each DAgger round."""
+    instances: int = 0
+    """Fresh instances drawn for this stage (0: the stage is skipped)."""
+    sizes: tuple[int, ...] = (16, 32, 64)
+    """Cluster sizes (GPUs), drawn uniformly; jobs scale with each family's jobs per GPU."""
+    rounds: int = 0
+    """Self-labelling rounds over every instance trained so far."""
+    samples: int = 16
+    """K: orders drawn per instance per round (their mean is the POMO baseline)."""
+    pg_coef: float = 0.5
+    """Weight of the POMO policy-gradient term beside ListMLE on the labels."""
 
 
 @dataclass
 class EvalConfig:
-    """Periodic evaluation on fixed instances."""
+    """Held-out instances the policy is scored on after each round (ratios to greedy)."""
 
-    instances_per_family: int = 2
-    every_steps: int = 10_000
-    """Environment steps between evaluations."""
+    instances: int = 70
+    sizes: tuple[int, ...] = (8, 16, 24, 32, 48, 64)
+    large_instances: int = 14
+    large_sizes: tuple[int, ...] = (128, 256)
     seed: int = 10_000
-    """Instance seeds are seed, seed + 1, ... (apart from training draws)."""
-    optimum_time_limit: float = 0.0
-    """CP-SAT seconds per instance for the best known objective (0: greedy's stands in)."""
-
-
-@dataclass
-class RLConfig:
-    """The RL phase on the batched engine (:mod:`agents.learned.rl`): masked PPO with a POMO shared baseline."""
-
-    steps: int = 0
-    """Engine steps (decisions of all episodes together); 0: no RL phase."""
-    instances: int = 32
-    """Fresh scenarios per update."""
-    rollouts: int = 8
-    """K: episodes per scenario per update; they share the baseline (their mean return)."""
-    learning_rate: float = 1e-5
-    epochs: int = 2
-    """Passes over each update's decisions."""
-    minibatch: int = 1024
-    """Decisions per gradient step."""
-    clip_range: float = 0.2
-    ent_coef: float = 0.0
-    max_grad_norm: float = 0.5
-    pg_coef: float = 1.0
-    """Weight of PPO's clipped policy-gradient loss (POMO advantages)."""
-    self_imitation: float = 0.0
-    """Weight of self-improvement (0: none): rollout 0 of each instance decodes greedily, and the best
-    sampled rollout, where it beats rollout 0, is imitated (cross-entropy on its decisions)."""
-    per_episode: bool = False
-    """Self-imitation weighs every imitated episode alike (else every decision alike: long episodes weigh more)."""
-    teacher: bool = False
-    """One rollout per instance replays greedy's plan (a candidate for self-imitation, not a policy sample)."""
-    eval_every: int = 100_000
-    """Engine steps between evaluations on the fixed instances."""
+    """Seed of the held-out draws (training draws use ``seed`` of the run)."""
+    samples: int = 16
+    """Candidates decoded as the planner does (:func:`agents.ppo.candidate_orders`)."""
 
 
 @dataclass
@@ -126,23 +51,27 @@ class TrainConfig:
 
     seed: int = 0
     """Seed of every random draw (scenarios, networks, sampling)."""
-    total_timesteps: int = 100_000
-    """MaskablePPO environment steps (imitation not counted); 0: no MaskablePPO phase."""
-    n_envs: int = 4
-    """Environments stepped together (one process)."""
-    checkpoint_every: int = 10_000
-    """Environment steps between checkpoints."""
-    run_dir: str = "runs/default"
+    run_dir: str = "runs/list"
     export: str = "agents/policies/default.onnx"
     """Where the final policy is exported (its card beside it, .json)."""
-    scenarios: ScenarioConfig = field(default_factory=ScenarioConfig)
-    network: NetworkConfig = field(default_factory=NetworkConfig)
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    imitation: ImitationConfig = field(default_factory=ImitationConfig)
+    families: dict[str, float] = field(default_factory=dict)
+    """Family name -> weight of drawing it."""
+    optima: str | None = "agents/learned/data/optima.json.gz"
+    """Proven optima (:mod:`agents.learned.optima`) imitated first; null: none."""
+    hidden: int = 96
+    """Width of the scorer's embeddings (:mod:`agents.learned.scorer`)."""
+    learning_rate: float = 0.001
+    batch: int = 32
+    """Instances per gradient step."""
+    temperature: float = 1.0
+    """Gumbel temperature of the drawn orders, in training and in the shipped planner."""
+    imitation_epochs: int = 30
+    """ListMLE epochs on the first labels (optima and greedy's orders) before self-labelling."""
+    small: StageConfig = field(default_factory=StageConfig)
+    """The seed's sizes (8-64 GPUs), with the optima."""
+    large: StageConfig = field(default_factory=lambda: StageConfig(sizes=(128, 256, 512, 1024)))
+    """Cluster sizes, labels from greedy's orders and the policy's own draws."""
     eval: EvalConfig = field(default_factory=EvalConfig)
-    rl: RLConfig = field(default_factory=RLConfig)
-    init_from: str | None = None
-    """An exported policy (.onnx) to start from instead of imitation and MaskablePPO (its weights, no pickle)."""
 
 
 class ConfigError(ValueError):
@@ -177,6 +106,10 @@ def _check_value(value: Any, annotation: str, where: str) -> Any:
         if not (isinstance(value, list) and len(value) == 2 and all(isinstance(v, int) for v in value)):
             raise ConfigError(f"{where}: expected [low, high] integers, got {value!r}")
         return value
+    if base == "tuple[int, ...]":
+        if not (isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            raise ConfigError(f"{where}: expected a non-empty list of integers, got {value!r}")
+        return tuple(value)
     if base == "dict[str, float]":
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
             value = dict.fromkeys(value, 1.0)
@@ -186,7 +119,8 @@ def _check_value(value: Any, annotation: str, where: str) -> Any:
     raise ConfigError(f"{where}: unsupported field type {annotation}")  # a bug in this file
 
 
-def _build(cls: type, data: Any, source: str, prefix: str = "") -> Any:
+def _build(cls: type, data: Any, source: str, prefix: str = "", default: Any = None) -> Any:
+    """``cls`` from a mapping, each field checked; fields not given keep ``default``'s values (or the class's)."""
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: field {prefix or '(top level)'}: expected a mapping, got {data!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
@@ -194,16 +128,18 @@ def _build(cls: type, data: Any, source: str, prefix: str = "") -> Any:
     if unknown:
         where = f"{prefix}." if prefix else ""
         raise ConfigError(f"{source}: unknown field {where}{unknown[0]} (expected one of: {', '.join(fields)})")
+    base = default if default is not None else cls()
     kwargs = {}
     for name, f in fields.items():
         if name not in data:
             continue
         where = f"{source}: field {prefix}{'.' if prefix else ''}{name}"
-        if dataclasses.is_dataclass(f.default_factory if f.default_factory is not dataclasses.MISSING else None):
-            kwargs[name] = _build(f.default_factory, data[name], source, f"{prefix}{'.' if prefix else ''}{name}")
+        current = getattr(base, name)
+        if dataclasses.is_dataclass(current):
+            kwargs[name] = _build(type(current), data[name], source, f"{prefix}{'.' if prefix else ''}{name}", current)
         else:
             kwargs[name] = _check_value(data[name], str(f.type), where)
-    return cls(**kwargs)
+    return dataclasses.replace(base, **kwargs)
 
 
 def load_config(path: str | Path) -> TrainConfig:
@@ -227,75 +163,52 @@ def load_config(path: str | Path) -> TrainConfig:
 def _check_ranges(cfg: TrainConfig, source: str) -> None:
     from gpu_env.generators import FAMILIES
 
-    if not cfg.scenarios.families:
-        raise ConfigError(f"{source}: field scenarios.families: expected at least one family")
-    for name, weight in cfg.scenarios.families.items():
+    if not cfg.families:
+        raise ConfigError(f"{source}: field families: expected at least one family")
+    for name, weight in cfg.families.items():
         if name not in FAMILIES:
-            raise ConfigError(f"{source}: field scenarios.families: unknown family {name!r} ({', '.join(FAMILIES)})")
+            raise ConfigError(f"{source}: field families: unknown family {name!r} ({', '.join(FAMILIES)})")
         if not weight > 0:
-            raise ConfigError(f"{source}: field scenarios.families.{name}: expected a positive weight, got {weight}")
-    for name, bounds in (("gpus", cfg.scenarios.gpus), ("jobs", cfg.scenarios.jobs)):
-        if bounds is not None and not 1 <= bounds[0] <= bounds[1]:
-            raise ConfigError(f"{source}: field scenarios.{name}: expected 1 <= low <= high, got {bounds}")
+            raise ConfigError(f"{source}: field families.{name}: expected a positive weight, got {weight}")
     positive = {
-        "n_envs": cfg.n_envs,
-        "checkpoint_every": cfg.checkpoint_every,
-        "network.hidden": cfg.network.hidden,
-        "network.value_features": cfg.network.value_features,
-        "ppo.n_steps": cfg.ppo.n_steps,
-        "ppo.batch_size": cfg.ppo.batch_size,
-        "ppo.n_epochs": cfg.ppo.n_epochs,
-        "ppo.learning_rate": cfg.ppo.learning_rate,
-        "imitation.epochs": cfg.imitation.epochs,
-        "imitation.batch_size": cfg.imitation.batch_size,
-        "eval.every_steps": cfg.eval.every_steps,
-        "rl.instances": cfg.rl.instances,
-        "rl.rollouts": cfg.rl.rollouts,
-        "rl.learning_rate": cfg.rl.learning_rate,
-        "rl.epochs": cfg.rl.epochs,
-        "rl.minibatch": cfg.rl.minibatch,
-        "rl.clip_range": cfg.rl.clip_range,
-        "rl.eval_every": cfg.rl.eval_every,
-        "rl.max_grad_norm": cfg.rl.max_grad_norm,
+        "hidden": cfg.hidden,
+        "learning_rate": cfg.learning_rate,
+        "batch": cfg.batch,
+        "temperature": cfg.temperature,
+        "small.samples": cfg.small.samples,
+        "large.samples": cfg.large.samples,
+        "eval.samples": cfg.eval.samples,
     }
     for name, value in positive.items():
         if not value > 0:
-            raise ConfigError(f"{source}: field {name}: expected a positive value, got {value}")
-    counts = {
-        "total_timesteps": cfg.total_timesteps,
-        "rl.steps": cfg.rl.steps,
-        "rl.pg_coef": cfg.rl.pg_coef,
-        "rl.self_imitation": cfg.rl.self_imitation,
-        "rl.ent_coef": cfg.rl.ent_coef,
-        "imitation.episodes": cfg.imitation.episodes,
-        "imitation.dagger_rounds": cfg.imitation.dagger_rounds,
-        "imitation.dagger_episodes": cfg.imitation.dagger_episodes,
-        "imitation.dagger_epochs": cfg.imitation.dagger_epochs,
-        "eval.instances_per_family": cfg.eval.instances_per_family,
+            raise ConfigError(f"{source}: field {name}: expected a positive number, got {value}")
+    not_negative = {
+        "imitation_epochs": cfg.imitation_epochs,
+        "small.instances": cfg.small.instances,
+        "small.rounds": cfg.small.rounds,
+        "small.pg_coef": cfg.small.pg_coef,
+        "large.instances": cfg.large.instances,
+        "large.rounds": cfg.large.rounds,
+        "large.pg_coef": cfg.large.pg_coef,
+        "eval.instances": cfg.eval.instances,
+        "eval.large_instances": cfg.eval.large_instances,
     }
-    for name, value in counts.items():
+    for name, value in not_negative.items():
         if value < 0:
-            raise ConfigError(f"{source}: field {name}: expected 0 or more, got {value}")
-    if cfg.init_from is not None and not Path(cfg.init_from).is_file():
-        raise ConfigError(f"{source}: field init_from: no such file {cfg.init_from!r}")
-    fixed = (cfg.rl.self_imitation > 0) + cfg.rl.teacher
-    if cfg.rl.steps > 0 and cfg.rl.rollouts < 2 + fixed:
-        raise ConfigError(
-            f"{source}: field rl.rollouts: the shared baseline needs at least 2 sampled rollouts per instance"
-            f" (plus one for the greedy decoding with self_imitation, one for the teacher), got {cfg.rl.rollouts}"
-        )
-    if not 0 < cfg.ppo.gamma <= 1 or not 0 < cfg.ppo.gae_lambda <= 1:
-        raise ConfigError(f"{source}: field ppo.gamma / ppo.gae_lambda: expected values in (0, 1]")
+            raise ConfigError(f"{source}: field {name}: expected a number >= 0, got {value}")
+    for name, sizes in (
+        ("small.sizes", cfg.small.sizes),
+        ("large.sizes", cfg.large.sizes),
+        ("eval.sizes", cfg.eval.sizes),
+        ("eval.large_sizes", cfg.eval.large_sizes),
+    ):
+        if any(g < 1 for g in sizes):
+            raise ConfigError(f"{source}: field {name}: expected positive cluster sizes, got {list(sizes)}")
 
 
-def sampler_spec(cfg: TrainConfig) -> dict[str, Any]:
-    """The environment's ``scenario=`` mapping for the configured families and sizes."""
-    spec: dict[str, Any] = {"families": dict(cfg.scenarios.families)}
-    if cfg.scenarios.gpus is not None:
-        spec["gpus"] = list(cfg.scenarios.gpus)
-    if cfg.scenarios.jobs is not None:
-        spec["jobs"] = list(cfg.scenarios.jobs)
-    return spec
+def as_dict(cfg: TrainConfig) -> dict[str, Any]:
+    """The config as plain JSON-able data (for the policy card)."""
+    return dataclasses.asdict(cfg)
 
 
 def choose_device(requested: str) -> str:

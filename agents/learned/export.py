@@ -1,13 +1,11 @@
-"""Export a trained policy to ONNX (one file, no code inside) with a JSON card beside it.
+"""Export a trained queue scorer to ONNX (one file, weights inside) with a JSON card beside it.
 
-The ONNX model takes the observation arrays of :data:`agents.ppo.INPUTS`, each
-with a batch axis, and returns the raw action logits and the critic's value.
-The batch, job, GPU, slot and app axes are dynamic, so one file plans any
-cluster and queue size. Masks are not applied inside: the planner applies them.
-
-The card (``<name>.json``) records what the planner checks before use (the
-observation spec of :func:`agents.ppo.observation_spec`, the padded sizes used
-in training) and what a reader wants to know (config, seed, steps, evaluation).
+The ONNX model takes :data:`agents.ppo.INPUTS` (``jobs`` (B, n, F), ``mask``
+(B, n), ``cluster`` (B, C)) and returns :data:`agents.ppo.OUTPUTS` (``scores``
+(B, n), ``mode`` (B,)). The batch and job axes are dynamic, so one file plans
+any queue. The card (``<name>.json``) records what the planner checks before use
+(:func:`agents.ppo.observation_spec`), the Gumbel temperature, and what a reader
+wants to know (config, seed, training history, evaluation, versions).
 """
 
 from __future__ import annotations
@@ -22,46 +20,43 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.learned.network import INPUTS, ExportModule, JobScorerPolicy
-from agents.ppo import CARD_FORMAT, observation_spec
+from agents.learned.scorer import QueueScorer
+from agents.ppo import CARD_FORMAT, INPUTS, OUTPUTS, observation_spec
 from gpu_env.files import atomic_path, write_text_atomic
-from gpu_env.observation import Limits
+from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES
 
 OPSET = 18
 
 
-def example_inputs(limits: Limits, batch: int = 2) -> tuple[torch.Tensor, ...]:
-    """Zero observations of the given padded sizes, in the order of ``INPUTS`` (shapes for tracing)."""
-    from gpu_env.observation import shapes
+def example_inputs(jobs: int = 7, batch: int = 2, seed: int = 0) -> tuple[torch.Tensor, ...]:
+    """Random inputs of the given sizes (shapes for tracing and for the round-trip check)."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.rand((batch, jobs, len(JOB_FEATURES)), generator=gen)
+    mask = (torch.rand((batch, jobs), generator=gen) > 0.2).float()
+    mask[:, 0] = 1.0
+    cluster = torch.rand((batch, len(CLUSTER_FEATURES)), generator=gen)
+    return x, mask, cluster
 
-    shape = shapes(limits, 1)
-    gen = torch.Generator().manual_seed(0)
-    return tuple(torch.rand((batch, *shape[key]), generator=gen) for key in INPUTS)
 
-
-def export_onnx(policy: JobScorerPolicy, path: Path, limits: Limits) -> None:
-    """Write the policy's logits and value as one ONNX file (weights inside, dynamic sizes)."""
-    module = ExportModule(policy).cpu().eval()
-    args = example_inputs(limits)
+def export_onnx(model: QueueScorer, path: Path) -> None:
+    """Write the scorer as one ONNX file (weights inside, dynamic batch and job axes)."""
+    module = model.cpu().eval()
     axes: dict[str, dict[int, str]] = {
         "jobs": {0: "batch", 1: "jobs"},
-        "gpus": {0: "batch", 1: "gpus"},
-        "slots": {0: "batch", 1: "slots"},
-        "apps": {0: "batch", 1: "apps", 2: "slots"},
-        "app_info": {0: "batch", 1: "apps"},
-        "globals": {0: "batch"},
-        "logits": {0: "batch", 1: "actions"},
-        "value": {0: "batch"},
+        "mask": {0: "batch", 1: "jobs"},
+        "cluster": {0: "batch"},
+        "scores": {0: "batch", 1: "jobs"},
+        "mode": {0: "batch"},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module,
-            args,
+            example_inputs(),
             str(path),
             input_names=list(INPUTS),
-            output_names=["logits", "value"],
+            output_names=list(OUTPUTS),
             dynamic_axes=axes,
             opset_version=OPSET,
             dynamo=False,
@@ -69,93 +64,80 @@ def export_onnx(policy: JobScorerPolicy, path: Path, limits: Limits) -> None:
         )
 
 
-def write_card(path: Path, card: dict[str, Any]) -> None:
-    """Write the card atomically (nothing half-written on failure)."""
-    write_text_atomic(path, json.dumps(card, indent=2, sort_keys=False) + "\n")
+def max_score_difference(model: QueueScorer, onnx_path: Path) -> float:
+    """Largest difference between torch and onnxruntime scores and mode logits on random inputs of several sizes."""
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    module = model.cpu().eval()
+    worst = 0.0
+    for jobs, batch in ((7, 2), (1, 1), (480, 1)):
+        args = example_inputs(jobs, batch, seed=jobs)
+        with torch.no_grad():
+            expected = [t.numpy() for t in module(*args)]
+        got = session.run(list(OUTPUTS), {k: a.numpy() for k, a in zip(INPUTS, args, strict=True)})
+        for e, g in zip(expected, got, strict=True):
+            keep = e > -1e8  # masked rows hold -1e9 in both
+            worst = max(worst, float(np.abs(np.where(keep, e - g, 0.0)).max()))
+    return worst
 
 
 def export_policy(
-    policy: JobScorerPolicy,
+    model: QueueScorer,
     path: str | os.PathLike[str],
-    limits: Limits,
     *,
+    temperature: float,
     config: dict[str, Any] | None = None,
     seed: int | None = None,
-    steps: int | None = None,
+    history: list[dict[str, Any]] | None = None,
     evaluation: dict[str, Any] | None = None,
-    extra: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Export ``policy`` to ``path`` (``.onnx``) and its card to ``path`` with ``.json``; check the round trip.
+    """Export ``model`` to ``path`` (``.onnx``) and its card to ``path`` with ``.json``; check the round trip.
 
     Args:
-        policy: The trained policy.
+        model: The trained scorer.
         path: Where to write the ONNX file.
-        limits: The padded sizes used in training (the planner pads at least to them).
-        config: The training config, as a plain dict.
+        temperature: Gumbel temperature the planner draws orders with.
+        config: The training config, as plain data.
         seed: The training seed.
-        steps: Environment steps of PPO training.
+        history: Per-round training records.
         evaluation: Evaluation results to record.
-        extra: More fields for the card.
 
     Returns:
         The card.
 
     Raises:
-        RuntimeError: ONNX and torch disagree on the exported logits.
+        RuntimeError: ONNX and torch disagree on the exported scores.
     """
     path = Path(path)
     with atomic_path(path) as tmp:  # checked before it replaces the file
-        export_onnx(policy, tmp, limits)
-        check = max_logit_difference(policy, tmp, limits)
+        export_onnx(model, tmp)
+        check = max_score_difference(model, tmp)
         if not check < 1e-3:
-            raise RuntimeError(f"{path}: ONNX and torch logits differ by {check:g}")
+            raise RuntimeError(f"{path}: ONNX and torch scores differ by {check:g}")
     import onnxruntime
 
     card = {
         "format": CARD_FORMAT,
         "file": path.name,
         "observation_spec": observation_spec(),
-        "limits": {
-            "max_gpus": limits.max_gpus,
-            "max_jobs": limits.max_jobs,
-            "max_slots": limits.max_slots,
-            "max_apps": limits.max_apps,
-        },
+        "temperature": temperature,
         "network": {
-            "class": "agents.learned.network.JobScorer",
-            "hidden": policy.features_extractor.net.hidden,
-            "value_features": policy.features_extractor.net.value_features,
-            "parameters": int(sum(p.numel() for p in policy.parameters())),
+            "class": "agents.learned.scorer.QueueScorer",
+            "hidden": model.hidden,
+            "parameters": int(sum(p.numel() for p in model.parameters())),
         },
         "seed": seed,
-        "training_steps": steps,
         "config": config,
+        "history": history,
         "evaluation": evaluation,
-        "export_check": {"max_logit_difference": check},
+        "export_check": {"max_score_difference": check},
         "versions": {
             "python": platform.python_version(),
-            "torch": torch.__version__,
+            "torch": torch.__version__.split("+")[0],
             "onnxruntime": onnxruntime.__version__,
             "opset": OPSET,
         },
-        **(extra or {}),
     }
-    write_card(path.with_suffix(".json"), card)
+    write_text_atomic(path.with_suffix(".json"), json.dumps(card, indent=2) + "\n")
     return card
-
-
-def max_logit_difference(policy: JobScorerPolicy, onnx_path: Path, limits: Limits) -> float:
-    """Largest difference between torch and onnxruntime logits on random observations (also at larger sizes)."""
-    import onnxruntime as ort
-
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    module = ExportModule(policy).cpu().eval()
-    worst = 0.0
-    bigger = Limits(limits.max_gpus * 2, limits.max_jobs * 2, limits.max_slots, limits.max_apps + 1)
-    for lim in (limits, bigger):
-        args = example_inputs(lim, batch=3)
-        with torch.no_grad():
-            expected = module(*args)[0].numpy()
-        got = session.run(["logits"], {k: a.numpy() for k, a in zip(INPUTS, args, strict=True)})[0]
-        worst = max(worst, float(np.abs(expected - got).max()))
-    return worst

@@ -141,8 +141,10 @@ def draw_scenarios(families: dict[str, float], sizes: Sequence[int], count: int,
 # ----------------------------------------------------------------------------- batches
 
 
-def collate(items: Sequence[Item]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Padded (B, n, F) job features, (B, n) mask of pending jobs and (B, C) cluster features."""
+def collate(
+    items: Sequence[Item], device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Padded (B, n, F) job features, (B, n) mask of pending jobs and (B, C) cluster features, on ``device``."""
     n = max(it.jobs.shape[0] for it in items)
     F = items[0].jobs.shape[1]
     jobs = np.zeros((len(items), n, F), dtype=np.float32)
@@ -151,26 +153,31 @@ def collate(items: Sequence[Item]) -> tuple[torch.Tensor, torch.Tensor, torch.Te
         jobs[b, : it.jobs.shape[0]] = it.jobs
         mask[b, it.pending] = 1.0
     cluster = np.stack([it.cluster for it in items])
-    return torch.from_numpy(jobs), torch.from_numpy(mask), torch.from_numpy(cluster)
+    return tuple(torch.from_numpy(x).to(device) for x in (jobs, mask, cluster))  # type: ignore[return-value]
 
 
-def _pad_orders(orders: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def _pad_orders(orders: Sequence[np.ndarray], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     L = max(max((o.size for o in orders), default=0), 1)
     out = np.zeros((len(orders), L), dtype=np.int64)
     lengths = np.zeros(len(orders), dtype=np.int64)
     for i, o in enumerate(orders):
         out[i, : o.size] = o
         lengths[i] = o.size
-    return torch.from_numpy(out), torch.from_numpy(lengths)
+    return torch.from_numpy(out).to(device), torch.from_numpy(lengths).to(device)
 
 
 def imitation_loss(model: QueueScorer, items: Sequence[Item]) -> torch.Tensor:
     """Mean ListMLE of the labels (per job, so long queues do not dominate) plus the mode's cross-entropy."""
-    jobs, mask, cluster = collate(items)
+    dev = _device(model)
+    jobs, mask, cluster = collate(items, dev)
     scores, mode = model(jobs, mask, cluster)
-    orders, lengths = _pad_orders([it.label for it in items])
+    orders, lengths = _pad_orders([it.label for it in items], dev)
     logp = order_log_prob(scores, orders, lengths) / lengths.clamp(min=1)
-    target = torch.tensor([1.0 if it.label_mode == MODE_AFTER else 0.0 for it in items])
+    target = torch.tensor([1.0 if it.label_mode == MODE_AFTER else 0.0 for it in items], device=dev)
     mode_loss = torch.nn.functional.binary_cross_entropy_with_logits(mode, target)
     return -logp.mean() + 0.1 * mode_loss
 
@@ -204,13 +211,14 @@ def self_label_round(
     """Draw k orders per instance, decode, update labels, and take ListMLE + POMO steps over the items."""
     stats = RoundStats()
     ratios = []
+    dev = _device(model)
     model.train()
     for lo in range(0, len(items), batch):
         chunk = items[lo : lo + batch]
-        jobs, mask, cluster = collate(chunk)
+        jobs, mask, cluster = collate(chunk, dev)
         scores, mode_logit = model(jobs, mask, cluster)
-        s_np = scores.detach().numpy()
-        p_after = torch.sigmoid(mode_logit).detach().numpy()
+        s_np = scores.detach().cpu().numpy()
+        p_after = torch.sigmoid(mode_logit).detach().cpu().numpy()
         all_orders, all_modes, rewards = [], [], []
         for b, it in enumerate(chunk):
             orders = sample_orders(s_np[b], it.pending, k, rng, temperature)
@@ -228,15 +236,15 @@ def self_label_round(
             rewards.append(dec.objective / it.scale)
         loss = imitation_loss(model, chunk)
         if pg_coef > 0:
-            reward = torch.tensor(np.stack(rewards), dtype=torch.float32)  # (B, k)
+            reward = torch.tensor(np.stack(rewards), dtype=torch.float32, device=dev)  # (B, k)
             adv = reward - reward.mean(dim=1, keepdim=True)
             adv = adv / (adv.std() + 1e-6)
             B = len(chunk)
             flat = [o for orders in all_orders for o in orders]
-            orders_t, lengths = _pad_orders(flat)
+            orders_t, lengths = _pad_orders(flat, dev)
             rep = scores.repeat_interleave(k, dim=0)
             logp = order_log_prob(rep, orders_t, lengths).view(B, k) / lengths.view(B, k).clamp(min=1)
-            after = torch.tensor(np.stack(all_modes) == MODE_AFTER, dtype=torch.float32)
+            after = torch.tensor(np.stack(all_modes) == MODE_AFTER, dtype=torch.float32, device=dev)
             logp_mode = -torch.nn.functional.binary_cross_entropy_with_logits(
                 mode_logit.unsqueeze(1).expand(B, k), after, reduction="none"
             )
@@ -246,7 +254,7 @@ def self_label_round(
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
-        stats.loss += float(loss) * len(chunk)
+        stats.loss += float(loss.detach()) * len(chunk)
     stats.loss /= max(len(items), 1)
     stats.mean_ratio = float(np.mean(ratios)) if ratios else 0.0
     return stats
@@ -269,7 +277,7 @@ def fit_imitation(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            total += float(loss) * len(chunk)
+            total += float(loss.detach()) * len(chunk)
         losses.append(total / max(len(items), 1))
     return losses
 
@@ -292,14 +300,15 @@ def evaluate_policy(model: QueueScorer, items: Sequence[Item], samples: int, tem
     from agents.ppo import candidate_orders
 
     model.eval()
+    dev = _device(model)
     alone, shipped, below = [], [], 0
     fam: dict[str, list[tuple[float, float]]] = {}
     with torch.no_grad():
         for it in items:
-            jobs, mask, cluster = collate([it])
+            jobs, mask, cluster = collate([it], dev)
             scores, mode = model(jobs, mask, cluster)
             orders, modes = candidate_orders(
-                scores[0].numpy(), float(mode[0]), it.inst.pending, samples, seed, temperature
+                scores[0].cpu().numpy(), float(mode[0]), it.inst.pending, samples, seed, temperature
             )
             dec = decode(it.inst, orders, modes)
             a = float(dec.objective[0]) / it.scale
