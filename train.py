@@ -77,7 +77,7 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
     ]
     _log(f"instances: {len(items)} training, {len(held)} + {len(held_large)} held out ({time.perf_counter() - began:.0f} s)")
 
-    model = QueueScorer(cfg.hidden).to(device)
+    model = QueueScorer(cfg.hidden, cfg.attention).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"score": -np.inf}
@@ -130,6 +130,8 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
             stats = tr.self_label_round(
                 model, optimizer, items, stage_cfg.samples, rng, cfg.temperature, stage_cfg.pg_coef, cfg.batch
             )
+            if cfg.label_epochs > 1:
+                tr.fit_imitation(model, optimizer, items, cfg.label_epochs - 1, cfg.batch, cfg.seed + step)
             writer.add_scalar("train/loss", stats.loss, step)
             writer.add_scalar("train/labels_improved", stats.improved, step)
             evaluate(stage, step)

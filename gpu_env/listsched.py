@@ -487,21 +487,57 @@ def _place(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray, load: n
         load[s] += k
 
 
-@njit(cache=True, nogil=True)
-def _decode_all(
-    inst: ListInstance,
-    orders: np.ndarray,
-    modes: np.ndarray,
-    trade_candidates: int,
-    objective: np.ndarray,
-    start: np.ndarray,
-    first: np.ndarray,
-    curves_out: np.ndarray,
-) -> None:  # pragma: no cover - compiled
-    A, T = inst.curves.shape
+class Live(NamedTuple):
+    """The state of one list-scheduling episode (the compiled step reads and writes it in place).
+
+    Attributes:
+        busy: (W, NW) uint64 busy GPUs per grid column.
+        load: (T,) GPUs held by jobs.
+        curves: (A, T) real-time curves.
+        money: (2,) float64: job value, real-time penalty (the objective is their difference).
+        excess: (T,) GPUs the curves hold above demand and ramp floor.
+        start: (n,) start of each job, -1 while unplaced.
+        first: (n,) first GPU of each job, -1 while unplaced.
+        decided: (n,) whether each job had its turn (or is inherited).
+        left: (n,) the jobs whose turn placed nothing, in turn order (the first ``count[0]``).
+        count: (1,) int64 how many ``left`` holds.
+    """
+
+    busy: np.ndarray
+    load: np.ndarray
+    curves: np.ndarray
+    money: np.ndarray
+    excess: np.ndarray
+    start: np.ndarray
+    first: np.ndarray
+    decided: np.ndarray
+    left: np.ndarray
+    count: np.ndarray
+
+
+def new_live(inst: ListInstance) -> Live:
+    """The state before the first decision: inherited work placed, demand-following curves."""
     n = inst.k.size
+    live = Live(
+        busy=inst.busy.copy(),
+        load=inst.load.copy(),
+        curves=inst.curves.copy(),
+        money=np.array([inst.value0, inst.penalty0], dtype=np.float64),
+        excess=np.zeros(inst.slots, dtype=np.int64),
+        start=np.where(inst.pending, -1, 0).astype(np.int64),
+        first=inst.held_first.copy(),
+        decided=~inst.pending,
+        left=np.zeros(n, dtype=np.int64),
+        count=np.zeros(1, dtype=np.int64),
+    )
+    return live
+
+
+@njit(cache=True, nogil=True)
+def _new_scratch(inst: ListInstance) -> _Scratch:  # pragma: no cover - compiled
+    A, T = inst.curves.shape
     nw = inst.busy.shape[1]
-    sc = _Scratch(
+    return _Scratch(
         np.zeros(nw, dtype=np.uint64),
         np.zeros(T, dtype=np.int64),
         np.zeros(T, dtype=np.int64),
@@ -514,70 +550,142 @@ def _decode_all(
         np.zeros(1, dtype=np.float64),
         np.zeros((4, T), dtype=np.int64),
     )
-    busy = np.empty_like(inst.busy)
-    load = np.empty(T, dtype=np.int64)
-    curves = np.empty((A, T), dtype=np.int64)
-    excess = np.zeros(T, dtype=np.int64)
-    seen = np.zeros(n, dtype=np.bool_)
-    left = np.empty(n, dtype=np.int64)
+
+
+@njit(cache=True, nogil=True)
+def _turn(inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int, sc: _Scratch) -> bool:  # pragma: no cover
+    """Job j's decision applied to ``live`` (``sc.room`` and ``live.excess`` current); whether it was placed."""
+    t, a, traded, new_penalty = _decide(
+        inst, j, trade, live.busy, live.load, live.money[1], live.excess, trade_candidates, sc
+    )
+    if t < 0:
+        return False
+    _place(inst, j, t, a, live.busy, live.load)
+    live.money[0] += inst.values[j, t]
+    live.start[j] = t
+    live.first[j] = a
+    if traded:
+        live.curves[:] = sc.best_curves[0]
+        live.money[1] = new_penalty
+    _set_room(inst, live.load, live.curves, sc, live.excess)
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _run(
+    inst: ListInstance, live: Live, order: np.ndarray, trade: bool, trade_candidates: int, sc: _Scratch
+) -> None:  # pragma: no cover - compiled
+    """Every job of ``order`` not decided yet takes its turn; jobs that fit nowhere join ``live.left``."""
+    _set_room(inst, live.load, live.curves, sc, live.excess)
+    for p in range(order.size):
+        j = order[p]
+        if j < 0 or live.decided[j]:
+            continue
+        live.decided[j] = True
+        if not _turn(inst, live, j, trade, trade_candidates, sc):
+            live.left[live.count[0]] = j
+            live.count[0] += 1
+
+
+@njit(cache=True, nogil=True)
+def _second_turn(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scratch) -> None:  # pragma: no cover
+    """The jobs left out, most valuable first (ties: job index), take another turn and may trade."""
+    left = live.left
+    n_left = live.count[0]
+    for i in range(1, n_left):
+        x = left[i]
+        m = i - 1
+        while m >= 0 and (
+            inst.first_value[left[m]] < inst.first_value[x]
+            or (inst.first_value[left[m]] == inst.first_value[x] and left[m] > x)
+        ):
+            left[m + 1] = left[m]
+            m -= 1
+        left[m + 1] = x
+    _set_room(inst, live.load, live.curves, sc, live.excess)
+    kept = 0
+    for i in range(n_left):
+        j = left[i]
+        if not _turn(inst, live, j, True, trade_candidates, sc):
+            left[kept] = j
+            kept += 1
+    live.count[0] = kept
+
+
+@njit(cache=True, nogil=True)
+def _step(inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int) -> bool:  # pragma: no cover
+    """One decision of the environment: job j takes its turn."""
+    sc = _new_scratch(inst)
+    one = np.full(1, j, dtype=np.int64)
+    before = live.count[0]
+    _run(inst, live, one, trade, trade_candidates, sc)
+    return live.count[0] == before
+
+
+@njit(cache=True, nogil=True)
+def _finish(inst: ListInstance, live: Live, trade_candidates: int) -> None:  # pragma: no cover - compiled
+    """MODE_AFTER's end of an episode: the jobs left out take their second turn."""
+    _second_turn(inst, live, trade_candidates, _new_scratch(inst))
+
+
+@njit(cache=True, nogil=True)
+def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """out[j]: job j is undecided and has a start whose block is free and whose capacity above the
+    ramp floors covers it (a start the rules allow, taking real-time capacity where needed)."""
+    T = inst.slots
+    span = np.zeros(inst.busy.shape[1], dtype=np.uint64)
+    room = np.empty(T, dtype=np.int64)
+    for t in range(T):
+        room[t] = inst.gpus - live.load[t] - inst.floor_total[t]
+    for j in range(inst.k.size):
+        out[j] = False
+        if live.decided[j]:
+            continue
+        t, a = _earliest(inst, j, live.busy, room, span)
+        out[j] = t >= 0
+
+
+@njit(cache=True, nogil=True)
+def _decode_all(
+    inst: ListInstance,
+    orders: np.ndarray,
+    modes: np.ndarray,
+    trade_candidates: int,
+    objective: np.ndarray,
+    start: np.ndarray,
+    first: np.ndarray,
+    curves_out: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    A = inst.curves.shape[0]
+    sc = _new_scratch(inst)
+    live = Live(
+        np.empty_like(inst.busy),
+        np.empty_like(inst.load),
+        np.empty_like(inst.curves),
+        np.zeros(2, dtype=np.float64),
+        np.zeros(inst.slots, dtype=np.int64),
+        np.empty(inst.k.size, dtype=np.int64),
+        np.empty(inst.k.size, dtype=np.int64),
+        np.empty(inst.k.size, dtype=np.bool_),
+        np.zeros(inst.k.size, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+    )
     for c in range(orders.shape[0]):
-        busy[:] = inst.busy
-        load[:] = inst.load
-        curves[:] = inst.curves
-        penalty = inst.penalty0
-        value = inst.value0
+        live.busy[:] = inst.busy
+        live.load[:] = inst.load
+        live.curves[:] = inst.curves
+        live.money[0] = inst.value0
+        live.money[1] = inst.penalty0
+        live.count[0] = 0
+        for j in range(inst.k.size):
+            live.decided[j] = not inst.pending[j]
+            live.start[j] = -1 if inst.pending[j] else 0
+            live.first[j] = inst.held_first[j]
         mode = modes[c] if A > 0 else 0
-        seen[:] = False
-        for j in range(n):
-            if not inst.pending[j]:
-                start[c, j] = 0
-                first[c, j] = inst.held_first[j]
-        n_left = 0
-        _set_room(inst, load, curves, sc, excess)
-        for p in range(orders.shape[1]):
-            j = orders[c, p]
-            if j < 0 or seen[j] or not inst.pending[j]:
-                continue
-            seen[j] = True
-            t, a, traded, new_penalty = _decide(
-                inst, j, mode == 1, busy, load, penalty, excess, trade_candidates, sc
-            )
-            if t < 0:
-                left[n_left] = j
-                n_left += 1
-                continue
-            _place(inst, j, t, a, busy, load)
-            value += inst.values[j, t]
-            start[c, j] = t
-            first[c, j] = a
-            if traded:
-                curves[:] = sc.best_curves[0]
-                penalty = new_penalty
-            _set_room(inst, load, curves, sc, excess)
-        if mode == 2 and n_left > 0:
-            # The jobs left out, most valuable first (ties: job index), may now trade.
-            for i in range(1, n_left):
-                x = left[i]
-                m = i - 1
-                while m >= 0 and (
-                    inst.first_value[left[m]] < inst.first_value[x]
-                    or (inst.first_value[left[m]] == inst.first_value[x] and left[m] > x)
-                ):
-                    left[m + 1] = left[m]
-                    m -= 1
-                left[m + 1] = x
-            for i in range(n_left):
-                j = left[i]
-                t, a, traded, new_penalty = _decide(inst, j, True, busy, load, penalty, excess, trade_candidates, sc)
-                if t < 0:
-                    continue
-                _place(inst, j, t, a, busy, load)
-                value += inst.values[j, t]
-                start[c, j] = t
-                first[c, j] = a
-                if traded:
-                    curves[:] = sc.best_curves[0]
-                    penalty = new_penalty
-                _set_room(inst, load, curves, sc, excess)
-        curves_out[c] = curves
-        objective[c] = value - penalty
+        _run(inst, live, orders[c], mode == 1, trade_candidates, sc)
+        if mode == 2:
+            _second_turn(inst, live, trade_candidates, sc)
+        start[c] = live.start
+        first[c] = live.first
+        curves_out[c] = live.curves
+        objective[c] = live.money[0] - live.money[1]

@@ -60,6 +60,10 @@ class TrainConfig:
     """Proven optima (:mod:`agents.learned.optima`) imitated first; null: none."""
     hidden: int = 96
     """Width of the scorer's embeddings (:mod:`agents.learned.scorer`)."""
+    attention: int = 0
+    """Self-attention blocks over the jobs (0: deep sets only)."""
+    label_epochs: int = 1
+    """ListMLE passes over the labels per self-labelling round (the first beside the policy gradient)."""
     learning_rate: float = 0.001
     batch: int = 32
     """Instances per gradient step."""
@@ -184,6 +188,8 @@ def _check_ranges(cfg: TrainConfig, source: str) -> None:
             raise ConfigError(f"{source}: field {name}: expected a positive number, got {value}")
     not_negative = {
         "imitation_epochs": cfg.imitation_epochs,
+        "attention": cfg.attention,
+        "label_epochs": cfg.label_epochs,
         "small.instances": cfg.small.instances,
         "small.rounds": cfg.small.rounds,
         "small.pg_coef": cfg.small.pg_coef,

@@ -125,6 +125,7 @@ def export_policy(
         "network": {
             "class": "agents.learned.scorer.QueueScorer",
             "hidden": model.hidden,
+            "attention": model.attention,
             "parameters": int(sum(p.numel() for p in model.parameters())),
         },
         "seed": seed,

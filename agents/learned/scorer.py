@@ -3,7 +3,8 @@
 A deep-sets network over the jobs of :func:`gpu_env.queue_features.job_features`
 and the cluster of :func:`~gpu_env.queue_features.cluster_features`:
 
-1. every job row, with the cluster vector, goes through one shared MLP (the job embedding);
+1. every job row, with the cluster vector, goes through one shared MLP (the job embedding),
+   then ``attention`` masked self-attention blocks let each job see the others;
 2. the mean and the max of the embeddings over the pending jobs, with the
    cluster vector, make the context;
 3. a second shared MLP sees each embedding with the context and gives the
@@ -32,18 +33,51 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+class JobAttention(nn.Module):
+    """One pre-norm self-attention block over the pending jobs (masked), with a residual and an MLP.
+
+    Written out (no ``nn.MultiheadAttention``) so that the ONNX graph is plain matrix products.
+    """
+
+    def __init__(self, hidden: int, heads: int = 4) -> None:
+        super().__init__()
+        self.heads = heads
+        self.norm = nn.LayerNorm(hidden)
+        self.qkv = nn.Linear(hidden, 3 * hidden)
+        self.out = nn.Linear(hidden, hidden)
+        self.norm2 = nn.LayerNorm(hidden)
+        self.mlp = _mlp([hidden, 2 * hidden, hidden])
+
+    def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        B, n, H = h.shape
+        q, k, v = self.qkv(self.norm(h)).chunk(3, dim=-1)
+        d = H // self.heads
+
+        def split(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(B, n, self.heads, d).transpose(1, 2)  # (B, heads, n, d)
+
+        att = split(q) @ split(k).transpose(-1, -2) / d**0.5  # (B, heads, n, n)
+        att = att + ((mask - 1.0) * 1e4).reshape(B, 1, 1, n)
+        mixed = (torch.softmax(att, dim=-1) @ split(v)).transpose(1, 2).reshape(B, n, H)
+        h = h + self.out(mixed)
+        return h + self.mlp(self.norm2(h))
+
+
 class QueueScorer(nn.Module):
     """Scores of every job and the mode logit, from one pass over the queue.
 
     Args:
         hidden: Width of the embeddings.
+        attention: Self-attention blocks over the jobs after the embedding (0: deep sets only).
     """
 
-    def __init__(self, hidden: int = 96) -> None:
+    def __init__(self, hidden: int = 96, attention: int = 0) -> None:
         super().__init__()
         f, c = len(JOB_FEATURES), len(CLUSTER_FEATURES)
         self.hidden = hidden
+        self.attention = attention
         self.embed = _mlp([f + c, hidden, hidden])
+        self.blocks = nn.ModuleList(JobAttention(hidden) for _ in range(attention))
         self.context = _mlp([2 * hidden + c, hidden, hidden])
         self.head = _mlp([2 * hidden, hidden, 1])
         self.mode = _mlp([hidden, hidden // 2, 1])
@@ -62,6 +96,8 @@ class QueueScorer(nn.Module):
         B, n, _ = jobs.shape
         c = cluster.unsqueeze(1).expand(B, n, cluster.shape[-1])
         h = torch.relu(self.embed(torch.cat([jobs, c], dim=-1)))  # (B, n, H)
+        for block in self.blocks:
+            h = block(h, mask)
         m = mask.unsqueeze(-1)
         count = m.sum(dim=1).clamp(min=1.0)
         mean = (h * m).sum(dim=1) / count
