@@ -66,9 +66,9 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
 
         records = load_optima(cfg.optima)
         for rec in records:
-            proven = rec.objective if rec.status == "OPTIMAL" else None
+            proven = rec.objective if rec.optimal else None
             items.append(tr.prepare(rec.scenario(), rec.placements, proven))
-        _log(f"labels: {len(records)} CP-SAT plans from {cfg.optima} ({sum(r.status == 'OPTIMAL' for r in records)} proven)")
+        _log(f"labels: {len(records)} CP-SAT plans from {cfg.optima} ({sum(r.optimal for r in records)} proven)")
     items += [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, cfg.small.sizes, cfg.small.instances, cfg.seed)]
     held = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, cfg.eval.sizes, cfg.eval.instances, cfg.eval.seed)]
     held_large = [

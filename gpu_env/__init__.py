@@ -34,6 +34,6 @@ import gymnasium as _gymnasium
 if "GpuCluster-v0" not in _gymnasium.registry:
     _gymnasium.register(
         id="GpuCluster-v0",
-        entry_point="gpu_env.env:GpuClusterEnv",
+        entry_point="gpu_env.list_env:make_env",
         vector_entry_point="gpu_env.batch.vector_env:GpuClusterVectorEnv",
     )

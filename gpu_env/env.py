@@ -159,7 +159,7 @@ class GpuClusterEnv(gym.Env):
         if not (base_curves == "cover" or callable(base_curves)):
             raise ValueError(f"base_curves: expected 'cover' or a function of the scenario, got {base_curves!r}")
         if actions not in {mode.value for mode in ActionMode}:
-            raise ValueError(f"actions: expected 'fit' or 'block', got {actions!r}")
+            raise ValueError(f"actions: expected 'fit', 'block' or 'list', got {actions!r}")
         if reward_scale is not None and not reward_scale > 0:
             raise ValueError(f"reward_scale: expected a positive number, got {reward_scale}")
         self.render_mode = render_mode
