@@ -159,9 +159,9 @@ def draws(families: Sequence[str], per_family: int) -> list[Draw]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Record:
-    """One solved instance of the cache.
+    """One solved instance of the cache (compare two by :meth:`to_dict`: its arrays have no single truth value).
 
     Attributes:
         family: The generator family.
