@@ -11,8 +11,10 @@ Planning is one onnxruntime call and one compiled call (``docs/learned-mode.md``
    scores: the argmax order in the mode the policy prefers, then Gumbel-top-k
    (Plackett-Luce) draws seeded by ``options.seed``, alternating trade modes;
 4. :func:`gpu_env.listsched.decode` places every order with the rules'
-   placement (greedy's sweep, compiled), all candidates in one call; the most
-   valuable wins and only its plan is built.
+   placement (greedy's sweep, compiled), all candidates in one call, then
+   improves the best by promotion (the most valuable jobs it left out move to
+   the front of its order, :data:`PROMOTE_ROUNDS` rounds, inside the same
+   call); the most valuable plan wins and only its plan is built.
 
 ``options.guard`` names a baseline computed too and returned when it is worth
 more: FIFO (the shipped default: the learned mode is never below FIFO), greedy,
@@ -55,6 +57,8 @@ CARD_FORMAT = "gpualloc-policy/2"
 INPUTS: tuple[str, ...] = ("jobs", "mask", "cluster")
 OUTPUTS: tuple[str, ...] = ("scores", "mode")
 DEFAULT_TEMPERATURE = 1.0
+PROMOTE_ROUNDS = 2
+"""Rounds of the decoder's promotion pass on the best candidate (:func:`gpu_env.listsched.decode`)."""
 # The shipped policy, package data of ``agents`` (pyproject.toml). pip installs a wheel's files on
 # disk, so the resource is a path there; onnxruntime and the card check read it as a file.
 DEFAULT_POLICY = Path(str(resources.files("agents").joinpath("policies", "default.onnx")))
@@ -271,13 +275,15 @@ def candidate_orders(
     return orders, modes
 
 
-def _decode_candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int) -> Decoded:
+def _decode_candidates(
+    scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int, promote_rounds: int = PROMOTE_ROUNDS
+) -> Decoded:
     inst = ListInstance.build(scenario)
     jobs = job_features(scenario, inst)
     cluster = cluster_features(scenario, inst)
     scores, mode_logit = policy.score(jobs, inst.pending, cluster)
     orders, modes = candidate_orders(scores, mode_logit, inst.pending, samples, seed, policy.temperature)
-    return decode(inst, orders, modes)
+    return decode(inst, orders, modes, promote_rounds=promote_rounds)
 
 
 def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int = 0) -> list[Plan]:

@@ -74,6 +74,8 @@ MODES = {"off": MODE_OFF, "inline": MODE_INLINE, "after": MODE_AFTER}
 
 TRADE_CANDIDATES = 8
 """Starts per job whose trade is evaluated exactly (greedy's ``trade_candidates``)."""
+PROMOTE_LIMIT = 4
+"""Promotions tried per round (greedy's ``promote_limit``)."""
 
 _EPS = 1e-9
 _ONE = np.uint64(1)
@@ -198,12 +200,14 @@ class Decoded:
         start: (K, n) start of each job, -1 when unplaced (inherited jobs: 0).
         first: (K, n) first GPU of each job's block, -1 when unplaced.
         curves: (K, A, T) real-time curves.
+        promotions: Promotions that improved the best candidate (its row holds the improved plan).
     """
 
     objective: np.ndarray
     start: np.ndarray
     first: np.ndarray
     curves: np.ndarray
+    promotions: int = 0
 
     @property
     def best(self) -> int:
@@ -222,9 +226,19 @@ class Decoded:
 
 
 def decode(
-    inst: ListInstance, orders: np.ndarray, modes: np.ndarray, trade_candidates: int = TRADE_CANDIDATES
+    inst: ListInstance,
+    orders: np.ndarray,
+    modes: np.ndarray,
+    trade_candidates: int = TRADE_CANDIDATES,
+    promote_rounds: int = 0,
+    promote_limit: int = PROMOTE_LIMIT,
 ) -> Decoded:
     """Decode K job orders into K plans, in one compiled call.
+
+    With ``promote_rounds``, the best candidate is then improved as greedy improves its best sweep:
+    each of the ``promote_limit`` most valuable jobs its plan left out is moved, one at a time, to
+    the front of its order and the order decoded again; an improvement is kept (and replaces that
+    candidate's plan in the result), and a round that improves nothing ends the pass.
 
     Args:
         inst: The scenario's arrays (:meth:`ListInstance.build`).
@@ -232,6 +246,8 @@ def decode(
             inherited jobs and repeats are ignored; jobs missing from a row stay unplaced).
         modes: (K,) trade mode of each candidate (:data:`MODES`); without apps every mode is off.
         trade_candidates: Starts per job whose trade is evaluated exactly.
+        promote_rounds: Rounds of promotion on the best candidate (0: none).
+        promote_limit: Promotions tried per round.
 
     Returns:
         The K plans' placements, curves and objectives.
@@ -248,8 +264,12 @@ def decode(
     start = np.full((K, n), -1, dtype=np.int64)
     first = np.full((K, n), -1, dtype=np.int64)
     curves = np.zeros((K, A, T), dtype=np.int64)
-    _decode_all(inst, orders, modes, int(trade_candidates), objective, start, first, curves)
-    return Decoded(objective, start, first, curves)
+    promoted = np.zeros(1, dtype=np.int64)
+    _decode_all(
+        inst, orders, modes, int(trade_candidates), int(promote_rounds), int(promote_limit),
+        objective, start, first, curves, promoted,
+    )
+    return Decoded(objective, start, first, curves, int(promoted[0]))
 
 
 # ----------------------------------------------------------------------------- compiled
@@ -646,17 +666,43 @@ def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray) -> None:  #
 
 
 @njit(cache=True, nogil=True)
+def _decode_one(
+    inst: ListInstance, live: Live, order: np.ndarray, mode: int, trade_candidates: int, sc: _Scratch
+) -> float:  # pragma: no cover - compiled
+    """Decode one order into ``live`` (reset first); returns the plan's objective."""
+    live.busy[:] = inst.busy
+    live.load[:] = inst.load
+    live.curves[:] = inst.curves
+    live.money[0] = inst.value0
+    live.money[1] = inst.penalty0
+    live.count[0] = 0
+    for j in range(inst.k.size):
+        live.decided[j] = not inst.pending[j]
+        live.start[j] = -1 if inst.pending[j] else 0
+        live.first[j] = inst.held_first[j]
+    if inst.curves.shape[0] == 0:
+        mode = 0
+    _run(inst, live, order, mode == 1, trade_candidates, sc)
+    if mode == 2:
+        _second_turn(inst, live, trade_candidates, sc)
+    return live.money[0] - live.money[1]
+
+
+@njit(cache=True, nogil=True)
 def _decode_all(
     inst: ListInstance,
     orders: np.ndarray,
     modes: np.ndarray,
     trade_candidates: int,
+    promote_rounds: int,
+    promote_limit: int,
     objective: np.ndarray,
     start: np.ndarray,
     first: np.ndarray,
     curves_out: np.ndarray,
+    promoted: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    A = inst.curves.shape[0]
+    n = inst.k.size
     sc = _new_scratch(inst)
     live = Live(
         np.empty_like(inst.busy),
@@ -664,28 +710,67 @@ def _decode_all(
         np.empty_like(inst.curves),
         np.zeros(2, dtype=np.float64),
         np.zeros(inst.slots, dtype=np.int64),
-        np.empty(inst.k.size, dtype=np.int64),
-        np.empty(inst.k.size, dtype=np.int64),
-        np.empty(inst.k.size, dtype=np.bool_),
-        np.zeros(inst.k.size, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.bool_),
+        np.zeros(n, dtype=np.int64),
         np.zeros(1, dtype=np.int64),
     )
-    for c in range(orders.shape[0]):
-        live.busy[:] = inst.busy
-        live.load[:] = inst.load
-        live.curves[:] = inst.curves
-        live.money[0] = inst.value0
-        live.money[1] = inst.penalty0
-        live.count[0] = 0
-        for j in range(inst.k.size):
-            live.decided[j] = not inst.pending[j]
-            live.start[j] = -1 if inst.pending[j] else 0
-            live.first[j] = inst.held_first[j]
-        mode = modes[c] if A > 0 else 0
-        _run(inst, live, orders[c], mode == 1, trade_candidates, sc)
-        if mode == 2:
-            _second_turn(inst, live, trade_candidates, sc)
+    K, m = orders.shape
+    best = -1
+    for c in range(K):
+        objective[c] = _decode_one(inst, live, orders[c], modes[c], trade_candidates, sc)
         start[c] = live.start
         first[c] = live.first
         curves_out[c] = live.curves
-        objective[c] = live.money[0] - live.money[1]
+        if best < 0 or objective[c] > objective[best]:
+            best = c
+    if best < 0 or promote_rounds == 0:
+        return
+    # Promotion (greedy's): the most valuable jobs the best plan left out, one at a time, go to the front
+    # of its order; an improvement replaces the best candidate's plan (its row of the outputs).
+    order = orders[best].copy()
+    trial = np.empty(m, dtype=np.int64)
+    mode = modes[best]
+    top = np.empty(max(promote_limit, 1), dtype=np.int64)
+    for _ in range(promote_rounds):
+        # The unplaced jobs of the best plan, most valuable first (ties: job index), at most promote_limit.
+        n_top = 0
+        for p in range(m):
+            j = order[p]
+            if j < 0 or start[best, j] >= 0 or not inst.pending[j]:
+                continue
+            q = n_top if n_top < promote_limit else promote_limit
+            while q > 0 and (
+                inst.first_value[top[q - 1]] < inst.first_value[j]
+                or (inst.first_value[top[q - 1]] == inst.first_value[j] and top[q - 1] > j)
+            ):
+                if q < promote_limit:
+                    top[q] = top[q - 1]
+                q -= 1
+            if q < promote_limit:
+                top[q] = j
+                if n_top < promote_limit:
+                    n_top += 1
+        improved = False
+        for i in range(n_top):
+            u = top[i]
+            if start[best, u] >= 0:
+                continue  # placed by an earlier promotion of this round
+            trial[0] = u
+            w = 1
+            for p in range(m):
+                if order[p] != u:
+                    trial[w] = order[p]
+                    w += 1
+            value = _decode_one(inst, live, trial, mode, trade_candidates, sc)
+            if value > objective[best] + _EPS:
+                objective[best] = value
+                start[best] = live.start
+                first[best] = live.first
+                curves_out[best] = live.curves
+                order[:] = trial
+                promoted[0] += 1
+                improved = True
+        if not improved:
+            return

@@ -289,7 +289,7 @@ def fit_imitation(
 class Evaluation:
     """The policy on held-out instances, as ratios to greedy's objective (per instance, then the mean)."""
 
-    alone: float  # one candidate: the argmax order in the preferred mode
+    alone: float  # one candidate: the argmax order in the preferred mode, with the decoder's promotion pass
     shipped: float  # ``samples`` candidates
     below_greedy: int  # instances where ``samples`` candidates fall below greedy
     per_family: dict[str, tuple[float, float]] = field(default_factory=dict)
@@ -297,7 +297,7 @@ class Evaluation:
 
 def evaluate_policy(model: QueueScorer, items: Sequence[Item], samples: int, temperature: float, seed: int = 0) -> Evaluation:
     """Decode the argmax order and ``samples`` candidates as the planner does (:func:`agents.ppo.candidate_orders`)."""
-    from agents.ppo import candidate_orders
+    from agents.ppo import PROMOTE_ROUNDS, candidate_orders
 
     model.eval()
     dev = _device(model)
@@ -310,8 +310,8 @@ def evaluate_policy(model: QueueScorer, items: Sequence[Item], samples: int, tem
             orders, modes = candidate_orders(
                 scores[0].cpu().numpy(), float(mode[0]), it.inst.pending, samples, seed, temperature
             )
-            dec = decode(it.inst, orders, modes)
-            a = float(dec.objective[0]) / it.scale
+            dec = decode(it.inst, orders, modes, promote_rounds=PROMOTE_ROUNDS)
+            a = float(decode(it.inst, orders[:1], modes[:1], promote_rounds=PROMOTE_ROUNDS).objective[0]) / it.scale
             s = float(dec.objective.max()) / it.scale
             alone.append(a)
             shipped.append(s)
