@@ -168,8 +168,8 @@ def test_warm_up_plans_once_per_process_and_policy(monkeypatch):
     from agents import ppo
 
     monkeypatch.setattr(ppo, "_CACHE", {})  # a freshly loaded policy, not yet warm
-    real, calls = ppo.rollout_batch, []
-    monkeypatch.setattr(ppo, "rollout_batch", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real, calls = ppo._decode_candidates, []
+    monkeypatch.setattr(ppo, "_decode_candidates", lambda *a, **k: calls.append(1) or real(*a, **k))
     ppo.warm_up()
     ppo.warm_up()
     assert calls == [1]
