@@ -22,11 +22,12 @@ class Guard(StrEnum):
     GREEDY = "greedy"
 
 
-DEFAULT_SAMPLES = 8
-"""Rollouts per learned plan as shipped: the most likely one and 7 sampled (measured: benchmarks/results/ppo.md)."""
-DEFAULT_GUARD = Guard.GREEDY
-"""The learned scheduler's guard as shipped: greedy, so the learned mode is never below the heuristic (nor FIFO,
-greedy's own guard), for greedy's own time, 4-11 % of the shipped plan's (benchmarks/results/ppo.md, (b))."""
+DEFAULT_SAMPLES = 16
+"""Candidate orders per learned plan as shipped: the argmax order in both trade modes and 14 Gumbel draws
+(measured: benchmarks/results/ppo.md)."""
+DEFAULT_GUARD = Guard.FIFO
+"""The learned scheduler's guard as shipped: FIFO, so the learned mode is never below FIFO, for FIFO's time (a
+fraction of a millisecond at the seed's sizes; benchmarks/results/ppo.md, (b))."""
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ class PlanOptions:
         seed: Seed for every random draw a scheduler makes.
         workers: Parallel workers for schedulers that use them.
         policy: An exported policy file for the learned scheduler.
-        samples: Rollouts of the learned scheduler (at least 1): the first takes
-            the most likely action at every step, the others sample from the policy.
+        samples: Candidate job orders of the learned scheduler (at least 1): the first is
+            the argmax order of the policy's scores, the others are drawn from them.
         guard: The baseline the learned scheduler returns instead when it is
             worth more (a :class:`Guard` or its value: ``"none"``, ``"fifo"``, ``"greedy"``).
         deterministic_time: Also stop the exact solver after this much CP-SAT

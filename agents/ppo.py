@@ -286,7 +286,9 @@ def _decode_candidates(
     return decode(inst, orders, modes, promote_rounds=promote_rounds)
 
 
-def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int = 0) -> list[Plan]:
+def candidates(
+    scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int = 0, promote_rounds: int = PROMOTE_ROUNDS
+) -> list[Plan]:
     """The policy's candidate plans for a scenario, with their metrics (for inspection).
 
     :func:`plan` chooses among the same candidates but builds only the winner's plan.
@@ -296,11 +298,12 @@ def candidates(scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int
         policy: A loaded policy (:func:`load_policy`).
         samples: Number of candidates (at least 1); candidate 0 is the argmax order.
         seed: Seed of the sampled orders.
+        promote_rounds: Rounds of promotion on the best candidate (0: each candidate as its order decodes).
 
     Returns:
         ``samples`` valid plans named ``"ppo"``, each with ``metrics`` filled.
     """
-    decoded = _decode_candidates(scenario, policy, samples, seed)
+    decoded = _decode_candidates(scenario, policy, samples, seed, promote_rounds)
     plans = []
     for i in range(decoded.objective.size):
         p = decoded.plan(i, scenario, "ppo")
