@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import sys
 import time
 from pathlib import Path
@@ -39,6 +40,8 @@ from typing import Any
 import numpy as np
 
 from agents.learned.config import ConfigError, TrainConfig, as_dict, choose_device, load_config
+from agents.learned.optima import OptimaError
+from gpu_env.files import write_text_atomic
 
 
 def _log(message: str) -> None:
@@ -64,7 +67,10 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
     if cfg.optima:
         from agents.learned.optima import load_optima
 
-        records = load_optima(cfg.optima)
+        optima = Path(cfg.optima)
+        if not optima.is_absolute() and not optima.exists():
+            optima = Path(__file__).resolve().parent / optima  # the repository's own copy
+        records = load_optima(optima)[: cfg.optima_instances]
         for rec in records:
             proven = rec.objective if rec.optimal else None
             items.append(tr.prepare(rec.scenario(), rec.placements, proven))
@@ -75,7 +81,9 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
         tr.prepare(s)
         for s in tr.draw_scenarios(cfg.families, cfg.eval.large_sizes, cfg.eval.large_instances, cfg.eval.seed + 1)
     ]
-    _log(f"instances: {len(items)} training, {len(held)} + {len(held_large)} held out ({time.perf_counter() - began:.0f} s)")
+    _log(
+        f"instances: {len(items)} training, {len(held)} + {len(held_large)} held out ({time.perf_counter() - began:.0f} s)"
+    )
 
     model = QueueScorer(cfg.hidden, cfg.attention).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
@@ -98,7 +106,13 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
             "seconds": round(time.perf_counter() - began, 1),
         }
         history.append(record)
-        for key in ("labels_vs_greedy", "alone_vs_greedy", "shipped_vs_greedy", "large_alone_vs_greedy", "large_shipped_vs_greedy"):
+        for key in (
+            "labels_vs_greedy",
+            "alone_vs_greedy",
+            "shipped_vs_greedy",
+            "large_alone_vs_greedy",
+            "large_shipped_vs_greedy",
+        ):
             writer.add_scalar(f"eval/{key}", record[key], step)
         for fam, (alone, shipped) in small.per_family.items():
             writer.add_scalar(f"eval/{fam}/alone", alone, step)
@@ -138,7 +152,14 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
     writer.close()
 
     model.load_state_dict(best["state"])
-    summary = {"history": history, "best": best["record"], "seconds": round(time.perf_counter() - began, 1)}
+    summary = {
+        "device": device,
+        "history": history,
+        "best": best["record"],
+        "instances": len(items),
+        "seconds": round(time.perf_counter() - began, 1),
+    }
+    write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if export:
         export_policy(
             model.cpu(),
@@ -163,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(args.config)
         device = choose_device(args.device)
         train(cfg, device=device, export=not args.no_export)
-    except ConfigError as exc:
+    except (ConfigError, OptimaError) as exc:
         print(f"train.py: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -194,7 +194,9 @@ def _onnx_scores(onnx_path: Path) -> ScoreFn:
     names = [i.name for i in session.get_inputs()]
     outputs = [o.name for o in session.get_outputs()]
     if names != list(INPUTS) or outputs[: len(OUTPUTS)] != list(OUTPUTS):
-        raise PolicyError(f"{onnx_path}: expected inputs {list(INPUTS)} and outputs {list(OUTPUTS)}, got {names}, {outputs}")
+        raise PolicyError(
+            f"{onnx_path}: expected inputs {list(INPUTS)} and outputs {list(OUTPUTS)}, got {names}, {outputs}"
+        )
 
     def score(jobs: np.ndarray, mask: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarray, float]:
         feed = {"jobs": jobs[None], "mask": mask[None].astype(np.float32), "cluster": cluster[None]}

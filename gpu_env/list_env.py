@@ -162,7 +162,9 @@ class GpuClusterListEnv(gym.Env):
         inst = ListInstance.build(scenario)
         rows = np.flatnonzero(inst.pending)
         if rows.size > self.max_jobs:
-            raise ValueError(f"scenario {scenario.name!r}: {rows.size} jobs to place, more than max_jobs={self.max_jobs}")
+            raise ValueError(
+                f"scenario {scenario.name!r}: {rows.size} jobs to place, more than max_jobs={self.max_jobs}"
+            )
         self.scenario, self.inst, self.rows = scenario, inst, rows
         self.live = new_live(inst)
         w_max = max((job.weight for job in scenario.jobs), default=1.0) or 1.0

@@ -266,8 +266,17 @@ def decode(
     curves = np.zeros((K, A, T), dtype=np.int64)
     promoted = np.zeros(1, dtype=np.int64)
     _decode_all(
-        inst, orders, modes, int(trade_candidates), int(promote_rounds), int(promote_limit),
-        objective, start, first, curves, promoted,
+        inst,
+        orders,
+        modes,
+        int(trade_candidates),
+        int(promote_rounds),
+        int(promote_limit),
+        objective,
+        start,
+        first,
+        curves,
+        promoted,
     )
     return Decoded(objective, start, first, curves, int(promoted[0]))
 
@@ -333,7 +342,9 @@ def _fits(k: int, t: int, d: int, T: int, room: np.ndarray) -> bool:  # pragma: 
 
 
 @njit(cache=True, nogil=True)
-def _earliest(inst: ListInstance, j: int, busy: np.ndarray, room: np.ndarray, span: np.ndarray) -> tuple:  # pragma: no cover
+def _earliest(
+    inst: ListInstance, j: int, busy: np.ndarray, room: np.ndarray, span: np.ndarray
+) -> tuple:  # pragma: no cover
     """(start, first GPU) of job j's earliest feasible start on its lowest free block, or (-1, -1)."""
     T = inst.slots
     k, d = inst.k[j], inst.d[j]
@@ -410,7 +421,9 @@ class _Scratch(NamedTuple):
 
 
 @njit(cache=True, nogil=True)
-def _set_room(inst: ListInstance, load: np.ndarray, curves: np.ndarray, sc: _Scratch, excess: np.ndarray) -> None:  # pragma: no cover
+def _set_room(
+    inst: ListInstance, load: np.ndarray, curves: np.ndarray, sc: _Scratch, excess: np.ndarray
+) -> None:  # pragma: no cover
     """Slack, capacity above the floors and the curves' excess over demand and floor, per slot."""
     A, T = curves.shape
     for t in range(T):
@@ -573,7 +586,9 @@ def _new_scratch(inst: ListInstance) -> _Scratch:  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _turn(inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int, sc: _Scratch) -> bool:  # pragma: no cover
+def _turn(
+    inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int, sc: _Scratch
+) -> bool:  # pragma: no cover
     """Job j's decision applied to ``live`` (``sc.room`` and ``live.excess`` current); whether it was placed."""
     t, a, traded, new_penalty = _decide(
         inst, j, trade, live.busy, live.load, live.money[1], live.excess, trade_candidates, sc

@@ -58,6 +58,8 @@ class TrainConfig:
     """Family name -> weight of drawing it."""
     optima: str | None = "agents/learned/data/optima.json.gz"
     """Proven optima (:mod:`agents.learned.optima`) imitated first; null: none."""
+    optima_instances: int | None = None
+    """Take only the first this many records of ``optima`` (null: all)."""
     hidden: int = 96
     """Width of the scorer's embeddings (:mod:`agents.learned.scorer`)."""
     attention: int = 0
@@ -111,7 +113,9 @@ def _check_value(value: Any, annotation: str, where: str) -> Any:
             raise ConfigError(f"{where}: expected [low, high] integers, got {value!r}")
         return value
     if base == "tuple[int, ...]":
-        if not (isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+        if not (
+            isinstance(value, list) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
             raise ConfigError(f"{where}: expected a non-empty list of integers, got {value!r}")
         return tuple(value)
     if base == "dict[str, float]":
@@ -189,6 +193,7 @@ def _check_ranges(cfg: TrainConfig, source: str) -> None:
     not_negative = {
         "imitation_epochs": cfg.imitation_epochs,
         "attention": cfg.attention,
+        "optima_instances": cfg.optima_instances or 0,
         "label_epochs": cfg.label_epochs,
         "small.instances": cfg.small.instances,
         "small.rounds": cfg.small.rounds,

@@ -82,7 +82,9 @@ class QueueScorer(nn.Module):
         self.head = _mlp([2 * hidden, hidden, 1])
         self.mode = _mlp([hidden, hidden // 2, 1])
 
-    def forward(self, jobs: torch.Tensor, mask: torch.Tensor, cluster: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, jobs: torch.Tensor, mask: torch.Tensor, cluster: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Scores and mode logit.
 
         Args:

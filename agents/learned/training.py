@@ -182,7 +182,9 @@ def imitation_loss(model: QueueScorer, items: Sequence[Item]) -> torch.Tensor:
     return -logp.mean() + 0.1 * mode_loss
 
 
-def sample_orders(scores: np.ndarray, pending: np.ndarray, k: int, rng: np.random.Generator, temperature: float) -> np.ndarray:
+def sample_orders(
+    scores: np.ndarray, pending: np.ndarray, k: int, rng: np.random.Generator, temperature: float
+) -> np.ndarray:
     """(k, m) Gumbel-top-k orders of the pending jobs under ``scores`` (n,)."""
     s = scores[pending].astype(np.float64)
     g = -np.log(-np.log(rng.random((k, pending.size)) + 1e-300) + 1e-300)
@@ -295,7 +297,9 @@ class Evaluation:
     per_family: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
-def evaluate_policy(model: QueueScorer, items: Sequence[Item], samples: int, temperature: float, seed: int = 0) -> Evaluation:
+def evaluate_policy(
+    model: QueueScorer, items: Sequence[Item], samples: int, temperature: float, seed: int = 0
+) -> Evaluation:
     """Decode the argmax order and ``samples`` candidates as the planner does (:func:`agents.ppo.candidate_orders`)."""
     from agents.ppo import PROMOTE_ROUNDS, candidate_orders
 
