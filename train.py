@@ -81,9 +81,8 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
         tr.prepare(s)
         for s in tr.draw_scenarios(cfg.families, cfg.eval.large_sizes, cfg.eval.large_instances, cfg.eval.seed + 1)
     ]
-    _log(
-        f"instances: {len(items)} training, {len(held)} + {len(held_large)} held out ({time.perf_counter() - began:.0f} s)"
-    )
+    took = time.perf_counter() - began
+    _log(f"instances: {len(items)} training, {len(held)} + {len(held_large)} held out ({took:.0f} s)")
 
     model = QueueScorer(cfg.hidden, cfg.attention).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
@@ -175,6 +174,7 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line: train with a config; exit 2 with one line on a bad config or optima file."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/train/default.yaml", help="training config (YAML)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"), help="where the scorer trains")

@@ -57,7 +57,7 @@ PROGRESS_FEATURES: tuple[str, ...] = ("objective", "decided_share")
 objective so far / reward scale, and the share of the queue that had its turn."""
 
 
-class InvalidListAction(ValueError):
+class InvalidListActionError(ValueError):
     """A list action the mask forbids, with ``invalid_action="raise"``."""
 
 
@@ -182,7 +182,7 @@ class GpuClusterListEnv(gym.Env):
         if not (0 <= a < self.rows.size and self._mask[a]):
             reason = "the mask forbids this job" if 0 <= a < self.rows.size else f"no job in row {a}"
             if self.invalid_action == "raise":
-                raise InvalidListAction(f"action {a}: {reason}")
+                raise InvalidListActionError(f"action {a}: {reason}")
             return self._observation(), 0.0, False, False, {**self._info(), "invalid_action": reason}
         _step(inst, live, int(self.rows[a]), self.trades == "inline", TRADE_CANDIDATES)
         self._update_mask()
@@ -202,7 +202,7 @@ class GpuClusterListEnv(gym.Env):
 
     def plan(self, scheduler: str = "env") -> Plan:
         """The plan so far (valid at every step)."""
-        inst, live = self._require()
+        _, live = self._require()
         assert self.scenario is not None
         placements = [
             Placement(job.id, int(live.start[j]), tuple(range(int(live.first[j]), int(live.first[j]) + job.gpus)))

@@ -665,8 +665,11 @@ def _finish(inst: ListInstance, live: Live, trade_candidates: int) -> None:  # p
 
 @njit(cache=True, nogil=True)
 def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray) -> None:  # pragma: no cover - compiled
-    """out[j]: job j is undecided and has a start whose block is free and whose capacity above the
-    ramp floors covers it (a start the rules allow, taking real-time capacity where needed)."""
+    """Whether each job may take its turn: out[j] when job j is undecided and fits somewhere.
+
+    Fits: a start in its window whose block is free and whose capacity above the ramp floors covers
+    it (a start the rules allow, taking real-time capacity where needed).
+    """
     T = inst.slots
     span = np.zeros(inst.busy.shape[1], dtype=np.uint64)
     room = np.empty(T, dtype=np.int64)
@@ -676,7 +679,7 @@ def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray) -> None:  #
         out[j] = False
         if live.decided[j]:
             continue
-        t, a = _earliest(inst, j, live.busy, room, span)
+        t, _ = _earliest(inst, j, live.busy, room, span)
         out[j] = t >= 0
 
 

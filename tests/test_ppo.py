@@ -18,7 +18,7 @@ from agents.registry import SCHEDULERS, run_scheduler
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.listsched import MODE_AFTER, MODE_INLINE, ListInstance, decode
 from gpu_env.metrics import compute_metrics
-from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
+from gpu_env.queue_features import cluster_features, job_features
 from gpu_env.scenario import save_scenario
 from gpu_env.validation import validate
 from tests.conftest import HANG_GUARD_S

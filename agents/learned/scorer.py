@@ -49,6 +49,7 @@ class JobAttention(nn.Module):
         self.mlp = _mlp([hidden, 2 * hidden, hidden])
 
     def forward(self, h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """(B, n, H) embeddings after attending over the jobs where ``mask`` (B, n) is 1."""
         B, n, H = h.shape
         q, k, v = self.qkv(self.norm(h)).chunk(3, dim=-1)
         d = H // self.heads
@@ -125,7 +126,7 @@ def order_log_prob(scores: torch.Tensor, orders: torch.Tensor, lengths: torch.Te
     Returns:
         (B,) log-probabilities.
     """
-    B, L = orders.shape
+    L = orders.shape[1]
     s = torch.gather(scores, 1, orders.clamp(min=0))  # (B, L)
     valid = torch.arange(L, device=scores.device).unsqueeze(0) < lengths.unsqueeze(1)
     s = torch.where(valid, s, torch.full_like(s, -1e9))
