@@ -1,20 +1,15 @@
-"""On a CUDA machine: engine, rollout and PPO-update throughput on CUDA against CPU, and one training run on the GPU.
+"""On a CUDA machine: the queue scorer's training throughput on CUDA against the CPU, and one training run on the GPU.
 
-One unattended script for scarce GPU time (issue 11 section 4); it finishes in a
-few minutes and writes ``benchmarks/results/cuda.md``. On the 64 GPUs x 30 jobs
-scenario it measures:
+One unattended script for scarce GPU time; it finishes in a few minutes and writes
+``benchmarks/results/cuda.md``. It measures:
 
-* **engine**: episode-steps per wall second of the batched engines with a uniform masked policy
-  (masks, every observation key, step, restarts): the numpy engine on the CPU (numba kernels when
-  installed), the torch engine on the CPU and on CUDA, at several B;
-* **rollout**: engine + the policy network (:class:`agents.learned.network.JobScorer`) + a masked
-  sample each step: the numpy engine with the network on the CPU, against the torch engine with
-  the network on CUDA (no copies between them);
-* **update**: PPO updates of the same network on real engine observations (clipped surrogate on
-  masked logits, value loss, entropy, backward, Adam): updates and samples per second at
-  minibatches of 1024 and 4096, CPU against CUDA;
-* **train**: ``train.py --config configs/train/smoke.yaml --device cuda`` (every stage) with its
-  wall time and exit status.
+* **update**: gradient steps of :class:`agents.learned.scorer.QueueScorer` on real training items
+  (ListMLE on the labels plus the POMO policy gradient over K drawn orders, backward, Adam), at
+  several batch sizes and network widths: instances per second, CPU against CUDA. The decoder
+  (numba, CPU) is not in the loop: this is the part a GPU can speed up;
+* **forward**: scoring 1,024-GPU queues (480 jobs) per second, CPU against CUDA;
+* **train**: ``train.py --config configs/train/smoke.yaml --device cuda`` (every stage) with its wall
+  time and exit status.
 
 Rates are wall-clock (CUDA work is synchronised before each clock read); CPU torch runs with
 ``torch.get_num_threads()`` threads, as found. A measurement that fails is recorded with its
@@ -30,7 +25,6 @@ Usage: ``.venv/bin/python benchmarks/cuda_check.py [--cpu-only] [--seconds 4]``.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import subprocess
 import sys
@@ -44,9 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results" / "cuda.md"
-ENGINE_SIZES = (256, 1024, 4096, 16384)  # the CPU engines stop at 1024
-ROLLOUT_SIZES = (1024, 4096)
-MINIBATCHES = (1024, 4096)
+BATCHES = (32, 128, 512)
+WIDTHS = (96, 256)
 
 
 def _sync(device: str) -> None:
@@ -56,314 +49,160 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def _scenario():
-    from gpu_env.generators import BENCHMARK_SEEDS, generate
+def _items(count: int, gpus: tuple[int, ...], seed: int) -> list:
+    from agents.learned import training as tr
+    from gpu_env.generators import FAMILIES
 
-    return generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
-
-
-def _engine(kind: str, batch: int):
-    """(engine, observe function, device) for 'numpy', 'torch' (CPU) or 'cuda'."""
-    sc = _scenario()
-    if kind == "numpy":
-        from gpu_env.batch import BatchEngine
-        from gpu_env.batch.observe import observe
-
-        return BatchEngine.for_scenarios([sc], batch=batch), observe, "cpu"
-    from gpu_env.batch import torch_engine
-
-    device = "cpu" if kind == "torch" else "cuda"
-    return torch_engine.TorchEngine.for_scenarios([sc], batch=batch, device=device), torch_engine.observe, device
+    families = dict.fromkeys(FAMILIES, 1.0)
+    return [tr.prepare(s) for s in tr.draw_scenarios(families, gpus, count, seed)]
 
 
-def engine_rate(kind: str, batch: int, seconds: float) -> float:
-    """Episode-steps per wall second of an engine under a uniform masked policy, every observation key each step."""
+def _rate(step, seconds: float, device: str) -> float:
+    """Calls of ``step`` per second: one warm-up call, then as many as fit in ``seconds``."""
+    step()
+    _sync(device)
+    n, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        step()
+        n += 1
+    _sync(device)
+    return n / (time.perf_counter() - began)
+
+
+def update_rate(items: list, batch: int, hidden: int, device: str, seconds: float) -> float:
+    """Instances per second through ListMLE + POMO gradient steps (the orders drawn once, outside the clock)."""
     import torch
 
-    engine, observe, device = _engine(kind, batch)
-    sc = _scenario()
-    gen = torch.Generator(device=device).manual_seed(0)
-
-    def one() -> int:
-        masks = torch.as_tensor(engine.action_masks(), device=device)
-        observe(engine)
-        noise = torch.rand(masks.shape, generator=gen, device=device)
-        actions = torch.where(masks, noise, -1.0).argmax(dim=1)
-        running = int((~torch.as_tensor(engine.state.done)).sum())
-        _, done = engine.step(actions if kind != "numpy" else actions.numpy())
-        ended = np.flatnonzero(np.asarray(done.cpu() if torch.is_tensor(done) else done))
-        if ended.size:
-            engine.reset(sc, index=ended)
-        return running
-
-    for _ in range(3):
-        one()
-    _sync(device)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        steps += one()
-    _sync(device)
-    return steps / (time.perf_counter() - start)
-
-
-def rollout(kind: str, batch: int, seconds: float, hidden: int) -> float:
-    """Episode-steps per wall second of engine + policy network + masked sample ('numpy': all on the CPU)."""
-    import torch
-
-    from agents.learned.network import INPUTS, JobScorer
-
-    engine, observe, device = _engine(kind, batch)
-    sc = _scenario()
-    net = JobScorer(hidden=hidden).to(device).eval()
-    gen = torch.Generator(device=device).manual_seed(0)
-
-    def one() -> int:
-        obs = observe(engine, (*INPUTS, "action_mask"))
-        with torch.no_grad():
-            logits, _ = net(*[torch.as_tensor(obs[key], device=device) for key in INPUTS])
-            mask = torch.as_tensor(obs["action_mask"], device=device).bool()
-            logits = torch.where(mask, logits, torch.full_like(logits, -1e9))
-            actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
-        running = int((~torch.as_tensor(engine.state.done)).sum())
-        _, done = engine.step(actions if kind != "numpy" else actions.numpy())
-        ended = np.flatnonzero(np.asarray(done.cpu() if torch.is_tensor(done) else done))
-        if ended.size:
-            engine.reset(sc, index=ended)
-        return running
-
-    for _ in range(3):
-        one()
-    _sync(device)
-    steps, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        steps += one()
-    _sync(device)
-    return steps / (time.perf_counter() - start)
-
-
-def collect(samples: int) -> dict[str, np.ndarray]:
-    """``samples`` observations of random masked rollouts on the engine (the update benchmark's data)."""
-    from agents.learned.network import INPUTS
-    from gpu_env.batch import BatchEngine
-    from gpu_env.batch.observe import observe
-    from gpu_env.generators import BENCHMARK_SEEDS, generate
-
-    sc = generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
-    engine = BatchEngine.for_scenarios([sc], batch=512)
-    rng = np.random.default_rng(0)
-    parts: dict[str, list[np.ndarray]] = {}
-    taken = 0
-    while taken < samples:
-        obs = observe(engine, (*INPUTS, "action_mask"))
-        masks = obs["action_mask"].astype(bool)
-        actions = np.where(masks, rng.random(masks.shape), -1.0).argmax(axis=1)
-        running = ~engine.state.done
-        for key, value in obs.items():
-            parts.setdefault(key, []).append(value[running])
-        parts.setdefault("actions", []).append(actions[running])
-        taken += int(running.sum())
-        _, done = engine.step(actions)
-        ended = np.flatnonzero(done)
-        if ended.size:
-            engine.reset(sc, index=ended)
-    return {key: np.concatenate(value)[:samples] for key, value in parts.items()}
-
-
-def updates(device: str, data: dict[str, np.ndarray], minibatch: int, seconds: float, hidden: int) -> float:
-    """PPO minibatch updates per wall second on ``device``."""
-    import torch
-
-    from agents.learned.network import INPUTS, JobScorer
+    from agents.learned import training as tr
+    from agents.learned.scorer import QueueScorer, order_log_prob
 
     torch.manual_seed(0)
-    net = JobScorer(hidden=hidden).to(device)
-    value = torch.nn.Linear(net.value_features, 1).to(device)
-    opt = torch.optim.Adam([*net.parameters(), *value.parameters()], lr=3e-4)
-    n = next(iter(data.values())).shape[0]
-    tensors = {key: torch.as_tensor(value_, device=device) for key, value_ in data.items()}
-    old_logp = torch.full((n,), -2.0, device=device)
-    advantages = torch.randn(n, device=device)
-    returns = torch.randn(n, device=device)
+    model = QueueScorer(hidden).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    chunk = [items[i % len(items)] for i in range(batch)]
+    jobs, mask, cluster = tr.collate(chunk, device)
+    labels, lengths = tr._pad_orders([it.label for it in chunk], device)
+    rng = np.random.default_rng(0)
+    k = 16
+    drawn = [o for it in chunk for o in tr.sample_orders(np.zeros(it.jobs.shape[0]), it.pending, k, rng, 1.0)]
+    orders, order_lengths = tr._pad_orders(drawn, device)
+    advantage = torch.randn(batch, k, device=device)
 
-    def one(index: torch.Tensor) -> None:
-        logits, features = net(*[tensors[key][index] for key in INPUTS])
-        mask = tensors["action_mask"][index].bool()
-        logits = torch.where(mask, logits, torch.full_like(logits, -1e9))
-        logp_all = torch.log_softmax(logits, -1)
-        logp = logp_all.gather(1, tensors["actions"][index].long()[:, None])[:, 0]
-        ratio = torch.exp(logp - old_logp[index])
-        adv = advantages[index]
-        policy = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
-        entropy = -(torch.where(mask, logp_all.exp() * logp_all, torch.zeros_like(logp_all))).sum(-1).mean()
-        loss = policy + 0.5 * ((value(features)[:, 0] - returns[index]) ** 2).mean() - 0.01 * entropy
+    def step() -> None:
+        scores, _ = model(jobs, mask, cluster)
+        listmle = -(order_log_prob(scores, labels, lengths) / lengths.clamp(min=1)).mean()
+        logp = order_log_prob(scores.repeat_interleave(k, dim=0), orders, order_lengths).view(batch, k)
+        loss = listmle - 0.5 * (logp * advantage).mean()
         opt.zero_grad()
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 0.5)
         opt.step()
 
-    gen = torch.Generator(device="cpu").manual_seed(0)
-    for _ in range(2):
-        one(torch.randint(n, (minibatch,), generator=gen).to(device))
-    _sync(device)
-    count = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        one(torch.randint(n, (minibatch,), generator=gen).to(device))
-        count += 1
-        if count % 4 == 0:
-            _sync(device)
-    _sync(device)
-    return count / (time.perf_counter() - start)
+    return batch * _rate(step, seconds, device)
 
 
-def train(device: str, config: str, timeout: float) -> tuple[int | str, float, str]:
-    """Run train.py once: (exit status or 'timeout', wall seconds, last output line)."""
+def forward_rate(items: list, device: str, seconds: float) -> float:
+    """Large queues scored per second (batch 1, no gradient)."""
+    import torch
+
+    from agents.learned import training as tr
+    from agents.learned.scorer import QueueScorer
+
+    model = QueueScorer(96).to(device).eval()
+    jobs, mask, cluster = tr.collate(items[:1], device)
+
+    def step() -> None:
+        with torch.no_grad():
+            model(jobs, mask, cluster)
+
+    return _rate(step, seconds, device)
+
+
+def train_run(device: str) -> tuple[int, float, str]:
+    """The smoke config on ``device``: (exit status, seconds, last stderr line)."""
+    import yaml
+
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, str(ROOT / "train.py"), "--config", config, "--device", device]
-        cmd += ["--run-dir", tmp, "--export", str(Path(tmp) / "policy.onnx")]
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return "timeout", time.perf_counter() - start, ""
-        lines = [
-            line
-            for line in (proc.stdout + proc.stderr).splitlines()
-            if any(c.isalpha() for c in line) and "%|" not in line
-        ]
-        return proc.returncode, time.perf_counter() - start, (lines[-1] if lines else "")[:160]
-
-
-def measure(label: str, run, unit: str = "steps/s", fmt: str = "{:,.0f}") -> str:
-    """Run one measurement and return its table cell; a failure becomes the cell (the script goes on)."""
-    try:
-        value = run()
-    except Exception as exc:
-        print(f"{label}: FAILED {type(exc).__name__}: {exc}")
-        return f"failed: {type(exc).__name__}: {str(exc)[:80]}"
-    print(f"{label}: {fmt.format(value)} {unit}")
-    return fmt.format(value)
+        data = yaml.safe_load((ROOT / "configs" / "train" / "smoke.yaml").read_text())
+        data["run_dir"] = str(Path(tmp) / "run")
+        data["export"] = str(Path(tmp) / "run" / "policy.onnx")
+        config = Path(tmp) / "smoke.yaml"
+        config.write_text(yaml.safe_dump(data))
+        began = time.perf_counter()
+        out = subprocess.run(
+            [sys.executable, "train.py", "--config", str(config), "--device", device],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
+        lines = out.stderr.strip().splitlines()
+        return out.returncode, time.perf_counter() - began, lines[-1] if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Measure, write the result file, exit 0 (failures are recorded in the file)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cpu-only", action="store_true", help="no CUDA needed: measure the CPU side only")
-    parser.add_argument("--seconds", type=float, default=4.0, help="wall seconds per measurement")
-    parser.add_argument("--hidden", type=int, default=64, help="network width (configs/train/default.yaml: 64)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's own choice)")
-    parser.add_argument("--train-config", default="configs/train/smoke.yaml")
-    parser.add_argument("--train-timeout", type=float, default=240.0)
-    parser.add_argument(
-        "--out", type=Path, help="default benchmarks/results/cuda.md (cuda_cpu_only.md with --cpu-only)"
-    )
+    parser.add_argument("--cpu-only", action="store_true", help="no CUDA columns: prove the script runs here")
+    parser.add_argument("--seconds", type=float, default=4.0, help="wall seconds per rate measurement")
     args = parser.parse_args(argv)
-    if args.out is None:
-        args.out = RESULTS.with_name("cuda_cpu_only.md") if args.cpu_only else RESULTS
-
     import torch
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     cuda = torch.cuda.is_available()
     if not cuda and not args.cpu_only:
-        print("cuda_check: no CUDA device here (torch.cuda.is_available() is False); nothing measured", end="")
-        print(" (--cpu-only runs the CPU side)")
+        print("cuda_check: no CUDA device here; nothing measured (--cpu-only proves the script runs)")
         return 0
-    devices = ["cpu"] + (["cuda"] if cuda and not args.cpu_only else [])
-    from gpu_env.batch import kernels
-
-    about = (
-        f"{platform.node() or 'host'}: {os.cpu_count()} logical CPUs, torch {torch.__version__} "
-        f"({torch.get_num_threads()} CPU threads), numpy {np.__version__}, "
-        f"engine kernels {'numba' if kernels.ENABLED else 'off (array code)'}"
-    )
-    if cuda:
-        about += f", GPU {torch.cuda.get_device_name(0)}"
-    print(about)
-    lines = ["# CUDA check", "", f"Machine: {about}.", ""]
+    devices = ["cpu"] + ([] if args.cpu_only else ["cuda"])
+    out = RESULTS.with_name("cuda_cpu_only.md") if args.cpu_only else RESULTS
+    gpu = torch.cuda.get_device_name(0) if cuda and not args.cpu_only else "none"
+    lines = [
+        "# CUDA check",
+        "",
+        f"`.venv/bin/python benchmarks/cuda_check.py{' --cpu-only' if args.cpu_only else ''}`, "
+        f"{args.seconds:g} s per rate. Machine: {platform.machine()}, GPU {gpu}, torch {torch.__version__} "
+        f"({torch.get_num_threads()} CPU threads).",
+        "",
+    ]
     if args.cpu_only:
         lines += ["**CPU-only run** (`--cpu-only`): the CUDA columns are absent; this proves the script runs.", ""]
-
-    kinds = ["numpy", "torch"] + (["cuda"] if "cuda" in devices else [])
+    small = _items(64, (16, 32, 64), seed=1)
+    large = _items(1, (1024,), seed=2)
     lines += [
-        "## Engine",
+        "## Update: ListMLE + POMO gradient steps",
         "",
-        "Uniform masked policy, every observation key each step; episode-steps per wall second. `numpy`: the",
-        "numpy engine on the CPU; `torch`: the torch engine on the CPU; `cuda`: the torch engine on the GPU.",
+        "Instances per second (64-GPU-size queues, K = 16 drawn orders each).",
         "",
-        "| B | " + " | ".join(kinds) + " |",
-        "| --- |" + " --- |" * len(kinds),
+        "| hidden | batch | " + " | ".join(devices) + " |",
+        "| ---: | ---: | " + " | ".join("---:" for _ in devices) + " |",
     ]
-    for batch in ENGINE_SIZES:
-        cells = []
-        for kind in kinds:
-            if kind != "cuda" and batch > 1024:
-                cells.append("")
-                continue
-            cells.append(measure(f"engine B={batch} {kind}", lambda k=kind, b=batch: engine_rate(k, b, args.seconds)))
-        if any(cells):
-            lines.append(f"| {batch} | " + " | ".join(cells) + " |")
-
-    rollout_kinds = ["numpy"] + (["cuda"] if "cuda" in devices else [])
-    lines += [
-        "",
-        "## Rollout: engine + policy",
-        "",
-        f"Engine, JobScorer(hidden={args.hidden}) and a masked sample each step; `numpy`: numpy engine and",
-        "network on the CPU; `cuda`: torch engine and network on the GPU. Episode-steps per wall second.",
-        "",
-        "| B | " + " | ".join(rollout_kinds) + " |",
-        "| --- |" + " --- |" * len(rollout_kinds),
-    ]
-    for batch in ROLLOUT_SIZES:
-        cells = [
-            measure(f"rollout B={batch} {kind}", lambda k=kind, b=batch: rollout(k, b, args.seconds, args.hidden))
-            for kind in rollout_kinds
-        ]
-        lines.append(f"| {batch} | " + " | ".join(cells) + " |")
-
-    data = collect(8192)
-    lines += [
-        "",
-        "## PPO updates",
-        "",
-        f"JobScorer(hidden={args.hidden}) + a value head, clipped surrogate on masked logits, value loss,",
-        "entropy, backward, gradient clipping, Adam; minibatches drawn from 8,192 engine observations on",
-        "the device. Updates per wall second (times the minibatch: samples per second).",
-        "",
-        "| minibatch | " + " | ".join(devices) + " |",
-        "| --- |" + " --- |" * len(devices),
-    ]
-    for minibatch in MINIBATCHES:
-        cells = [
-            measure(
-                f"update minibatch={minibatch} {device}",
-                lambda d=device, m=minibatch: updates(d, data, m, args.seconds, args.hidden),
-                unit=f"updates/s (x {minibatch} samples)",
-                fmt="{:.2f}",
-            )
-            for device in devices
-        ]
-        lines.append(f"| {minibatch} | " + " | ".join(cells) + " |")
-
+    for hidden in WIDTHS:
+        for batch in BATCHES:
+            cells = []
+            for device in devices:
+                try:
+                    cells.append(f"{update_rate(small, batch, hidden, device, args.seconds):,.0f}")
+                except Exception as exc:  # recorded, the script goes on (one run always leaves a file)
+                    cells.append(f"failed: {type(exc).__name__}: {exc}".replace("|", "/")[:120])
+            lines.append(f"| {hidden} | {batch} | " + " | ".join(cells) + " |")
+    lines += ["", "## Forward: one 1,024-GPU queue", "", "| " + " | ".join(devices) + " |"]
+    lines += ["| " + " | ".join("---:" for _ in devices) + " |"]
+    cells = []
+    for device in devices:
+        try:
+            cells.append(f"{forward_rate(large, device, args.seconds):,.0f} /s")
+        except Exception as exc:  # recorded, the script goes on
+            cells.append(f"failed: {type(exc).__name__}".replace("|", "/"))
+    lines.append("| " + " | ".join(cells) + " |")
     device = "cpu" if args.cpu_only else "cuda"
-    status, wall, last = train(device, args.train_config, args.train_timeout)
-    print(f"train {args.train_config} --device {device}: status {status}, {wall:.1f} s")
+    code, seconds, last = train_run(device)
     lines += [
         "",
-        "## One training run",
+        "## Train",
         "",
-        f"`train.py --config {args.train_config} --device {device}`: exit status {status}, {wall:.1f} s wall.",
-        f"Last line: `{last}`" if last else "",
-        "",
-        f"Reproduce: `.venv/bin/python benchmarks/cuda_check.py{' --cpu-only' if args.cpu_only else ''} "
-        f"--seconds {args.seconds:g}{f' --threads {args.threads}' if args.threads else ''}`.",
-        "",
+        f"`train.py --config configs/train/smoke.yaml --device {device}`: exit {code} in {seconds:.1f} s.",
+        f"Last line: `{last}`",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines))
-    print(f"wrote {args.out}")
-    return 0 if status == 0 else 1
+    out.write_text("\n".join(lines) + "\n")
+    print(out.read_text())
+    return 0
 
 
 if __name__ == "__main__":
