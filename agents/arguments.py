@@ -77,14 +77,15 @@ def add_plan_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
         type=int_at_least(1),
         default=PlanOptions.samples,
         metavar="N",
-        help=f"rollouts of the learned scheduler: the most likely one and N-1 sampled (default: {PlanOptions.samples})",
+        help=f"candidate job orders of the learned scheduler: the argmax order and N-1 drawn from its scores "
+        f"(default: {PlanOptions.samples})",
     )
     parser.add_argument(
         "--guard",
         type=guard_name,
         default=PlanOptions.guard,
         metavar="|".join(Guard),
-        help="baseline the learned scheduler returns when it is worth more than every rollout "
+        help="baseline the learned scheduler returns when it is worth more than every candidate "
         f"(default: {PlanOptions.guard})",
     )
 

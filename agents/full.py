@@ -52,7 +52,7 @@ DEFAULT_HINT_SOURCE = "auto"  # the better of greedy's plan and the learned poli
 AUTO_HINT_SOURCES = ("ppo", "greedy")
 LNS_AUTO_HINT_SOURCES = ("greedy",)
 """``"auto"`` above the LNS switch starts from greedy at once (0.1-0.4 s) and plans with the learned policy beside
-the search (its 8 rollouts take 2-7 s at 256 GPUs and 21-32 s at 1,024, measured: docs/exact-mode.md)."""
+the search, in a thread (docs/exact-mode.md); its plan joins the search when it is worth more."""
 
 
 class Mode(StrEnum):

@@ -12,7 +12,7 @@ class Guard(StrEnum):
     """The baseline the learned scheduler computes too, returning its plan when it is worth more.
 
     Attributes:
-        NONE: No baseline: the policy's own best rollout, always.
+        NONE: No baseline: the policy's own best candidate, always.
         FIFO: FIFO's plan (well under a millisecond): the learned mode never falls below the baseline.
         GREEDY: Greedy's plan (milliseconds): the learned mode never falls below the heuristic.
     """

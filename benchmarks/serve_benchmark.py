@@ -4,7 +4,7 @@ Against a real ``gpualloc serve`` process on 127.0.0.1 (started as the tests
 start it, ``tests/serve_helpers.py``), with httpx clients in threads:
 
 1. **Latency and throughput** of ``POST /v1/plan`` for greedy and ppo (the shipped
-   configuration: 8 rollouts, greedy guard) on ``mixed-control`` at 1, 4 and 16
+   configuration: its candidates and guard) on ``mixed-control`` at 1, 4 and 16
    concurrent clients: p50 and p99 of the client's time per request, requests per
    second; and the same plan made in-process (``run_scheduler``, serially, warm),
    so that the service's overhead is a ratio (service p50 at one client / in-process p50).
