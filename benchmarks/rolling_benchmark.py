@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if "ppo" in available and args.learned_seeds > 0:
         curve.append(comparisons.add(scenarios, ["ppo"], SIGMAS, range(args.learned_seeds)))
         runs.append(
-            f"ppo ({DEFAULT_SAMPLES} rollouts + {DEFAULT_GUARD.value} guard, the shipped policy): the same sigmas, "
+            f"ppo ({DEFAULT_SAMPLES} candidates + {DEFAULT_GUARD.value} guard, the shipped policy): the same sigmas, "
             f"{args.learned_seeds} seeds"
         )
     exact = [n for n in ("cpsat", "full") if n in available]

@@ -214,7 +214,7 @@ def report(args, rows, loaded, trace, seconds) -> str:
         "",
         f"## 2. Load: {loaded['requests']} requests from 16 concurrent clients, fast and exact mixed",
         "",
-        "The mix of `tests/test_serve_load.py` (greedy 35 %, fifo 30 %, ppo with 2 rollouts 15 %, cpsat with "
+        "The mix of `tests/test_serve_load.py` (greedy 35 %, fifo 30 %, ppo with 2 candidates 15 %, cpsat with "
         "deterministic time 0.5 15 %, compare fifo+greedy 5 %) on 12 small scenarios (8 GPUs, 6 jobs). "
         f"Wall time {loaded['wall_s']:.0f} s. Plans returned that break a rule: {loaded['invalid']}.",
         "",
