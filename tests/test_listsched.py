@@ -433,3 +433,30 @@ def test_repeated_jobs_do_not_change_promotion(limit: int):
     assert placements(twice, 0) == placements(clean, 0)
     assert twice.objective[0] == clean.objective[0]
     assert twice.promotions == clean.promotions
+
+
+# ----------------------------------------------------------------------------- the environment's kernels
+
+
+@quiet(20)
+@given(family=st.sampled_from(sorted(FAMILIES)), seed=st.integers(0, 10_000), mode=st.sampled_from(sorted(MODES)))
+def test_kernels_step_by_step_are_the_decoder(family: str, seed: int, mode: str):
+    sc = generate(family, seed, gpus=16)
+    inst = ListInstance.build(sc)
+    order = [int(j) for j in np.random.default_rng(seed).permutation(pending(sc))]
+    live = listsched.new_live(inst)
+    fits = np.zeros(len(sc.jobs), dtype=np.bool_)
+    trade = mode == "inline" and bool(sc.apps)
+    for j in order:
+        listsched._fits_somewhere(inst, live, fits)
+        assert not fits[live.decided].any()
+        placed = listsched._step(inst, live, j, trade, listsched.TRADE_CANDIDATES)
+        assert placed == (live.start[j] >= 0) and live.decided[j]
+        if not fits[j]:
+            assert not placed  # a job that fits nowhere, even above the ramp floors, is skipped
+    if mode == "after" and sc.apps:
+        listsched._finish(inst, live, listsched.TRADE_CANDIDATES)
+    dec = decode(inst, np.array([order]), np.array([MODES[mode]]))
+    assert np.array_equal(live.start, dec.start[0]) and np.array_equal(live.first, dec.first[0])
+    assert np.array_equal(live.curves, dec.curves[0])
+    assert live.money[0] - live.money[1] == pytest.approx(dec.objective[0], rel=1e-12, abs=1e-9)
