@@ -758,6 +758,11 @@ def _decode_all(
             j = order[p]
             if j < 0 or start[best, j] >= 0 or not inst.pending[j]:
                 continue
+            seen = False
+            for i in range(n_top):
+                seen = seen or top[i] == j
+            if seen:
+                continue  # a repeat of the order
             q = n_top if n_top < promote_limit else promote_limit
             while q > 0 and (
                 inst.first_value[top[q - 1]] < inst.first_value[j]
@@ -781,6 +786,7 @@ def _decode_all(
                 if order[p] != u:
                     trial[w] = order[p]
                     w += 1
+            trial[w:] = -1  # repeats of u removed with it leave cells to pad
             value = _decode_one(inst, live, trial, mode, trade_candidates, sc)
             if value > objective[best] + _EPS:
                 objective[best] = value

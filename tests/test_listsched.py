@@ -1,0 +1,462 @@
+"""The compiled list-scheduling decoder: placement by placement against greedy's sweep, valid plans, a hand-worked
+case, promotion, plain Python against compiled, and its input checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from agents import greedy
+from gpu_env import listsched
+from gpu_env.generators import FAMILIES, generate
+from gpu_env.listsched import MODE_AFTER, MODE_INLINE, MODE_OFF, MODES, Decoded, ListInstance, decode
+from gpu_env.metrics import compute_metrics
+from gpu_env.scenario import Scenario
+from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S, make_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = (8, 16, 24, 32)
+
+
+def quiet(examples: int) -> settings:
+    return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def small(family: str, seed: int, gpus: int) -> Scenario:
+    """A family's scenario at a small size (a node of 6 GPUs for ``gpus=12``: nodes that do not tile 64)."""
+    if gpus == 12:
+        return generate(replace(FAMILIES[family], gpus=12, node_size=6), seed)
+    return generate(family, seed, gpus=gpus)
+
+
+def pending(sc: Scenario) -> list[int]:
+    return [i for i, job in enumerate(sc.jobs) if job.running_on is None]
+
+
+def placements(dec: Decoded, i: int) -> dict[int, tuple[int, int]]:
+    """Row i of a decode as job -> (start, first GPU), inherited jobs included."""
+    return {j: (int(dec.start[i, j]), int(dec.first[i, j])) for j in range(dec.start.shape[1]) if dec.start[i, j] >= 0}
+
+
+def greedy_sweep(sc: Scenario, order: list[int], mode: str) -> tuple[dict[int, tuple[int, int]], float]:
+    """The reference: one greedy sweep of ``order`` under a trade mode, as job -> (start, first GPU) and objective."""
+    sweep = greedy._Sweep(greedy._Context(sc), greedy.DEFAULT, mode).run(list(order))
+    return {j: (s.start, s.first_gpu) for j, s in sweep.grid.placed.items()}, sweep.objective
+
+
+def modes_of(sc: Scenario) -> list[str]:
+    return list(MODES) if sc.apps else ["off"]
+
+
+def assert_matches_greedy(sc: Scenario, order: list[int]) -> None:
+    names = modes_of(sc)
+    inst = ListInstance.build(sc)
+    dec = decode(inst, np.array([order] * len(names)).reshape(len(names), -1), np.array([MODES[m] for m in names]))
+    for i, mode in enumerate(names):
+        expected, objective = greedy_sweep(sc, order, mode)
+        assert placements(dec, i) == expected, f"mode {mode}"
+        assert dec.objective[i] == pytest.approx(objective, rel=1e-6, abs=1e-6), f"mode {mode}"
+
+
+def assert_valid_rows(sc: Scenario, dec: Decoded) -> None:
+    for i in range(dec.objective.size):
+        plan = dec.plan(i, sc, "list")
+        assert validate(sc, plan) == []
+        assert dec.objective[i] == pytest.approx(compute_metrics(sc, plan).objective, rel=1e-6, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- against greedy's sweep
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_greedy_orderings_decode_as_greedy_sweeps(family: str, seed: int):
+    sc = generate(family, seed, gpus=16)
+    ctx = greedy._Context(sc)
+    for name in ("weight", "value", "deadline"):
+        order = greedy.ORDERINGS[name](ctx)
+        assert_matches_greedy(sc, order)
+        assert_matches_greedy(sc, order[::-1])
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@quiet(6)
+@given(seed=st.integers(0, 50), gpus=st.sampled_from((*SIZES, 12)), apps=st.booleans(), data=st.data())
+def test_random_orders_decode_as_greedy_sweeps(family: str, seed: int, gpus: int, apps: bool, data: st.DataObject):
+    sc = small(family, seed, gpus)
+    if not apps:
+        sc = replace(sc, apps=())
+    order = data.draw(st.permutations(pending(sc)), label="order")
+    assert_matches_greedy(sc, order)
+
+
+@pytest.mark.parametrize(("family", "gpus"), [("scale-64x30", 96), ("mixed-control", 80)])
+def test_more_than_one_word_of_gpus_decodes_as_greedy(family: str, gpus: int):
+    sc = generate(family, 3, gpus=gpus)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        assert_matches_greedy(sc, [int(j) for j in rng.permutation(pending(sc))])
+
+
+# ----------------------------------------------------------------------------- every plan is valid
+
+
+@quiet(40)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    seed=st.integers(0, 10_000),
+    gpus=st.sampled_from((*SIZES, 12)),
+    rounds=st.sampled_from((0, 2)),
+    data=st.data(),
+)
+def test_decoded_plans_validate_and_score_as_computed(
+    family: str, seed: int, gpus: int, rounds: int, data: st.DataObject
+):
+    sc = small(family, seed, gpus)
+    jobs = pending(sc)
+    k = data.draw(st.integers(1, 4), label="candidates")
+    orders = np.array([data.draw(st.permutations(jobs), label="order") for _ in range(k)]).reshape(k, len(jobs))
+    modes = np.array(data.draw(st.lists(st.sampled_from(sorted(MODES.values())), min_size=k, max_size=k)))
+    dec = decode(ListInstance.build(sc), orders, modes, promote_rounds=rounds)
+    assert dec.objective.shape == (k,) and dec.start.shape == dec.first.shape == (k, len(sc.jobs))
+    assert dec.curves.shape == (k, len(sc.apps), sc.slots)
+    assert dec.best == int(np.argmax(dec.objective))
+    assert_valid_rows(sc, dec)
+    for j, job in enumerate(sc.jobs):
+        if job.running_on is not None:  # inherited work stays where it is (rule 5)
+            assert (dec.start[:, j] == 0).all() and (dec.first[:, j] == job.running_on[0]).all()
+
+
+# ----------------------------------------------------------------------------- hand-worked cases
+
+
+def two_gpus(**overrides: object) -> Scenario:
+    """One node of 2 GPUs, 4 slots, decay 0.5: job A (2 GPUs, 2 slots, priority 2), B (1 GPU, 1 slot, priority 3)."""
+    data: dict[str, object] = {
+        "cluster": {"gpus": 2, "node_size": 2},
+        "horizon": {"slots": 4, "decay": 0.5},
+        "jobs": [
+            {"id": "A", "type": "training", "gpus": 2, "duration": 2, "priority": 2},
+            {"id": "B", "type": "training", "gpus": 1, "duration": 1, "priority": 3},
+        ],
+    }
+    data.update(overrides)
+    return make_scenario(**data)
+
+
+def test_hand_worked_orders():
+    sc = two_gpus()
+    A, B = 0, 1
+    inst = ListInstance.build(sc)
+    dec = decode(inst, np.array([[B, A], [A, B]]), np.array([MODE_OFF, MODE_OFF]))
+    # [B, A]: B at slot 0 on GPU 0 (earliest start, lowest block); A needs both GPUs for 2 slots, free from slot 1.
+    assert placements(dec, 0) == {B: (0, 0), A: (1, 0)}
+    # value = w * k * sum of decay**t over the job's slots: B 3 * 1 * 1, A 2 * 2 * (0.5 + 0.25)
+    assert dec.objective[0] == pytest.approx(3.0 + 3.0)
+    # [A, B]: A at slot 0 on GPUs 0-1 (slots 0 and 1); B's first free slot is 2, on GPU 0.
+    assert placements(dec, 1) == {A: (0, 0), B: (2, 0)}
+    assert dec.objective[1] == pytest.approx(2 * 2 * (1 + 0.5) + 3 * 1 * 0.25)
+    assert dec.best == 1
+    assert_valid_rows(sc, dec)
+
+
+def test_hand_worked_horizon_and_deadline():
+    # A must end by slot 4 (deadline): it starts at 0 or 1. B is released at slot 1.
+    jobs = [
+        {"id": "A", "type": "training", "gpus": 2, "duration": 3, "priority": 1, "deadline": 4},
+        {"id": "B", "type": "training", "gpus": 1, "duration": 1, "priority": 1, "release": 1},
+    ]
+    sc = two_gpus(jobs=jobs, horizon={"slots": 4})
+    dec = decode(ListInstance.build(sc), np.array([[0, 1], [1, 0]]), np.array([MODE_OFF, MODE_OFF]))
+    # [A, B]: A at 0 (slots 0-2); B released at 1 finds GPU 0 free only at slot 3.
+    assert placements(dec, 0) == {0: (0, 0), 1: (3, 0)}
+    assert dec.objective[0] == pytest.approx(2 * 3 + 1)
+    # [B, A]: B at its release, slot 1, on GPU 0; A's window is 0..1 and both slots 0 and 1 see B: A unplaced.
+    assert placements(dec, 1) == {1: (1, 0)}
+    assert dec.objective[1] == pytest.approx(1.0)
+    assert_valid_rows(sc, dec)
+
+
+@pytest.mark.parametrize(("penalty", "traded"), [(1.0, True), (11.0, False)])
+def test_hand_worked_trade(penalty: float, traded: bool):
+    # One app wants both GPUs in both slots (its ramp lets it drop to 0 at once); job A (2 GPUs, 1 slot, priority 10)
+    # is worth 20 at slot 0 and 10 at slot 1 (decay 0.5). Only a trade places it: at slot 0 the app serves 0, then
+    # ramps back to 2, a shortfall of 2 GPU-slots. It pays when 20 > 2 * penalty.
+    sc = make_scenario(
+        cluster={"gpus": 2, "node_size": 2},
+        horizon={"slots": 2, "decay": 0.5},
+        realtime=[{"name": "chat", "demand": [2, 2], "ramp": 2, "initial": 2, "penalty": penalty}],
+        jobs=[{"id": "A", "type": "training", "gpus": 2, "duration": 1, "priority": 10}],
+    )
+    dec = decode(ListInstance.build(sc), np.array([[0]] * 3), np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]))
+    assert placements(dec, 0) == {}
+    assert dec.objective[0] == pytest.approx(0.0)
+    assert dec.curves[0].tolist() == [[2, 2]]
+    for i in (1, 2):
+        if traded:
+            assert placements(dec, i) == {0: (0, 0)}
+            assert dec.curves[i].tolist() == [[0, 2]]
+            assert dec.objective[i] == pytest.approx(20 - 2 * penalty)
+        else:
+            assert placements(dec, i) == {}
+            assert dec.objective[i] == pytest.approx(0.0)
+    assert_valid_rows(sc, dec)
+
+
+def test_inherited_work_is_placed_before_the_first_decision():
+    jobs = [
+        {"id": "R", "type": "training", "gpus": 1, "duration": 2, "running_on": [1]},
+        {"id": "B", "type": "training", "gpus": 2, "duration": 1, "priority": 1},
+    ]
+    sc = two_gpus(jobs=jobs, horizon={"slots": 4})
+    inst = ListInstance.build(sc)
+    dec = decode(inst, np.array([[1], [0]]), np.array([MODE_OFF, MODE_OFF]))
+    assert placements(dec, 0) == {0: (0, 1), 1: (2, 0)}  # R holds GPU 1 over slots 0-1
+    assert placements(dec, 1) == {0: (0, 1)}
+    assert dec.objective.tolist() == pytest.approx([2 + 2, 2])
+
+
+# ----------------------------------------------------------------------------- promotion
+
+
+def reversed_priority(sc: Scenario) -> list[int]:
+    return greedy.ORDERINGS["weight"](greedy._Context(sc))[::-1]
+
+
+def first_improved(limit: int = 200) -> tuple[Scenario, list[int], int]:
+    """The first (family, seed) in a fixed range where promotion improves the reversed-priority order."""
+    for seed in range(limit):
+        for family in sorted(FAMILIES):
+            sc = generate(family, seed, gpus=16)
+            order = reversed_priority(sc)
+            for mode in (MODE_INLINE, MODE_OFF):
+                dec = decode(ListInstance.build(sc), np.array([order]), np.array([mode]), promote_rounds=2)
+                if dec.promotions > 0:
+                    return sc, order, mode
+    raise AssertionError("no instance in the range where promotion improves")
+
+
+def test_promotion_strictly_improves_some_instance():
+    sc, order, mode = first_improved()
+    inst = ListInstance.build(sc)
+    plain = decode(inst, np.array([order]), np.array([mode]))
+    promoted = decode(inst, np.array([order]), np.array([mode]), promote_rounds=2)
+    assert promoted.promotions > 0
+    assert promoted.objective[0] > plain.objective[0] + 1e-9
+    assert_valid_rows(sc, promoted)
+    # The improved row is greedy's promotion of the same sweep.
+    name = {v: k for k, v in MODES.items()}[mode]
+    search = greedy._Search(greedy._Context(sc), replace(greedy.DEFAULT, promote_rounds=2, promote_limit=4))
+    search.sweep(order, name, "reversed")
+    search.promote()
+    assert search.best is not None
+    assert placements(promoted, 0) == {j: (s.start, s.first_gpu) for j, s in search.best.grid.placed.items()}
+    assert promoted.objective[0] == pytest.approx(search.best.objective, rel=1e-6, abs=1e-6)
+
+
+@quiet(30)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    seed=st.integers(0, 10_000),
+    gpus=st.sampled_from(SIZES),
+    limit=st.integers(0, 5),
+    data=st.data(),
+)
+def test_promotion_never_lowers_the_best(family: str, seed: int, gpus: int, limit: int, data: st.DataObject):
+    sc = generate(family, seed, gpus=gpus)
+    jobs = pending(sc)
+    k = data.draw(st.integers(1, 3), label="candidates")
+    orders = np.array([data.draw(st.permutations(jobs), label="order") for _ in range(k)]).reshape(k, len(jobs))
+    modes = np.array(data.draw(st.lists(st.sampled_from(sorted(MODES.values())), min_size=k, max_size=k)))
+    inst = ListInstance.build(sc)
+    plain = decode(inst, orders, modes)
+    promoted = decode(inst, orders, modes, promote_rounds=2, promote_limit=limit)
+    assert promoted.objective[promoted.best] >= plain.objective[plain.best] - 1e-9
+    # Only the best candidate's row may change, and only upwards.
+    b = plain.best
+    others = [i for i in range(k) if i != b]
+    assert np.array_equal(promoted.objective[others], plain.objective[others])
+    assert np.array_equal(promoted.start[others], plain.start[others])
+    if promoted.promotions == 0:
+        assert np.array_equal(promoted.start, plain.start) and np.array_equal(promoted.objective, plain.objective)
+    else:
+        assert promoted.objective[b] > plain.objective[b]
+        assert promoted.best == b
+    assert_valid_rows(sc, promoted)
+
+
+# ----------------------------------------------------------------------------- plain Python equals compiled
+
+PLAIN_SCRIPT = """
+import json, sys
+import numpy as np
+from gpu_env import listsched
+from gpu_env.generators import generate
+from gpu_env.listsched import ListInstance, decode
+
+assert not hasattr(listsched._decode_all, "py_func"), "GPUALLOC_NUMBA=0 should leave plain functions"
+out = []
+for case in json.loads(sys.argv[1]):
+    sc = generate(case["family"], case["seed"], gpus=case["gpus"])
+    dec = decode(ListInstance.build(sc), np.array(case["orders"]), np.array(case["modes"]), promote_rounds=2)
+    out.append({"objective": dec.objective.tolist(), "start": dec.start.tolist(), "first": dec.first.tolist(),
+                "curves": dec.curves.tolist(), "promotions": dec.promotions})
+print(json.dumps(out))
+"""
+
+
+def test_plain_python_decodes_as_compiled():
+    rng = np.random.default_rng(7)
+    cases = []
+    for family, seed, gpus in (("mixed-control", 1, 16), ("batch-fragmentation", 2, 8), ("scale-64x30", 0, 24)):
+        sc = generate(family, seed, gpus=gpus)
+        jobs = pending(sc)
+        orders = [[int(j) for j in rng.permutation(jobs)] for _ in range(3)]
+        cases.append({"family": family, "seed": seed, "gpus": gpus, "orders": orders, "modes": [0, 1, 2]})
+    env = {**os.environ, "GPUALLOC_NUMBA": "0", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", PLAIN_SCRIPT, json.dumps(cases)],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=HANG_GUARD_S, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    plain = json.loads(done.stdout)
+    try:
+        import numba  # noqa: F401
+    except ImportError:  # pragma: no cover - the dev install has numba
+        pass
+    else:
+        assert hasattr(listsched._decode_all, "py_func"), "the decoder in this process should be compiled"
+    for case, got in zip(cases, plain, strict=True):
+        sc = generate(case["family"], case["seed"], gpus=case["gpus"])
+        dec = decode(ListInstance.build(sc), np.array(case["orders"]), np.array(case["modes"]), promote_rounds=2)
+        assert got["start"] == dec.start.tolist()
+        assert got["first"] == dec.first.tolist()
+        assert got["curves"] == dec.curves.tolist()
+        assert got["promotions"] == dec.promotions
+        assert got["objective"] == pytest.approx(dec.objective.tolist(), rel=1e-12, abs=1e-9)
+
+
+# ----------------------------------------------------------------------------- input checks
+
+
+@pytest.fixture(scope="module")
+def mixed() -> tuple[Scenario, ListInstance]:
+    sc = generate("mixed-control", 0, gpus=16)
+    return sc, ListInstance.build(sc)
+
+
+@pytest.mark.parametrize(
+    ("orders", "modes", "message"),
+    [
+        (np.arange(5), np.array([0]), "orders must be"),
+        (np.zeros((2, 3, 1)), np.array([0, 0]), "orders must be"),
+        (np.zeros((2, 3)), np.array([0]), "modes"),
+        (np.zeros((2, 3)), np.array([[0, 0]]), "modes"),
+        (np.array([[0, 1, 99]]), np.array([0]), "outside 0.."),
+        (np.array([[0, -2]]), np.array([0]), "outside 0.."),
+    ],
+)
+def test_bad_inputs_raise(mixed: tuple[Scenario, ListInstance], orders: np.ndarray, modes: np.ndarray, message: str):
+    _, inst = mixed
+    with pytest.raises(ValueError, match=message):
+        decode(inst, orders, modes)
+
+
+def test_index_message_names_the_range(mixed: tuple[Scenario, ListInstance]):
+    sc, inst = mixed
+    with pytest.raises(ValueError, match=f"0..{len(sc.jobs) - 1}"):
+        decode(inst, np.array([[len(sc.jobs)]]), np.array([0]))
+
+
+def test_empty_inputs(mixed: tuple[Scenario, ListInstance]):
+    sc, inst = mixed
+    none = decode(inst, np.zeros((0, 4), dtype=np.int64), np.zeros(0, dtype=np.int64), promote_rounds=2)
+    assert none.objective.shape == (0,) and none.start.shape == (0, len(sc.jobs))
+    blank = decode(inst, np.full((1, 3), -1), np.array([MODE_INLINE]), promote_rounds=2)
+    assert placements(blank, 0) == {j: (0, job.running_on[0]) for j, job in enumerate(sc.jobs) if job.running_on}
+    assert blank.promotions == 0  # no job of the order is left out: nothing to promote
+    assert_valid_rows(sc, blank)
+
+
+@quiet(30)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    seed=st.integers(0, 10_000),
+    rounds=st.sampled_from((0, 2)),
+    mode=st.sampled_from(sorted(MODES.values())),
+    data=st.data(),
+)
+def test_padding_repeats_and_inherited_jobs_are_ignored(
+    family: str, seed: int, rounds: int, mode: int, data: st.DataObject
+):
+    sc = generate(family, seed, gpus=16)
+    clean = data.draw(st.permutations(pending(sc)), label="order")
+    # A subset of the queue (jobs missing from an order stay unplaced) with noise inserted anywhere.
+    clean = clean[: data.draw(st.integers(1, len(clean)), label="length")]
+    inherited = [i for i, job in enumerate(sc.jobs) if job.running_on is not None]
+    dirty: list[int] = []
+    for p, j in enumerate(clean):
+        noise = data.draw(st.lists(st.sampled_from([-1, *inherited, *clean[:p]]), max_size=3), label="noise")
+        dirty += [*noise, j]
+    dirty += data.draw(st.lists(st.sampled_from([-1, *inherited, *clean]), max_size=4), label="tail")
+    inst = ListInstance.build(sc)
+    a = decode(inst, np.array([clean]), np.array([mode]), promote_rounds=rounds)
+    b = decode(inst, np.array([dirty]), np.array([mode]), promote_rounds=rounds)
+    assert placements(b, 0) == placements(a, 0)
+    assert b.objective[0] == a.objective[0]
+    assert np.array_equal(b.curves, a.curves)
+    assert b.promotions == a.promotions
+    missing = set(pending(sc)) - set(clean)
+    assert all(a.start[0, j] == -1 for j in missing)
+
+
+@pytest.mark.parametrize("limit", [1, 2, 4])
+def test_repeated_jobs_do_not_change_promotion(limit: int):
+    # Every job twice: promotion must neither try a left-out job twice in one round (crowding out the next
+    # candidate) nor build the promoted order from a row with unwritten cells (a repeat removed with the job).
+    sc = generate("mixed-control", 0, gpus=16)
+    inst = ListInstance.build(sc)
+    order = reversed_priority(sc)
+    clean = decode(inst, np.array([order]), np.array([MODE_INLINE]), promote_rounds=2, promote_limit=limit)
+    twice = decode(inst, np.array([order + order]), np.array([MODE_INLINE]), promote_rounds=2, promote_limit=limit)
+    assert clean.promotions > 0
+    assert placements(twice, 0) == placements(clean, 0)
+    assert twice.objective[0] == clean.objective[0]
+    assert twice.promotions == clean.promotions
+
+
+# ----------------------------------------------------------------------------- the environment's kernels
+
+
+@quiet(20)
+@given(family=st.sampled_from(sorted(FAMILIES)), seed=st.integers(0, 10_000), mode=st.sampled_from(sorted(MODES)))
+def test_kernels_step_by_step_are_the_decoder(family: str, seed: int, mode: str):
+    sc = generate(family, seed, gpus=16)
+    inst = ListInstance.build(sc)
+    order = [int(j) for j in np.random.default_rng(seed).permutation(pending(sc))]
+    live = listsched.new_live(inst)
+    fits = np.zeros(len(sc.jobs), dtype=np.bool_)
+    trade = mode == "inline" and bool(sc.apps)
+    for j in order:
+        listsched._fits_somewhere(inst, live, fits)
+        assert not fits[live.decided].any()
+        placed = listsched._step(inst, live, j, trade, listsched.TRADE_CANDIDATES)
+        assert placed == (live.start[j] >= 0) and live.decided[j]
+        if not fits[j]:
+            assert not placed  # a job that fits nowhere, even above the ramp floors, is skipped
+    if mode == "after" and sc.apps:
+        listsched._finish(inst, live, listsched.TRADE_CANDIDATES)
+    dec = decode(inst, np.array([order]), np.array([MODES[mode]]))
+    assert np.array_equal(live.start, dec.start[0]) and np.array_equal(live.first, dec.first[0])
+    assert np.array_equal(live.curves, dec.curves[0])
+    assert live.money[0] - live.money[1] == pytest.approx(dec.objective[0], rel=1e-12, abs=1e-9)
