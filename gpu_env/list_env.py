@@ -88,9 +88,12 @@ class GpuClusterListEnv(gym.Env):
 
     ## Episode End
 
-    Terminated when no job the mask allows is left. With ``trades="after"`` the
-    jobs dropped for want of room then take a second turn in which they may take
-    real-time capacity (most valuable first), inside the last step.
+    Terminated when no job the mask allows is left (when none is allowed from the
+    start, the first step ends the episode, whatever its action). With
+    ``trades="after"`` the jobs dropped for want of room then take a second turn
+    in which they may take real-time capacity (most valuable first), inside the
+    last step. Truncated after ``4 * (jobs + 1)`` steps, which only forbidden
+    actions can reach.
 
     ## Arguments
 
@@ -149,6 +152,9 @@ class GpuClusterListEnv(gym.Env):
         self.reward_scale = 1.0
         self._mask = np.zeros(0, dtype=np.bool_)
         self._paid = 0.0
+        self._steps = 0
+        self._step_limit = 0
+        self._finished = False
         self._static_jobs = np.zeros((0, 0), dtype=np.float32)
         self._static_cluster = np.zeros(0, dtype=np.float32)
 
@@ -172,27 +178,48 @@ class GpuClusterListEnv(gym.Env):
         self._static_jobs = job_features(scenario, inst)[rows]
         self._static_cluster = cluster_features(scenario, inst)
         self._paid = 0.0
+        self._steps = 0
+        self._step_limit = 4 * (rows.size + 1)
+        self._finished = False
         self._update_mask()
         return self._observation(), self._info()
 
     def step(self, action: int) -> tuple[dict, float, bool, bool, dict]:
         """Give the chosen job its turn; the reward is the objective's change / reward scale."""
         inst, live = self._require()
+        self._steps += 1
+        if not self._mask.any():  # nothing was allowed from the start: any action ends the episode
+            return self._end(terminated=True)
         a = int(action)
         if not (0 <= a < self.rows.size and self._mask[a]):
             reason = "the mask forbids this job" if 0 <= a < self.rows.size else f"no job in row {a}"
             if self.invalid_action == "raise":
                 raise InvalidListActionError(f"action {a}: {reason}")
+            if self._steps >= self._step_limit:
+                return self._end(terminated=False)
             return self._observation(), 0.0, False, False, {**self._info(), "invalid_action": reason}
         _step(inst, live, int(self.rows[a]), self.trades == "inline", TRADE_CANDIDATES)
         self._update_mask()
         terminated = not self._mask.any()
-        if terminated and self.trades == "after":
-            _finish(inst, live, TRADE_CANDIDATES)
+        if terminated:
+            return self._end(terminated=True)
+        return self._observation(), self._pay(), False, False, self._info()
+
+    def _pay(self) -> float:
+        """The objective's change since the last step, / reward scale."""
+        _, live = self._require()
         objective = float(live.money[0] - live.money[1])
         reward = (objective - self._paid) / self.reward_scale
         self._paid = objective
-        return self._observation(), reward, terminated, False, self._info()
+        return reward
+
+    def _end(self, terminated: bool) -> tuple[dict, float, bool, bool, dict]:
+        """The last step: with ``trades="after"`` the jobs left out take their second turn first."""
+        inst, live = self._require()
+        if terminated and self.trades == "after" and not self._finished:
+            _finish(inst, live, TRADE_CANDIDATES)
+        self._finished = True
+        return self._observation(), self._pay(), terminated, not terminated, self._info()
 
     def action_masks(self) -> np.ndarray:
         """The jobs that may take their turn (sb3-contrib's MaskablePPO contract), padded to ``max_jobs``."""

@@ -256,6 +256,10 @@ def decode(
     modes = np.ascontiguousarray(modes, dtype=np.int64)
     if orders.ndim != 2 or modes.shape != (orders.shape[0],):
         raise ValueError(f"orders must be (K, m) and modes (K,), got {orders.shape} and {modes.shape}")
+    if modes.size and (modes.min() < 0 or modes.max() > MODE_AFTER):
+        raise ValueError(
+            f"modes must be among {sorted(MODES.values())} ({', '.join(MODES)}), got {sorted(set(modes.tolist()))}"
+        )
     if orders.size and (orders.max() >= inst.k.size or orders.min() < -1):
         raise ValueError(f"orders name jobs outside 0..{inst.k.size - 1}")
     K, n = orders.shape[0], inst.k.size
@@ -650,6 +654,8 @@ def _second_turn(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scr
 @njit(cache=True, nogil=True)
 def _step(inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int) -> bool:  # pragma: no cover
     """One decision of the environment: job j takes its turn."""
+    if live.decided[j]:
+        return False
     sc = _new_scratch(inst)
     one = np.full(1, j, dtype=np.int64)
     before = live.count[0]

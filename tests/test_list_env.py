@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 import gpu_env  # noqa: F401  (registers GpuCluster-v0)
 from gpu_env.env import GpuClusterEnv
 from gpu_env.generators import FAMILIES, generate
-from gpu_env.list_env import DYNAMIC_FEATURES, GpuClusterListEnv, InvalidListAction, make_env
+from gpu_env.list_env import DYNAMIC_FEATURES, GpuClusterListEnv, InvalidListActionError, make_env
 from gpu_env.listsched import MODES, ListInstance, decode
 from gpu_env.metrics import compute_metrics
 from gpu_env.objective import ramp_floors
@@ -215,7 +215,7 @@ def test_forbidden_actions_are_ignored_or_raise():
     strict.reset(seed=0)
     strict.step(first)
     for action in (first, n):
-        with pytest.raises(InvalidListAction, match=f"action {action}"):
+        with pytest.raises(InvalidListActionError, match=f"action {action}"):
             strict.step(action)
     # An allowed action still works after a refused one, and the episode ends as the ignoring one does.
     rest = [j for j in pending(sc) if j != pending(sc)[first]]
@@ -333,3 +333,25 @@ def test_render_ansi():
     text = env.render()
     assert isinstance(text, str) and text
     assert list_env(replace(sc)).render() is None
+
+
+def test_an_episode_with_nothing_allowed_ends_at_its_first_step():
+    """An app whose ramp floor holds the only GPU at the only slot the job may start: nothing fits."""
+    from gpu_env.scenario import App, Job, JobType, Scenario
+
+    sc = Scenario(
+        name="blocked",
+        gpus=2,
+        slots=2,
+        node_size=2,
+        slot_minutes=60.0,
+        decay=1.0,
+        apps=(App(name="rt", demand=(1, 0), initial=2, ramp=1, penalty=5.0),),
+        jobs=(Job(id="a", type=JobType.TRAINING, gpus=2, duration=1, deadline=1),),
+    )
+    env = GpuClusterListEnv(sc)
+    obs, _ = env.reset(seed=0)
+    assert not obs["action_mask"].any()
+    _, reward, terminated, truncated, info = env.step(0)
+    assert terminated and not truncated
+    assert reward * info["reward_scale"] == pytest.approx(compute_metrics(sc, env.plan()).objective)
