@@ -296,7 +296,6 @@ def measure_task(task: Task) -> TaskResult:
     """
     sc = task.load()
     policy = Path(task.policy or ppo.DEFAULT_POLICY)
-    ppo.warm_up(policy)
     row = measure(sc, task.params["family"], policy, task.params["best_time"], task.deterministic_time)
     return TaskResult(sc.name, task.planner, task.seed, values=asdict(row))
 
