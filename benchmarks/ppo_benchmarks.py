@@ -390,7 +390,7 @@ def fifo_target(rows: list[Row], scale: list[dict[str, Any]]) -> list[str]:
     below += [v["name"] for v in scale if v["shipped"] < v["fifo"] - EPS]
     n = len(rows) + len(scale)
     return [
-        f"- (a), (c) As shipped, never below FIFO: {_mark(not below)}, {len(below)} of {n} instances"
+        f"- (a), the seven, (c) As shipped, never below FIFO: {_mark(not below)}, {len(below)} of {n} instances"
         + (f" ({', '.join(below[:10])})." if below else ".")
     ]
 
@@ -628,11 +628,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run of every section (3-5 minutes)")
     parser.add_argument("--policy", type=Path, default=ppo.DEFAULT_POLICY)
-    parser.add_argument("--instances", type=int_at_least(0), help="(a): fresh instances per family (30; quick 2)")
+    parser.add_argument("--instances", type=int_at_least(0), help="(a): fresh instances per family (30; quick 5)")
     parser.add_argument("--best-time-limit", type=float, default=2.0, help="(a): full-mode seconds (2)")
     parser.add_argument("--seven-time-limit", type=float, help="full-mode seconds on the seven scenarios (30; quick 5)")
     parser.add_argument("--seven-only", action="store_true", help="only the seven scenarios' table (stdout)")
-    parser.add_argument("--rounds", type=int_at_least(1), help="(b): interleaved rounds per instance (50; quick 8)")
+    parser.add_argument("--rounds", type=int_at_least(1), help="(b): interleaved rounds per instance (50; quick 10)")
     parser.add_argument("--time-sizes", type=_sizes, default=[256, 1024], help="(b): large GPU counts (256,1024)")
     parser.add_argument("--time-instances", type=int_at_least(0), help="(b): instances per large size (2; quick 1)")
     parser.add_argument("--scale-families", type=_names, help="(c): families (all; quick: 3 of them)")
@@ -666,9 +666,9 @@ def main(argv: list[str] | None = None) -> int:
     except FanoutError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     quick = args.quick
-    instances = args.instances if args.instances is not None else (2 if quick else 30)
+    instances = args.instances if args.instances is not None else (5 if quick else 30)
     seven_time = args.seven_time_limit if args.seven_time_limit is not None else (5.0 if quick else 30.0)
-    rounds = args.rounds or (8 if quick else 50)
+    rounds = args.rounds or (10 if quick else 50)
     per_size = args.time_instances if args.time_instances is not None else (1 if quick else 2)
     scale_families = args.scale_families or (QUICK_SCALE_FAMILIES if quick else list(FAMILIES))
     scale_sizes = args.scale_sizes or ([128, 256] if quick else [128, 256, 1024])
