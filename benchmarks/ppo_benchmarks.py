@@ -5,7 +5,7 @@
         [--policy agents/policies/default.onnx] [--instances 30] [--best-time-limit 2] [--seven-time-limit 30]
         [--rounds 50] [--time-sizes 256,1024] [--time-instances 2]
         [--scale-families ...] [--scale-sizes 128,256,1024] [--scale-instances 1] [--scale-time-limit 30]
-        [--deterministic-time D] [--skip quality,time,scale]         # full mode also stops after D work units
+        [--deterministic-time D] [--skip quality,seven,time,scale]   # full mode also stops after D work units
     PYTHONPATH=. .venv/bin/python benchmarks/ppo_benchmarks.py --seven-only  # the seven scenarios' table only
         [--parallel N | --ray [ADDRESS]] [--task-timeout S]               # any of them, fanned out
 
@@ -619,23 +619,20 @@ def _sizes(text: str) -> list[int]:
     return sizes
 
 
-QUICK_SCALE_FAMILIES = ["mixed-control", "batch-fragmentation", "scale-64x30"]
-
-
 def build_parser() -> argparse.ArgumentParser:
     from agents.arguments import int_at_least, positive_float
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smaller run of every section (3-5 minutes)")
     parser.add_argument("--policy", type=Path, default=ppo.DEFAULT_POLICY)
-    parser.add_argument("--instances", type=int_at_least(0), help="(a): fresh instances per family (30; quick 5)")
+    parser.add_argument("--instances", type=int_at_least(0), help="(a): fresh instances per family (30; quick 8)")
     parser.add_argument("--best-time-limit", type=float, default=2.0, help="(a): full-mode seconds (2)")
     parser.add_argument("--seven-time-limit", type=float, help="full-mode seconds on the seven scenarios (30; quick 5)")
     parser.add_argument("--seven-only", action="store_true", help="only the seven scenarios' table (stdout)")
     parser.add_argument("--rounds", type=int_at_least(1), help="(b): interleaved rounds per instance (50; quick 10)")
     parser.add_argument("--time-sizes", type=_sizes, default=[256, 1024], help="(b): large GPU counts (256,1024)")
     parser.add_argument("--time-instances", type=int_at_least(0), help="(b): instances per large size (2; quick 1)")
-    parser.add_argument("--scale-families", type=_names, help="(c): families (all; quick: 3 of them)")
+    parser.add_argument("--scale-families", type=_names, help="(c): families (all)")
     parser.add_argument("--scale-sizes", type=_sizes, help="(c): GPU counts (128,256,1024; quick 128,256)")
     parser.add_argument("--scale-instances", type=int_at_least(1), default=1, help="(c): per family and size (1)")
     parser.add_argument("--scale-time-limit", type=float, help="(c): full-mode seconds (30; quick 5)")
@@ -666,11 +663,11 @@ def main(argv: list[str] | None = None) -> int:
     except FanoutError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
     quick = args.quick
-    instances = args.instances if args.instances is not None else (5 if quick else 30)
+    instances = args.instances if args.instances is not None else (8 if quick else 30)
     seven_time = args.seven_time_limit if args.seven_time_limit is not None else (5.0 if quick else 30.0)
     rounds = args.rounds or (10 if quick else 50)
     per_size = args.time_instances if args.time_instances is not None else (1 if quick else 2)
-    scale_families = args.scale_families or (QUICK_SCALE_FAMILIES if quick else list(FAMILIES))
+    scale_families = args.scale_families or list(FAMILIES)
     scale_sizes = args.scale_sizes or ([128, 256] if quick else [128, 256, 1024])
     scale_time = args.scale_time_limit if args.scale_time_limit is not None else (5.0 if quick else 30.0)
     skip = set(filter(None, args.skip.split(",")))
