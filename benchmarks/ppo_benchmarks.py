@@ -1,7 +1,7 @@
 """Benchmarks of the learned fast mode (``ppo``: one scoring call, K decoded job orders) against its targets.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/ppo_benchmarks.py --quick     # 3-5 minutes: results/ppo_quick.md
-    PYTHONPATH=. .venv/bin/python benchmarks/ppo_benchmarks.py             # the full run: results/ppo.md
+    PYTHONPATH=. .venv/bin/python benchmarks/ppo_benchmarks.py --quick     # 2-3 minutes: results/ppo_quick.md
+    PYTHONPATH=. .venv/bin/python benchmarks/ppo_benchmarks.py             # full run, ~20 min serially: results/ppo.md
         [--policy agents/policies/default.onnx] [--instances 30] [--best-time-limit 2] [--seven-time-limit 30]
         [--rounds 50] [--time-sizes 256,1024] [--time-instances 2]
         [--scale-families ...] [--scale-sizes 128,256,1024] [--scale-instances 1] [--scale-time-limit 30]
@@ -623,7 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     from agents.arguments import int_at_least, positive_float
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smaller run of every section (3-5 minutes)")
+    parser.add_argument("--quick", action="store_true", help="a smaller run of every section (2-3 minutes)")
     parser.add_argument("--policy", type=Path, default=ppo.DEFAULT_POLICY)
     parser.add_argument("--instances", type=int_at_least(0), help="(a): fresh instances per family (30; quick 8)")
     parser.add_argument("--best-time-limit", type=float, default=2.0, help="(a): full-mode seconds (2)")
