@@ -107,7 +107,7 @@ class LoadedPolicy:
     warm: bool = False
 
 
-_CACHE: dict[tuple[str, float, float], LoadedPolicy] = {}
+_CACHE: dict[tuple[str, int, int], LoadedPolicy] = {}
 
 
 def card_path(policy: Path) -> Path:
@@ -130,7 +130,8 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
     for file, what in ((onnx_path, "policy file"), (card_file, "policy card")):
         if not file.is_file():
             raise PolicyError(f"{file}: {what} not found (train one with train.py, or pass --policy)")
-    key = (str(onnx_path.resolve()), onnx_path.stat().st_mtime, card_file.stat().st_mtime)
+    # abspath, not resolve(): no system call per path component (this runs on every plan)
+    key = (os.path.abspath(onnx_path), os.stat(onnx_path).st_mtime_ns, os.stat(card_file).st_mtime_ns)
     if key in _CACHE:
         return _CACHE[key]
     card = _read_card(card_file)
