@@ -47,7 +47,7 @@ import numpy as np
 
 from agents.options import DEFAULT_SAMPLES as DEFAULT_SAMPLES  # re-exported: callers read it here
 from agents.options import Guard, PlanOptions
-from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode
+from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode, plan_objective
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
@@ -224,7 +224,8 @@ def warm_up(path: str | os.PathLike[str] | None = None) -> None:
     from gpu_env.generators import generate
 
     # mixed-control has training, inference and real-time apps that jobs trade against: every compiled path runs.
-    _decode_candidates(generate("mixed-control", seed=0), policy, samples=2, seed=0)
+    sc = generate("mixed-control", seed=0)
+    plan_objective(sc, _decode_candidates(sc, policy, samples=2, seed=0)[0], Plan(sc.name, "none"))
     policy.warm = True
 
 
@@ -280,13 +281,13 @@ def candidate_orders(
 
 def _decode_candidates(
     scenario: Scenario, policy: LoadedPolicy, samples: int, seed: int, promote_rounds: int = PROMOTE_ROUNDS
-) -> Decoded:
+) -> tuple[ListInstance, Decoded]:
     inst = ListInstance.build(scenario)
     jobs = job_features(scenario, inst)
     cluster = cluster_features(scenario, inst)
     scores, mode_logit = policy.score(jobs, inst.pending, cluster)
     orders, modes = candidate_orders(scores, mode_logit, inst.pending, samples, seed, policy.temperature)
-    return decode(inst, orders, modes, promote_rounds=promote_rounds)
+    return inst, decode(inst, orders, modes, promote_rounds=promote_rounds)
 
 
 def candidates(
@@ -306,7 +307,7 @@ def candidates(
     Returns:
         ``samples`` valid plans named ``"ppo"``, each with ``metrics`` filled.
     """
-    decoded = _decode_candidates(scenario, policy, samples, seed, promote_rounds)
+    _, decoded = _decode_candidates(scenario, policy, samples, seed, promote_rounds)
     plans = []
     for i in range(decoded.objective.size):
         p = decoded.plan(i, scenario, "ppo")
@@ -315,7 +316,8 @@ def candidates(
     return plans
 
 
-def _baseline(scenario: Scenario, guard: Guard, options: PlanOptions) -> Plan:
+def _baseline(scenario: Scenario, inst: ListInstance, guard: Guard, options: PlanOptions) -> tuple[Plan, float]:
+    """The guard's plan and its objective (by SPEC section 3's formula, from the decoder's value table)."""
     if guard is Guard.FIFO:
         from agents import fifo
 
@@ -324,8 +326,7 @@ def _baseline(scenario: Scenario, guard: Guard, options: PlanOptions) -> Plan:
         from agents import greedy
 
         baseline = greedy.plan(scenario, options)
-    baseline.metrics = compute_metrics(scenario, baseline)
-    return baseline
+    return baseline, plan_objective(scenario, inst, baseline)
 
 
 def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
@@ -350,7 +351,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     """
     options = options or PlanOptions()
     policy = load_policy(options.policy)
-    decoded = _decode_candidates(scenario, policy, options.samples, options.seed)
+    inst, decoded = _decode_candidates(scenario, policy, options.samples, options.seed)
     objectives = decoded.objective.tolist()
     winner: int | str = decoded.best  # the first on a tie: the argmax order first
     info: dict[str, Any] = {
@@ -361,11 +362,10 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     }
     result: Plan | None = None
     if options.guard is not Guard.NONE:
-        baseline = _baseline(scenario, options.guard, options)
-        info["guard_objective"] = round(baseline.metrics.objective, 6)
-        if baseline.metrics.objective > max(objectives) + 1e-9:
+        baseline, guard_objective = _baseline(scenario, inst, options.guard, options)
+        info["guard_objective"] = round(guard_objective, 6)
+        if guard_objective > max(objectives) + 1e-9:
             result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.curves))
-            result.metrics = baseline.metrics
             winner = options.guard.value
     if result is None:
         result = decoded.plan(int(winner), scenario, "ppo")  # only the winner's plan is built
