@@ -94,6 +94,20 @@ GLOBAL_FEATURES: tuple[str, ...] = (
     "trade_realtime",  # 1 when placements may lower real-time curves
 )
 
+# The column of each feature, by name: every reader indexes through these (the Encoder here, the batched
+# engine's kernels in gpu_env/batch/_kernels.py), never through a number written beside the names.
+JOB_COLUMN: dict[str, int] = {name: i for i, name in enumerate(JOB_FEATURES)}
+GPU_COLUMN: dict[str, int] = {name: i for i, name in enumerate(GPU_FEATURES)}
+SLOT_COLUMN: dict[str, int] = {name: i for i, name in enumerate(SLOT_FEATURES)}
+APP_CURVE_COLUMN: dict[str, int] = {name: i for i, name in enumerate(APP_CURVES)}
+GLOBAL_COLUMN: dict[str, int] = {name: i for i, name in enumerate(GLOBAL_FEATURES)}
+JOB_STATIC = slice(JOB_COLUMN["gpus"], JOB_COLUMN["deadline"] + 1)
+"""The job columns of ``Episode.row_table``, in its order (k/G, k/node, d/T, w/w_max, release, last start, deadline)."""
+JOB_TIMES = slice(JOB_COLUMN["release"], JOB_COLUMN["last_start"] + 1)
+"""``release`` and ``last_start``: row-table times less the clock."""
+JOB_NOW = slice(JOB_COLUMN["realtime_take"], len(JOB_FEATURES))
+"""The columns only rows that can start at the clock have (real-time take and cost, blocks, the fit rules)."""
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -1,41 +1,55 @@
-"""Compiled loops for the numpy engine's hottest parts (numba, optional).
+"""The batched engine's one compiled implementation: numba kernels over a :class:`~gpu_env.batch.state.BatchState`.
 
-Each kernel is a plain loop over the episodes (or placed rows) it is given,
-with the same integer arithmetic and the same float64 expressions, in the same
-order, as the array code it replaces (:mod:`gpu_env.batch.fit`,
-:mod:`gpu_env.batch.realtime`, the engine's placement, search and free runs,
-the ``jobs``, ``gpus`` and ``slots`` observations of :mod:`gpu_env.batch.observe`),
-so results are identical; the differential test runs with and without them.
+Each kernel takes the whole state (a named tuple of arrays) and loops over the
+episodes, with the same integer arithmetic and the same float64 expressions, in
+the same order, as the reference :class:`gpu_env.episode.Episode` and its
+:class:`~gpu_env.observation.Encoder`: :func:`step_into` is ``Episode.apply`` of
+every episode (placement, real-time curves, narrowing, search, clock),
+:func:`masks_into` the action masks, and ``jobs_into``, ``gpus_into``,
+``slots_into``, ``apps_into``, ``globals_into`` the observations.
 
-The engine uses them when numba is installed and the environment variable
-``GPUALLOC_NUMBA`` is not ``0`` (:data:`ENABLED`); otherwise (the allocator's
-default install) it runs its array code. Numba itself is imported on the first
-use of a kernel (the kernels live in ``gpu_env/batch/_kernels.py``), not when the
-engine is imported, and the compiled kernels are cached on disk (``cache=True``):
-only the first process compiles them (costs measured in ``docs/environment.md``).
+Numba is imported on the first use of a kernel (the kernels live in
+``gpu_env/batch/_kernels.py``), not when the engine is imported, and the
+compiled kernels are cached on disk (``cache=True``): only the first process on
+a machine compiles them (costs in ``docs/environment.md``). With
+``GPUALLOC_NUMBA=0`` in the environment they run as plain Python (slow; for
+debugging), and :func:`plain` gives that plain-Python copy in any process (the
+differential tests run both).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
-ENABLED: bool = os.environ.get("GPUALLOC_NUMBA", "1") != "0" and importlib.util.find_spec("numba") is not None
-"""Whether the engine calls the kernels (tests may switch it)."""
-
 KERNELS = (
-    "place_into",
-    "mark_into",
-    "narrow_into",
-    "free_runs_into",
-    "job_options_into",
-    "search_into",
+    "step_into",
+    "masks_into",
     "jobs_into",
     "gpus_into",
     "slots_into",
+    "apps_into",
+    "globals_into",
 )
+
+_plain: ModuleType | None = None
+
+
+def plain() -> ModuleType:
+    """The kernels as plain Python functions (a second copy of ``_kernels.py``, compiled by nothing)."""
+    global _plain
+    if _plain is None:
+        path = Path(__file__).with_name("_kernels.py")
+        spec = importlib.util.spec_from_file_location("gpu_env.batch._kernels_plain", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        module.PLAIN = True  # type: ignore[attr-defined]  # read by _kernels.py: the stand-in decorator
+        spec.loader.exec_module(module)
+        _plain = module
+    return _plain
 
 
 def __getattr__(name: str) -> Any:
