@@ -4,12 +4,12 @@ One unattended script for scarce GPU time (issue 11 section 4); it finishes in a
 few minutes and writes ``benchmarks/results/cuda.md``. On the 64 GPUs x 30 jobs
 scenario it measures:
 
-* **engine**: episode-steps per wall second of the batched engines with a uniform masked policy
-  (masks, every observation key, step, restarts): the numpy engine on the CPU (numba kernels when
-  installed), the torch engine on the CPU and on CUDA, at several B;
+* **engine**: episode-steps per wall second of the batched engine (:class:`gpu_env.batch.BatchEngine`,
+  its numba kernels on the CPU) with a uniform masked policy (masks, every observation key, step,
+  restarts), at several B: the CPU baseline the GPU-side numbers below are read against;
 * **rollout**: engine + the policy network (:class:`agents.learned.network.JobScorer`) + a masked
-  sample each step: the numpy engine with the network on the CPU, against the torch engine with
-  the network on CUDA (no copies between them);
+  sample each step: the network on the CPU, against the network on CUDA (the engine stays on the
+  CPU; its observations are copied to the device and the actions back each step);
 * **update**: PPO updates of the same network on real engine observations (clipped surrogate on
   masked logits, value loss, entropy, backward, Adam): updates and samples per second at
   minibatches of 1024 and 4096, CPU against CUDA;
@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "benchmarks" / "results" / "cuda.md"
-ENGINE_SIZES = (256, 1024, 4096, 16384)  # the CPU engines stop at 1024
+ENGINE_SIZES = (256, 1024, 4096)
 ROLLOUT_SIZES = (1024, 4096)
 MINIBATCHES = (1024, 4096)
 
@@ -62,71 +62,63 @@ def _scenario():
     return generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
 
 
-def _engine(kind: str, batch: int):
-    """(engine, observe function, device) for 'numpy', 'torch' (CPU) or 'cuda'."""
+def _engine(batch: int):
+    """The batched engine (numba kernels, CPU) on the benchmark scenario, and that scenario."""
+    from gpu_env.batch import BatchEngine
+
     sc = _scenario()
-    if kind == "numpy":
-        from gpu_env.batch import BatchEngine
-        from gpu_env.batch.observe import observe
-
-        return BatchEngine.for_scenarios([sc], batch=batch), observe, "cpu"
-    from gpu_env.batch import torch_engine
-
-    device = "cpu" if kind == "torch" else "cuda"
-    return torch_engine.TorchEngine.for_scenarios([sc], batch=batch, device=device), torch_engine.observe, device
+    return BatchEngine.for_scenarios([sc], batch=batch), sc
 
 
-def engine_rate(kind: str, batch: int, seconds: float) -> float:
-    """Episode-steps per wall second of an engine under a uniform masked policy, every observation key each step."""
-    import torch
+def engine_rate(batch: int, seconds: float) -> float:
+    """Episode-steps per wall second of the engine under a uniform masked policy, every observation key each step."""
+    from gpu_env.batch.observe import buffers, observe
 
-    engine, observe, device = _engine(kind, batch)
-    sc = _scenario()
-    gen = torch.Generator(device=device).manual_seed(0)
+    engine, sc = _engine(batch)
+    out = buffers(engine)
+    rng = np.random.default_rng(0)
 
     def one() -> int:
-        masks = torch.as_tensor(engine.action_masks(), device=device)
-        observe(engine)
-        noise = torch.rand(masks.shape, generator=gen, device=device)
-        actions = torch.where(masks, noise, -1.0).argmax(dim=1)
-        running = int((~torch.as_tensor(engine.state.done)).sum())
-        _, done = engine.step(actions if kind != "numpy" else actions.numpy())
-        ended = np.flatnonzero(np.asarray(done.cpu() if torch.is_tensor(done) else done))
+        masks = engine.action_masks()
+        observe(engine, out=out)
+        actions = np.where(masks, rng.random(masks.shape), -1.0).argmax(axis=1)
+        running = int((~engine.state.done).sum())
+        _, done = engine.step(actions)
+        ended = np.flatnonzero(done)
         if ended.size:
             engine.reset(sc, index=ended)
         return running
 
     for _ in range(3):
         one()
-    _sync(device)
     steps, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         steps += one()
-    _sync(device)
     return steps / (time.perf_counter() - start)
 
 
-def rollout(kind: str, batch: int, seconds: float, hidden: int) -> float:
-    """Episode-steps per wall second of engine + policy network + masked sample ('numpy': all on the CPU)."""
+def rollout(device: str, batch: int, seconds: float, hidden: int) -> float:
+    """Episode-steps per wall second of engine (CPU) + policy network on ``device`` + masked sample."""
     import torch
 
     from agents.learned.network import INPUTS, JobScorer
+    from gpu_env.batch.observe import buffers, observe
 
-    engine, observe, device = _engine(kind, batch)
-    sc = _scenario()
+    engine, sc = _engine(batch)
+    out = buffers(engine, (*INPUTS, "action_mask"))
     net = JobScorer(hidden=hidden).to(device).eval()
     gen = torch.Generator(device=device).manual_seed(0)
 
     def one() -> int:
-        obs = observe(engine, (*INPUTS, "action_mask"))
+        obs = observe(engine, out=out)
         with torch.no_grad():
             logits, _ = net(*[torch.as_tensor(obs[key], device=device) for key in INPUTS])
             mask = torch.as_tensor(obs["action_mask"], device=device).bool()
             logits = torch.where(mask, logits, torch.full_like(logits, -1e9))
             actions = torch.multinomial(torch.softmax(logits, -1), 1, generator=gen)[:, 0]
-        running = int((~torch.as_tensor(engine.state.done)).sum())
-        _, done = engine.step(actions if kind != "numpy" else actions.numpy())
-        ended = np.flatnonzero(np.asarray(done.cpu() if torch.is_tensor(done) else done))
+        running = int((~engine.state.done).sum())
+        _, done = engine.step(actions.cpu().numpy())
+        ended = np.flatnonzero(done)
         if ended.size:
             engine.reset(sc, index=ended)
         return running
@@ -270,12 +262,11 @@ def main(argv: list[str] | None = None) -> int:
         print(" (--cpu-only runs the CPU side)")
         return 0
     devices = ["cpu"] + (["cuda"] if cuda and not args.cpu_only else [])
-    from gpu_env.batch import kernels
+    import numba
 
     about = (
         f"{platform.node() or 'host'}: {os.cpu_count()} logical CPUs, torch {torch.__version__} "
-        f"({torch.get_num_threads()} CPU threads), numpy {np.__version__}, "
-        f"engine kernels {'numba' if kernels.ENABLED else 'off (array code)'}"
+        f"({torch.get_num_threads()} CPU threads), numpy {np.__version__}, numba {numba.__version__}"
     )
     if cuda:
         about += f", GPU {torch.cuda.get_device_name(0)}"
@@ -284,41 +275,34 @@ def main(argv: list[str] | None = None) -> int:
     if args.cpu_only:
         lines += ["**CPU-only run** (`--cpu-only`): the CUDA columns are absent; this proves the script runs.", ""]
 
-    kinds = ["numpy", "torch"] + (["cuda"] if "cuda" in devices else [])
     lines += [
         "## Engine",
         "",
-        "Uniform masked policy, every observation key each step; episode-steps per wall second. `numpy`: the",
-        "numpy engine on the CPU; `torch`: the torch engine on the CPU; `cuda`: the torch engine on the GPU.",
+        "Uniform masked policy, every observation key each step (filled in place); episode-steps per wall",
+        "second of the batched engine (numba kernels) on the CPU.",
         "",
-        "| B | " + " | ".join(kinds) + " |",
-        "| --- |" + " --- |" * len(kinds),
+        "| B | engine (CPU) |",
+        "| --- | --- |",
     ]
     for batch in ENGINE_SIZES:
-        cells = []
-        for kind in kinds:
-            if kind != "cuda" and batch > 1024:
-                cells.append("")
-                continue
-            cells.append(measure(f"engine B={batch} {kind}", lambda k=kind, b=batch: engine_rate(k, b, args.seconds)))
-        if any(cells):
-            lines.append(f"| {batch} | " + " | ".join(cells) + " |")
+        cell = measure(f"engine B={batch}", lambda b=batch: engine_rate(b, args.seconds))
+        lines.append(f"| {batch} | {cell} |")
 
-    rollout_kinds = ["numpy"] + (["cuda"] if "cuda" in devices else [])
     lines += [
         "",
         "## Rollout: engine + policy",
         "",
-        f"Engine, JobScorer(hidden={args.hidden}) and a masked sample each step; `numpy`: numpy engine and",
-        "network on the CPU; `cuda`: torch engine and network on the GPU. Episode-steps per wall second.",
+        f"Engine (CPU), JobScorer(hidden={args.hidden}) and a masked sample each step; `cpu`: the network on",
+        "the CPU; `cuda`: the network on the GPU (observations copied there, actions back, each step).",
+        "Episode-steps per wall second.",
         "",
-        "| B | " + " | ".join(rollout_kinds) + " |",
-        "| --- |" + " --- |" * len(rollout_kinds),
+        "| B | " + " | ".join(devices) + " |",
+        "| --- |" + " --- |" * len(devices),
     ]
     for batch in ROLLOUT_SIZES:
         cells = [
-            measure(f"rollout B={batch} {kind}", lambda k=kind, b=batch: rollout(k, b, args.seconds, args.hidden))
-            for kind in rollout_kinds
+            measure(f"rollout B={batch} {device}", lambda d=device, b=batch: rollout(d, b, args.seconds, args.hidden))
+            for device in devices
         ]
         lines.append(f"| {batch} | " + " | ".join(cells) + " |")
 

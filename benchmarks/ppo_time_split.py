@@ -15,6 +15,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -31,7 +32,6 @@ if str(ROOT) not in sys.path:
 
 from agents import ppo  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
-from gpu_env.batch import kernels  # noqa: E402
 from gpu_env.batch.engine import BatchEngine  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.metrics import compute_metrics  # noqa: E402
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         f"ms per plan in `agents.ppo.rollout_batch` (the rollouts; building the winner's plan and its metrics "
         f"comes after them, in the last column), mean of {args.plans} plans after 2 warm-up plans, `--guard none`, "
         "policy "
-        f"{policy.path.name} ({policy.sha256[:12]}), numba kernels {'on' if kernels.ENABLED else 'off'}, "
+        f"{policy.path.name} ({policy.sha256[:12]}), numba kernels {_numba()}, "
         f"Python {platform.python_version()}; written by `PYTHONPATH=. taskset -c 0 .venv/bin/python "
         f"benchmarks/ppo_time_split.py --plans {args.plans} --samples {args.samples}`."
     )
@@ -156,6 +156,11 @@ def table(policy: ppo.LoadedPolicy, timers: Timers, plans: int, samples: int) ->
             )
             print(lines[-1], file=sys.stderr)
     return lines
+
+
+def _numba() -> str:
+    """``GPUALLOC_NUMBA=0`` runs the engine's kernels as plain Python."""
+    return "off (plain Python)" if os.environ.get("GPUALLOC_NUMBA", "1") == "0" else "on"
 
 
 if __name__ == "__main__":
