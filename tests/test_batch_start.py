@@ -59,6 +59,18 @@ def engine_for(sc, *, trade_realtime=True, sizes=None, batch=2):
     return engine
 
 
+def test_named_column_ranges_hold_the_features_they_name():
+    from gpu_env import observation as o
+
+    static = ("gpus", "gpus_per_node", "duration", "weight", "release", "last_start", "deadline")
+    assert JOB_FEATURES[o.JOB_STATIC] == static  # Episode.row_table's columns, in its order
+    assert JOB_FEATURES[o.JOB_TIMES] == ("release", "last_start")
+    assert JOB_FEATURES[o.JOB_NOW][:3] == ("realtime_take", "realtime_cost", "blocks_now")
+    assert o.JOB_NOW.stop == len(JOB_FEATURES)
+    assert JOB_FEATURES[o._J_FLAGS] == ("pending", "placed", "now")  # the Encoder writes these together
+    assert JOB_FEATURES[o._J_VALUES] == ("earliest", "value_now", "value_earliest")
+
+
 def test_sizes_of_the_hand_scenario():
     assert sizes_for([scenario()]) == Sizes(jobs=3, gpus=4, slots=4, apps=1, duration=3)
 
