@@ -13,6 +13,7 @@ import os
 
 import numpy as np
 
+from gpu_env.batch.kernels import OBSERVE_BITS
 from gpu_env.observation import (
     APP_CURVE_COLUMN,
     GLOBAL_COLUMN,
@@ -451,11 +452,11 @@ def step_into(
         s_unpaid[e] = 0.0
 
 
-@njit(cache=True, nogil=True)
-def masks_into(s, out: np.ndarray, rules: int) -> None:  # pragma: no cover - compiled
+@njit(cache=True, nogil=True, inline="always")
+def _masks(s, out: np.ndarray, rules: int) -> None:  # pragma: no cover - compiled
     """(B, n_actions) masks (bool or int8): a row's fit rules where it can start at the clock, ADVANCE while running."""
+    B, R = s.earliest.shape
     s_clock, s_done, s_earliest = s.clock, s.done, s.earliest
-    B, R = s_earliest.shape
     for e in range(B):
         running = not s_done[e]
         for r in range(R):
@@ -465,11 +466,14 @@ def masks_into(s, out: np.ndarray, rules: int) -> None:  # pragma: no cover - co
         out[e, R * rules] = running
 
 
-# ----------------------------------------------------------------------------- observations
+@njit(cache=True, nogil=True)
+def masks_into(s, out: np.ndarray, rules: int) -> None:  # pragma: no cover - compiled
+    """(B, n_actions) masks (bool or int8): a row's fit rules where it can start at the clock, ADVANCE while running."""
+    _masks(s, out, rules)
 
 
 @njit(cache=True, nogil=True)
-def jobs_into(s, out: np.ndarray, width: int, gpus: int) -> None:  # pragma: no cover - compiled
+def _jobs_into(s, out: np.ndarray, width: int, gpus: int) -> None:  # pragma: no cover - compiled
     """The ``jobs`` observation (``Encoder.observe``'s) into ``out`` (B, R, len(JOB_FEATURES)), every cell.
 
     ``width``: the padded T (the column of ``values`` that is 0); ``gpus``: the padded G.
@@ -548,7 +552,7 @@ def jobs_into(s, out: np.ndarray, width: int, gpus: int) -> None:  # pragma: no 
 
 
 @njit(cache=True, nogil=True)
-def gpus_into(s, out: np.ndarray, H: int) -> None:  # pragma: no cover - compiled
+def _gpus_into(s, out: np.ndarray, H: int) -> None:  # pragma: no cover - compiled
     """The ``gpus`` observation into ``out`` (B, G, 3), every cell (``H``: the observed slots)."""
     s_free_now, s_gpus, s_node = s.free_now, s.gpus, s.node
     B, G = s_free_now.shape
@@ -567,7 +571,7 @@ def gpus_into(s, out: np.ndarray, H: int) -> None:  # pragma: no cover - compile
 
 
 @njit(cache=True, nogil=True)
-def slots_into(s, out: np.ndarray, trade: bool) -> None:  # pragma: no cover - compiled
+def _slots_into(s, out: np.ndarray, trade: bool) -> None:  # pragma: no cover - compiled
     """The ``slots`` observation into ``out`` (B, T, len(SLOT_FEATURES)), every cell."""
     s_clock, s_curves, s_decay_weights, s_demand, s_floor_total = (
         s.clock,
@@ -606,7 +610,7 @@ def slots_into(s, out: np.ndarray, trade: bool) -> None:  # pragma: no cover - c
 
 
 @njit(cache=True, nogil=True)
-def apps_into(s, out: np.ndarray) -> None:  # pragma: no cover - compiled
+def _apps_into(s, out: np.ndarray) -> None:  # pragma: no cover - compiled
     """The ``apps`` observation into ``out`` (B, A, T, len(APP_CURVES)): demand, allocation and floor / G."""
     s_curves, s_demand, s_floors, s_gpus = s.curves, s.demand, s.floors, s.gpus
     B, A, T = s_curves.shape
@@ -620,7 +624,7 @@ def apps_into(s, out: np.ndarray) -> None:  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def globals_into(
+def _globals_into(
     s, out: np.ndarray, max_gpus: int, max_jobs: int, H: int, trade: bool
 ) -> None:  # pragma: no cover - compiled
     """The ``globals`` observation into ``out`` (B, len(GLOBAL_FEATURES))."""
@@ -642,3 +646,55 @@ def globals_into(
         out[e, _C_OBJECTIVE] = s_objective[e] / s_reward_scale[e]
         out[e, _C_DECAY] = s_decay[e]
         out[e, _C_TRADE] = 1.0 if trade else 0.0
+
+
+_O_JOBS, _O_GPUS, _O_SLOTS, _O_APPS, _O_GLOBALS, _O_MASK = (
+    OBSERVE_BITS[key] for key in ("jobs", "gpus", "slots", "apps", "globals", "action_mask")
+)
+
+
+@njit(cache=True, nogil=True)
+def observe_into(
+    s,
+    which: int,
+    jobs: np.ndarray,
+    gpus: np.ndarray,
+    slots: np.ndarray,
+    apps: np.ndarray,
+    globals_: np.ndarray,
+    mask: np.ndarray,
+    width: int,
+    max_gpus: int,
+    max_jobs: int,
+    trade: bool,
+    rules: int,
+) -> None:  # pragma: no cover - compiled
+    """The observation keys of ``which`` (``kernels.OBSERVE_BITS``) into their arrays, every cell, in one call.
+
+    Args:
+        s: The state.
+        which: The keys to fill; the arrays of the others are not touched (may be empty).
+        jobs: (B, R, len(JOB_FEATURES)) float32.
+        gpus: (B, G, len(GPU_FEATURES)) float32.
+        slots: (B, T, len(SLOT_FEATURES)) float32.
+        apps: (B, A, T, len(APP_CURVES)) float32.
+        globals_: (B, len(GLOBAL_FEATURES)) float32.
+        mask: (B, n_actions) int8.
+        width: The padded T (also H, the observed slots).
+        max_gpus: The padded G.
+        max_jobs: The padded R.
+        trade: Placements may lower the real-time curves.
+        rules: Fit rules per row.
+    """
+    if which & _O_JOBS:
+        _jobs_into(s, jobs, width, max_gpus)
+    if which & _O_GPUS:
+        _gpus_into(s, gpus, width)
+    if which & _O_SLOTS:
+        _slots_into(s, slots, trade)
+    if which & _O_APPS:
+        _apps_into(s, apps)
+    if which & _O_GLOBALS:
+        _globals_into(s, globals_, max_gpus, max_jobs, width, trade)
+    if which & _O_MASK:
+        _masks(s, mask, rules)

@@ -5,8 +5,9 @@ episodes, with the same integer arithmetic and the same float64 expressions, in
 the same order, as the reference :class:`gpu_env.episode.Episode` and its
 :class:`~gpu_env.observation.Encoder`: :func:`step_into` is ``Episode.apply`` of
 every episode (placement, real-time curves, narrowing, search, clock),
-:func:`masks_into` the action masks, and ``jobs_into``, ``gpus_into``,
-``slots_into``, ``apps_into``, ``globals_into`` the observations.
+:func:`masks_into` the action masks, and :func:`observe_into` the observation
+keys of ``jobs``, ``gpus``, ``slots``, ``apps``, ``globals`` and ``action_mask`` in
+one call (each call costs some microseconds to unpack the state's arrays).
 
 Numba is imported on the first use of a kernel (the kernels live in
 ``gpu_env/batch/_kernels.py``), not when the engine is imported, and the
@@ -25,15 +26,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-KERNELS = (
-    "step_into",
-    "masks_into",
-    "jobs_into",
-    "gpus_into",
-    "slots_into",
-    "apps_into",
-    "globals_into",
-)
+KERNELS = ("step_into", "masks_into", "observe_into")
+
+OBSERVE_BITS: dict[str, int] = {"jobs": 1, "gpus": 2, "slots": 4, "apps": 8, "globals": 16, "action_mask": 32}
+"""The observation keys :func:`observe_into` fills, as bits of its ``which`` argument."""
 
 _plain: ModuleType | None = None
 

@@ -24,6 +24,13 @@ from gpu_env.episode import FIT_RULES
 KEYS: tuple[str, ...] = ("jobs", "grid", "gpus", "slots", "apps", "app_info", "globals", "action_mask")
 
 
+_COMPILED = ("jobs", "gpus", "slots", "apps", "globals", "action_mask")  # observe_into's arrays, in its order
+_EMPTY = {
+    key: np.zeros((0,) * ndim, dtype=np.int8 if key == "action_mask" else np.float32)
+    for key, ndim in zip(_COMPILED, (3, 3, 3, 4, 2, 2), strict=True)
+}  # stand-ins for the keys not asked for
+
+
 def buffers(engine: BatchEngine, keys: Iterable[str] = KEYS) -> dict[str, np.ndarray]:
     """Arrays for ``observe(engine, keys, out=...)``: key -> (B, ...) float32 (the action mask int8), uninitialised."""
     shapes = observation.shapes(engine.sizes.limits(), engine.n_actions)
@@ -53,23 +60,26 @@ def observe(
         _checked(out)
     s = engine.state
     sizes = engine.sizes
+    which = 0
     for key, array in out.items():
-        if key == "jobs":
-            kernels.jobs_into(s, array, sizes.slots, sizes.gpus)
-        elif key == "grid":
-            np.copyto(array, s.grid)
-        elif key == "gpus":
-            kernels.gpus_into(s, array, sizes.slots)
-        elif key == "slots":
-            kernels.slots_into(s, array, engine.trade_realtime)
-        elif key == "apps":
-            kernels.apps_into(s, array)
+        if key == "grid":
+            if not np.may_share_memory(array, s.grid):  # the vector env's grid is the engine's own
+                np.copyto(array, s.grid)
         elif key == "app_info":
             np.copyto(array, s.app_table)
-        elif key == "globals":
-            kernels.globals_into(s, array, sizes.gpus, sizes.jobs, sizes.slots, engine.trade_realtime)
         else:
-            kernels.masks_into(s, array, len(FIT_RULES))
+            which |= kernels.OBSERVE_BITS[key]
+    if which:
+        kernels.observe_into(
+            s,
+            which,
+            *(out.get(key, _EMPTY[key]) for key in _COMPILED),
+            sizes.slots,
+            sizes.gpus,
+            sizes.jobs,
+            engine.trade_realtime,
+            len(FIT_RULES),
+        )
     return out
 
 
