@@ -64,12 +64,12 @@ _C_CLOCK, _C_REMAINING, _C_HORIZON, _C_GPUS, _C_NODE, _C_PENDING, _C_OBJECTIVE, 
 # ----------------------------------------------------------------------------- helpers
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _bit(words: np.ndarray, g: int) -> bool:  # pragma: no cover - compiled
     return (words[g >> 6] >> np.uint64(g & 63)) & np.uint64(1) != 0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _choices_row(words: np.ndarray, wide: bool, size: int, gpus: int, out: np.ndarray) -> None:  # pragma: no cover
     """``Episode.fit_table`` of one set of feasible first GPUs into ``out`` (6,): first, best, last and their waste.
 
@@ -109,7 +109,7 @@ def _choices_row(words: np.ndarray, wide: bool, size: int, gpus: int, out: np.nd
         out[4], out[5] = last, last - last_start
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _envelope(x: np.ndarray, ramp: int, upper: bool, n: int) -> None:  # pragma: no cover - compiled
     """In place over x[:n]: min_s x[s] + R|t - s| (upper) or max_s x[s] - R|t - s|, by two passes."""
     if upper:
@@ -124,7 +124,7 @@ def _envelope(x: np.ndarray, ramp: int, upper: bool, n: int) -> None:  # pragma:
             x[t] = max(x[t], x[t + 1] - ramp)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _room(s, e: int, trade: bool, room: np.ndarray) -> None:  # pragma: no cover - compiled
     """``BatchEngine.room`` of episode e into ``room`` (T,), huge past the episode's horizon.
 
@@ -145,7 +145,7 @@ def _room(s, e: int, trade: bool, room: np.ndarray) -> None:  # pragma: no cover
         room[c] = s_gpus[e] - used - s_load[e, c]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _realtime_one(s, e: int, scratch: np.ndarray) -> None:  # pragma: no cover - compiled
     """The least-shortfall curves of episode e under its load and their cost (``objective.realtime_curves``).
 
@@ -191,7 +191,7 @@ def _realtime_one(s, e: int, scratch: np.ndarray) -> None:  # pragma: no cover -
     s_shortfall_cost[e] = cost
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _mark(s, e: int, first: int, k: int, t0: int, d: int) -> None:  # pragma: no cover - compiled
     """A new block into the busy sets, the observation grid, the free runs and the load."""
     s_busy, s_free_now, s_grid, s_load, s_slots = s.busy, s.free_now, s.grid, s.load, s.slots
@@ -208,7 +208,7 @@ def _mark(s, e: int, first: int, k: int, t0: int, d: int) -> None:  # pragma: no
         s_load[e, c] += k
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _narrow(
     s, e: int, first: int, k: int, t: int, d: int, room: np.ndarray, rows: np.ndarray, begins: np.ndarray
 ) -> int:  # pragma: no cover - compiled
@@ -248,7 +248,7 @@ def _narrow(
     return n
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _place(
     s,
     e: int,
@@ -301,7 +301,7 @@ def _place(
     return _narrow(s, e, first, k, t, d, room, rows, begins)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _search(
     s, e: int, row: int, begin: int, room: np.ndarray, span: np.ndarray, run: np.ndarray, moved: np.ndarray
 ) -> None:  # pragma: no cover - compiled
@@ -317,13 +317,16 @@ def _search(
     T, NW = s_load.shape[1], s_busy.shape[2]
     kk, dd = s_k[e, row], s_d[e, row]
     found = -1
-    for t in range(max(begin, s_lo[e, row]), min(s_hi[e, row], T)):
-        fits = True
-        for c in range(t, min(t + dd, T)):
+    t, end = max(begin, s_lo[e, row]), min(s_hi[e, row], T)
+    while t < end:
+        # The room: the last slot of the span short of k rules out every start up to it.
+        short = -1
+        for c in range(min(t + dd, T) - 1, t - 1, -1):
             if room[c] < kk:
-                fits = False
+                short = c
                 break
-        if not fits:
+        if short >= 0:
+            t = short + 1
             continue
         for w in range(NW):
             span[w] = 0
@@ -353,12 +356,13 @@ def _search(
         if nonempty:
             found = t
             break
+        t += 1
     s_earliest[e, row] = found
     for w in range(NW):
         s_at[e, row, w] = run[w] if found >= 0 else np.uint64(0)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _move_clock(s, e: int) -> None:  # pragma: no cover - compiled
     """The clock to the least earliest start of episode e (and its free runs there), or the episode ends."""
     s_busy, s_clock, s_done, s_earliest, s_free_now = s.busy, s.clock, s.done, s.earliest, s.free_now
@@ -391,9 +395,17 @@ def _move_clock(s, e: int) -> None:  # pragma: no cover - compiled
 # ----------------------------------------------------------------------------- the transition
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def step_into(
-    s, actions: np.ndarray, advance: int, rules: int, gpus: int, trade: bool, rewards: np.ndarray
+    s,
+    actions: np.ndarray,
+    advance: int,
+    rules: int,
+    gpus: int,
+    trade: bool,
+    rewards: np.ndarray,
+    work: np.ndarray,
+    words: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """One action in every episode: ``Episode.apply`` of each (``BatchEngine.step``).
 
@@ -407,19 +419,20 @@ def step_into(
         trade: Placements may lower the real-time curves.
         rewards: (B,) float64 out: the change in objective plus the unpaid start value; 0 for done
             episodes and forbidden actions.
+        work: int64 work space (``kernels.work_sizes``' first size).
+        words: uint64 work space (its second).
     """
     s_at, s_clock, s_done, s_earliest, s_load = s.at, s.clock, s.done, s.earliest, s.load
     s_objective, s_steps, s_unpaid = s.objective, s.steps, s.unpaid
     B, R = s_earliest.shape
     T, NW = s_load.shape[1], s_at.shape[2]
-    opts = np.zeros(6, dtype=np.int64)
-    scratch = np.empty((4, T), dtype=np.int64)
-    room = np.empty(T, dtype=np.int64)
-    rows = np.empty(R, dtype=np.int64)
-    begins = np.empty(R, dtype=np.int64)
-    span = np.zeros(NW, dtype=np.uint64)
-    run = np.zeros(NW, dtype=np.uint64)
-    moved = np.zeros(NW, dtype=np.uint64)
+    # Work space (the kernels allocate nothing: they run without numba's reference counting).
+    opts = work[:6]
+    scratch = work[6 : 6 + 4 * T].reshape((4, T))
+    room = work[6 + 4 * T : 6 + 5 * T]
+    rows = work[6 + 5 * T : 6 + 5 * T + R]
+    begins = work[6 + 5 * T + R : 6 + 5 * T + 2 * R]
+    span, run, moved = words[:NW], words[NW : 2 * NW], words[2 * NW : 3 * NW]
     for e in range(B):
         rewards[e] = 0.0
         if s_done[e]:
@@ -452,7 +465,7 @@ def step_into(
         s_unpaid[e] = 0.0
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _masks(s, out: np.ndarray, rules: int) -> None:  # pragma: no cover - compiled
     """(B, n_actions) masks (bool or int8): a row's fit rules where it can start at the clock, ADVANCE while running."""
     B, R = s.earliest.shape
@@ -466,14 +479,14 @@ def _masks(s, out: np.ndarray, rules: int) -> None:  # pragma: no cover - compil
         out[e, R * rules] = running
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def masks_into(s, out: np.ndarray, rules: int) -> None:  # pragma: no cover - compiled
     """(B, n_actions) masks (bool or int8): a row's fit rules where it can start at the clock, ADVANCE while running."""
     _masks(s, out, rules)
 
 
-@njit(cache=True, nogil=True)
-def _jobs_into(s, out: np.ndarray, width: int, gpus: int) -> None:  # pragma: no cover - compiled
+@njit(cache=True, nogil=True, _nrt=False)
+def _jobs_into(s, out: np.ndarray, width: int, gpus: int, opts: np.ndarray) -> None:  # pragma: no cover - compiled
     """The ``jobs`` observation (``Encoder.observe``'s) into ``out`` (B, R, len(JOB_FEATURES)), every cell.
 
     ``width``: the padded T (the column of ``values`` that is 0); ``gpus``: the padded G.
@@ -491,7 +504,6 @@ def _jobs_into(s, out: np.ndarray, width: int, gpus: int) -> None:  # pragma: no
     B, R = s_valid.shape
     A, T = s_curves.shape[1], s_curves.shape[2]
     NW = s_at.shape[2]
-    opts = np.zeros(6, dtype=np.int64)
     for e in range(B):
         c0, n_slots, scale = s_clock[e], s_slots[e], s_reward_scale[e]
         shift = c0 / n_slots
@@ -551,7 +563,7 @@ def _jobs_into(s, out: np.ndarray, width: int, gpus: int) -> None:  # pragma: no
             out[e, row, _J_LAST_WASTE] = opts[5] * waste_scale
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _gpus_into(s, out: np.ndarray, H: int) -> None:  # pragma: no cover - compiled
     """The ``gpus`` observation into ``out`` (B, G, 3), every cell (``H``: the observed slots)."""
     s_free_now, s_gpus, s_node = s.free_now, s.gpus, s.node
@@ -570,7 +582,7 @@ def _gpus_into(s, out: np.ndarray, H: int) -> None:  # pragma: no cover - compil
                 out[e, g, _G_FREE] = 0.0
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _slots_into(s, out: np.ndarray, trade: bool) -> None:  # pragma: no cover - compiled
     """The ``slots`` observation into ``out`` (B, T, len(SLOT_FEATURES)), every cell."""
     s_clock, s_curves, s_decay_weights, s_demand, s_floor_total = (
@@ -609,7 +621,7 @@ def _slots_into(s, out: np.ndarray, trade: bool) -> None:  # pragma: no cover - 
             out[e, t, _S_DECAY] = s_decay_weights[e, t]
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _apps_into(s, out: np.ndarray) -> None:  # pragma: no cover - compiled
     """The ``apps`` observation into ``out`` (B, A, T, len(APP_CURVES)): demand, allocation and floor / G."""
     s_curves, s_demand, s_floors, s_gpus = s.curves, s.demand, s.floors, s.gpus
@@ -623,7 +635,7 @@ def _apps_into(s, out: np.ndarray) -> None:  # pragma: no cover - compiled
                 out[e, a, t, _A_FLOOR] = s_floors[e, a, t] / G
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def _globals_into(
     s, out: np.ndarray, max_gpus: int, max_jobs: int, H: int, trade: bool
 ) -> None:  # pragma: no cover - compiled
@@ -653,7 +665,7 @@ _O_JOBS, _O_GPUS, _O_SLOTS, _O_APPS, _O_GLOBALS, _O_MASK = (
 )
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, _nrt=False)
 def observe_into(
     s,
     which: int,
@@ -668,6 +680,7 @@ def observe_into(
     max_jobs: int,
     trade: bool,
     rules: int,
+    opts: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
     """The observation keys of ``which`` (``kernels.OBSERVE_BITS``) into their arrays, every cell, in one call.
 
@@ -685,9 +698,10 @@ def observe_into(
         max_jobs: The padded R.
         trade: Placements may lower the real-time curves.
         rules: Fit rules per row.
+        opts: (6,) int64 work space.
     """
     if which & _O_JOBS:
-        _jobs_into(s, jobs, width, max_gpus)
+        _jobs_into(s, jobs, width, max_gpus, opts)
     if which & _O_GPUS:
         _gpus_into(s, gpus, width)
     if which & _O_SLOTS:

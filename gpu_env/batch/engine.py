@@ -86,6 +86,8 @@ class BatchEngine:
         self._starts: dict[int, Start] = {}
         self._slot = np.arange(sizes.slots, dtype=np.int64)
         self._rewards = np.zeros(batch, dtype=np.float64)
+        ints, words = kernels.work_sizes(sizes.jobs, sizes.slots, sizes.words)
+        self._work = (np.zeros(ints, dtype=np.int64), np.zeros(words, dtype=np.uint64))
 
     @classmethod
     def for_scenarios(cls, scenarios: Sequence[Scenario], batch: int | None = None, **kwargs: object) -> BatchEngine:
@@ -176,9 +178,8 @@ class BatchEngine:
         """
         a = np.ascontiguousarray(actions, dtype=np.int64).reshape(self.batch)
         rewards = self._rewards
-        kernels.step_into(
-            self.state, a, self.layout.advance, len(FIT_RULES), self.sizes.gpus, self.trade_realtime, rewards
-        )
+        advance, rules, trade = self.layout.advance, len(FIT_RULES), self.trade_realtime
+        kernels.step_into(self.state, a, advance, rules, self.sizes.gpus, trade, rewards, *self._work)
         return rewards.copy(), self.state.done.copy()
 
     # ------------------------------------------------------------------ results

@@ -9,6 +9,13 @@ every episode (placement, real-time curves, narrowing, search, clock),
 keys of ``jobs``, ``gpus``, ``slots``, ``apps``, ``globals`` and ``action_mask`` in
 one call (each call costs some microseconds to unpack the state's arrays).
 
+The kernels allocate nothing (the engine passes their work space, :func:`work_sizes`)
+and are compiled without numba's reference counting (``_nrt=False``): with it, every
+state array a helper reads cost two atomic operations per call, and the step took
+0.86 ms instead of 0.51 ms at B = 256 (measured in one process, both builds
+interleaved). The per-episode helpers are inlined into the kernels
+(``inline="always"``).
+
 Numba is imported on the first use of a kernel (the kernels live in
 ``gpu_env/batch/_kernels.py``), not when the engine is imported, and the
 compiled kernels are cached on disk (``cache=True``): only the first process on
@@ -27,6 +34,12 @@ from types import ModuleType
 from typing import Any
 
 KERNELS = ("step_into", "masks_into", "observe_into")
+
+
+def work_sizes(jobs: int, slots: int, words: int) -> tuple[int, int]:
+    """The int64 and uint64 work space ``step_into`` needs for R jobs, T slots and NW words (it allocates none)."""
+    return 6 + 5 * slots + 2 * jobs, 3 * words
+
 
 OBSERVE_BITS: dict[str, int] = {"jobs": 1, "gpus": 2, "slots": 4, "apps": 8, "globals": 16, "action_mask": 32}
 """The observation keys :func:`observe_into` fills, as bits of its ``which`` argument."""

@@ -79,6 +79,7 @@ def observe(
             sizes.jobs,
             engine.trade_realtime,
             len(FIT_RULES),
+            np.zeros(6, dtype=np.int64),
         )
     return out
 
