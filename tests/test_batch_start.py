@@ -136,6 +136,8 @@ def test_observation_into_buffers_by_hand():
         array.fill(7)  # every cell is written
     assert observe(engine, out=out) is out
     check_observation(out, "buffers")
+    with pytest.raises(ValueError, match="jobs"):
+        observe(engine, out={"jobs": out["jobs"][:1]})
 
 
 def check_observation(obs, where):

@@ -57,7 +57,7 @@ def observe(
     if out is None:
         out = buffers(engine, keys)
     else:
-        _checked(out)
+        _check_buffers(engine, out)
     s = engine.state
     sizes = engine.sizes
     which = 0
@@ -82,6 +82,16 @@ def observe(
             np.zeros(6, dtype=np.int64),
         )
     return out
+
+
+def _check_buffers(engine: BatchEngine, out: dict[str, np.ndarray]) -> None:
+    """Raise ValueError unless every array of ``out`` has its key's shape and dtype (the kernels do not check)."""
+    shapes = observation.shapes(engine.sizes.limits(), engine.n_actions)
+    for key in _checked(out):
+        array = out[key]
+        shape, dtype = (engine.batch, *shapes[key]), np.int8 if key == "action_mask" else np.float32
+        if array.shape != shape or array.dtype != dtype:
+            raise ValueError(f"observe: out[{key!r}] is {array.dtype}{array.shape}, expected {np.dtype(dtype)}{shape}")
 
 
 def _checked(keys: Iterable[str]) -> tuple[str, ...]:
