@@ -2,11 +2,10 @@
 
 Runs the loop of ``env_speed.py`` (masks, every observation key, a uniform masked draw, step,
 resets of the episodes that end) on :class:`gpu_env.batch.BatchEngine` and times each part with
-``time.process_time``: the observation keys one by one, the step and, inside it, the placement,
-the search, the clock move and the free runs.
+``time.process_time``: the masks, the observation keys one by one (filled into buffers in place,
+as the vector env does), the step (one kernel, :func:`gpu_env.batch.kernels.step_into`) and the resets.
 
-Usage: ``PYTHONPATH=. taskset -c 0 .venv/bin/python benchmarks/engine_profile.py [--batch 256] [--calls 300]``;
-``GPUALLOC_NUMBA=0`` in the environment profiles the array code instead of the numba kernels.
+Usage: ``PYTHONPATH=. taskset -c 0 .venv/bin/python benchmarks/engine_profile.py [--batch 256] [--calls 300]``.
 """
 
 from __future__ import annotations
@@ -20,13 +19,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import gpu_env.batch.engine as engine_module
-from gpu_env.batch import BatchEngine, kernels
-from gpu_env.batch import observe as observe_module
+from gpu_env.batch import BatchEngine
+from gpu_env.batch.observe import KEYS, buffers, observe
 from gpu_env.generators import BENCHMARK_SEEDS, generate
-
-OBSERVE = ("_jobs", "_gpus", "_slots", "_apps", "_globals")
-INSIDE_STEP = ("_place", "_search", "_move_clock", "_free_runs")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,30 +40,22 @@ def main(argv: list[str] | None = None) -> int:
         spent[name] = spent.get(name, 0.0) + time.process_time() - c
         return out
 
-    for name in INSIDE_STEP:
-        original = getattr(engine_module.BatchEngine, name)
-
-        def wrapped(self, *a, _f=original, _n=name):
-            return timed(_n, _f, self, *a)
-
-        setattr(engine_module.BatchEngine, name, wrapped)
+    out = buffers(engine)
     for call in range(args.calls + 20):
-        if call == 20:
+        if call == 20:  # the first calls load (or compile) the kernels
             spent.clear()
         masks = timed("action_masks", engine.action_masks)
-        for key in OBSERVE:
-            timed(key, getattr(observe_module, key), engine)
-        timed("grid copy", engine.state.grid.copy)
+        for key in KEYS:
+            timed(key, observe, engine, [key], {key: out[key]})
         actions = np.where(masks, rng.random(masks.shape), -1.0).argmax(axis=1)
         _, done = timed("step", engine.step, actions)
         ended = np.flatnonzero(done)
         if ended.size:
             timed("reset", engine.reset, sc, ended)
-    total = sum(v for k, v in spent.items() if k not in INSIDE_STEP)
-    print(f"B={args.batch}, kernels {'numba' if kernels.ENABLED else 'off (array code)'}: ms per call")
+    total = sum(spent.values())
+    print(f"B={args.batch}: ms per call")
     for name, value in sorted(spent.items(), key=lambda kv: -kv[1]):
-        inside = "  (inside step)" if name in INSIDE_STEP else ""
-        print(f"  {name:14s} {1e3 * value / args.calls:6.3f}{inside}")
+        print(f"  {name:14s} {1e3 * value / args.calls:6.3f}")
     print(f"  {'total':14s} {1e3 * total / args.calls:6.3f}")
     return 0
 

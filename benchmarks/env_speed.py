@@ -11,11 +11,11 @@ until the episode ends. Three levels are timed:
 * ``batch B``: :class:`gpu_env.batch.BatchEngine` with B episodes of the 64 x 30 scenario
   advanced together (masks, step and every observation key each step; an episode that ends
   restarts in the next step), against ``env`` measured in the same rounds (interleaved);
-  ``batch B core`` leaves out the observation (masks and step only); ``batch B array`` is ``batch B``
-  with the compiled kernels off (the engine's array code, what runs without numba);
-* ``torch B`` / ``torch B core``: :class:`gpu_env.batch.torch_engine.TorchEngine` on the CPU (one torch
-  thread), the same loop on tensors; ``cuda B`` / ``cuda B core`` on a CUDA device when there is one
-  (rate per wall second there: the CPU time of a process driving a GPU says little).
+  ``batch B core`` leaves out the observation (masks and step only);
+* ``make_vec B``: ``gymnasium.make_vec("GpuCluster-v0", num_envs=B, vectorization_mode="vector_entry_point")``
+  (:class:`gpu_env.batch.vector_env.GpuClusterVectorEnv`, plans off: episode statistics in the infos),
+  the Gymnasium loop (``action_masks()``, a uniform masked draw, ``step``, NEXT_STEP autoreset), in the same
+  rounds; ``make_vec B plans`` with ``plans=True`` (every finished episode's plan dict and metrics in the infos).
 
 Rates are steps per CPU-second of this process (``time.process_time``), which
 other processes on a shared machine disturb less than wall time; wall-clock
@@ -38,7 +38,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_env.batch import BatchEngine, kernels
+import gymnasium as gym
+
+import gpu_env  # noqa: F401  (registers GpuCluster-v0)
+from gpu_env.batch import BatchEngine
 from gpu_env.batch.observe import observe
 from gpu_env.env import GpuClusterEnv
 from gpu_env.episode import ActionLayout, Episode
@@ -47,7 +50,7 @@ from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.md"
 TARGET = 20_000  # steps per second at 64 x 30 (the first target of issue 2)
-BATCH_TARGET = 20.0  # batched engine at B = 256 over the single env (issue 11 section 1)
+BATCH_TARGET = 20.0  # batched engine and make_vec at B = 256 over the single env (issue 11 section 1)
 BATCH_SIZES = (1, 64, 256, 1024)
 
 
@@ -85,19 +88,8 @@ def run_core(scenario, actions: str, seconds: float, seed: int) -> tuple[int, in
     return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def run_batch(
-    engine: BatchEngine, scenario, seconds: float, seed: int, full: bool, compiled: bool = True
-) -> tuple[int, int, float, float]:
+def run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
     """The batched engine for about ``seconds`` of CPU time; steps count the episodes that were running."""
-    available = kernels.ENABLED
-    kernels.ENABLED = available and compiled
-    try:
-        return _run_batch(engine, scenario, seconds, seed, full)
-    finally:
-        kernels.ENABLED = available
-
-
-def _run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
     rng = np.random.default_rng(seed)
     steps = episodes = 0
     cpu0, wall0 = time.process_time(), time.perf_counter()
@@ -115,79 +107,48 @@ def _run_batch(engine: BatchEngine, scenario, seconds: float, seed: int, full: b
     return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def run_torch(engine, scenario, seconds: float, seed: int, full: bool) -> tuple[int, int, float, float]:
-    """The torch engine's loop (masks, observation, a uniform masked draw and step on the device)."""
-    import torch
-
-    from gpu_env.batch.torch_engine import observe as observe_torch
-
-    gen = torch.Generator(device=engine.device).manual_seed(seed)
-    sync = torch.cuda.synchronize if engine.device.type == "cuda" else (lambda: None)
+def run_vec(venv, seconds: float, seed: int) -> tuple[int, int, float, float]:
+    """The make_vec loop for about ``seconds`` of CPU time; steps count the episodes that were not restarting."""
+    rng = np.random.default_rng(seed)
     steps = episodes = 0
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    clock = time.perf_counter if engine.device.type == "cuda" else time.process_time
-    start = clock()
-    while clock() - start < seconds:
-        masks = engine.action_masks()
-        if full:
-            observe_torch(engine)
-        noise = torch.rand(masks.shape, generator=gen, device=engine.device)
-        actions = torch.where(masks, noise, -1.0).argmax(dim=1)
-        steps += int((~engine.state.done).sum())
-        _, done = engine.step(actions)
-        ended = torch.nonzero(done).flatten()
-        if ended.numel():
-            episodes += ended.numel()
-            engine.reset(scenario, index=ended.cpu().numpy())
-    sync()
+    venv.reset(seed=seed)
+    ended = np.zeros(venv.num_envs, dtype=bool)
+    while time.process_time() - cpu0 < seconds:
+        masks = venv.action_masks()
+        actions = np.where(masks, rng.random(masks.shape), -1.0).argmax(axis=1)  # uniform among the allowed
+        steps += venv.num_envs - int(ended.sum())  # NEXT_STEP: a restarting episode's action is ignored
+        _, _, terminated, truncated, _ = venv.step(actions)
+        ended = terminated | truncated
+        episodes += int(ended.sum())
     return steps, episodes, time.process_time() - cpu0, time.perf_counter() - wall0
 
 
-def torch_devices(wanted: bool) -> list[str]:
-    """``["cpu"]`` plus ``"cuda"`` when torch sees a device; empty without torch or when not wanted."""
-    if not wanted:
-        return []
-    try:
-        import torch
-    except ImportError:
-        return []
-    torch.set_num_threads(1)
-    return ["cpu", *(["cuda"] if torch.cuda.is_available() else [])]
-
-
-def batch_rows(
-    scenario, sizes: tuple[int, ...], seconds: float, rounds: int, seed: int, devices: list[str]
-) -> list[tuple]:
-    """(level, steps / CPU-s, steps / wall-s, episodes) for the single env and the engines, interleaved over rounds."""
+def batch_rows(scenario, sizes: tuple[int, ...], seconds: float, rounds: int, seed: int, plans: bool) -> list[tuple]:
+    """(level, steps / CPU-s, steps / wall-s, episodes) for the single env, the engine and make_vec, interleaved."""
     configs: dict[str, object] = {"env": GpuClusterEnv(scenario, actions="fit")}
-    for device in devices:
-        from gpu_env.batch.torch_engine import TorchEngine
-
-        name = "torch" if device == "cpu" else device
-        for B in sizes:
-            engine = TorchEngine.for_scenarios([scenario], batch=B, device=device)
-            configs[f"{name} {B}"] = engine
-            configs[f"{name} {B} core"] = engine
     for B in sizes:
         engine = BatchEngine.for_scenarios([scenario], batch=B)
         configs[f"batch {B}"] = engine
         configs[f"batch {B} core"] = engine
-        if kernels.ENABLED:
-            configs[f"batch {B} array"] = engine
+        make = {"num_envs": B, "vectorization_mode": "vector_entry_point", "scenario": scenario}
+        configs[f"make_vec {B}"] = gym.make_vec("GpuCluster-v0", **make)
+        if plans:
+            configs[f"make_vec {B} plans"] = gym.make_vec("GpuCluster-v0", plans=True, **make)
     totals = {name: [0, 0, 0.0, 0.0] for name in configs}
     for r in range(rounds):
         for name, target in configs.items():
             if name == "env":
                 result = run_env(target, seconds / rounds, seed + r)
-            elif not name.startswith("batch"):
-                result = run_torch(target, scenario, seconds / rounds, seed + r, full=not name.endswith("core"))
+            elif name.startswith("make_vec"):
+                result = run_vec(target, seconds / rounds, seed + r)
             else:
-                full, compiled = not name.endswith("core"), not name.endswith("array")
-                result = run_batch(target, scenario, seconds / rounds, seed + r, full=full, compiled=compiled)
+                result = run_batch(target, scenario, seconds / rounds, seed + r, full=not name.endswith("core"))
             for i, value in enumerate(result):
                 totals[name][i] += value
     rows = [(name, steps / cpu, steps / wall, episodes) for name, (steps, episodes, cpu, wall) in totals.items()]
-    return sorted(rows, key=lambda row: (row[0] != "env", not row[0].startswith("batch"), row[0].split()[0]))
+    order = {"env": 0, "batch": 1, "make_vec": 2}
+    return sorted(rows, key=lambda row: (order[row[0].split()[0]], int(row[0].split()[1]) if " " in row[0] else 0))
 
 
 def machine() -> str:
@@ -202,9 +163,17 @@ def machine() -> str:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return (
         f"{model}, {os.cpu_count()} logical CPUs, load average {load:.2f} at the start; "
-        f"Python {platform.python_version()}, numpy {np.__version__}, engine kernels "
-        f"{'numba ' + _numba_version() if kernels.ENABLED else 'off (no numba: array code)'}; {calibration()}"
+        f"Python {platform.python_version()}, numpy {np.__version__}, numba {_numba_version()}, "
+        f"gymnasium {gym.__version__}; {calibration()}"
     )
+
+
+def cores() -> str:
+    """The CPUs this process may run on (``taskset -c 0`` pins it to one)."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if len(allowed) == 1:
+        return f"CPU {allowed[0]} only"
+    return f"{len(allowed) or os.cpu_count()} CPUs (not pinned: use taskset -c 0)"
 
 
 def _numba_version() -> str:
@@ -233,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--batch-sizes", type=int, nargs="*", default=list(BATCH_SIZES))
     parser.add_argument("--rounds", type=int, default=4, help="interleaved rounds of the batch comparison")
-    parser.add_argument("--no-torch", action="store_true", help="leave out the torch engine")
+    parser.add_argument("--no-plans", action="store_true", help="leave out make_vec with plans=True")
     args = parser.parse_args(argv)
 
     about = machine()
@@ -264,8 +233,8 @@ def main(argv: list[str] | None = None) -> int:
             headline["fresh fit"] = record(name, "fit", "fresh", run_env(fresh, args.seconds, args.seed))
 
     scale = generate("scale-64x30", BENCHMARK_SEEDS["scale-64x30"])
-    devices = torch_devices(not args.no_torch)
-    batched = batch_rows(scale, tuple(args.batch_sizes), args.seconds * args.rounds, args.rounds, args.seed, devices)
+    plans = not args.no_plans
+    batched = batch_rows(scale, tuple(args.batch_sizes), args.seconds * args.rounds, args.rounds, args.seed, plans)
     single = batched[0][1]
     for name, rate, wall_rate, _ in batched:
         print(f"{name:16s} {rate:9.0f} steps/CPU-s {wall_rate:9.0f} steps/s wall  x{rate / single:.1f}")
@@ -292,33 +261,32 @@ def main(argv: list[str] | None = None) -> int:
         f"(env, fit actions: {headline['env fit']:.0f} steps/CPU-s; the plain episode: "
         f"{headline['core fit']:.0f}).",
         "",
-        "## Batched engine (gpu_env/batch)",
+        "## Batched engine and make_vec (gpu_env/batch)",
         "",
-        f"scale-64x30 (64 GPUs x 30 jobs), FIT actions, numpy on one core; {args.rounds} interleaved rounds of",
-        f"{args.seconds:g} CPU-s per configuration. Steps are episode-steps (B per call while all run). `env`: the",
-        "single GpuClusterEnv (observation, info and mask each step); `batch B`: masks, step and every observation key",
-        "for all B episodes each call (episodes that end restart); `batch B core`: masks and step only;",
-        "`batch B array`: `batch B` with the numba kernels off (the array code that runs without numba);",
-        "`torch B`: the torch engine on the CPU (one thread), `cuda B` on the GPU (its rate per wall second).",
+        f"scale-64x30 (64 GPUs x 30 jobs), FIT actions, one process on {cores()}; {args.rounds} interleaved rounds",
+        f"of {args.seconds:g} CPU-s per configuration. Steps are episode-steps (B per call while all run). `env`: the",
+        "single GpuClusterEnv (observation, info and mask each step); `batch B`: BatchEngine, masks, step and every",
+        "observation key for all B episodes each call (episodes that end restart); `batch B core`: masks and step",
+        'only; `make_vec B`: `gymnasium.make_vec("GpuCluster-v0", num_envs=B, vectorization_mode=',
+        '"vector_entry_point")` stepped as Gymnasium does (`action_masks()`, `step`, NEXT_STEP autoreset; plans off,',
+        "episode statistics in the infos); `make_vec B plans`: the same with `plans=True` (plan dicts and metrics of",
+        "finished episodes in the infos).",
         "",
-        "| level | steps / CPU-s | steps / wall-s | x single env (CPU-s; wall-s for cuda) |",
+        "| level | steps / CPU-s | steps / wall-s | x single env (CPU-s) |",
         "| --- | --- | --- | --- |",
     ]
     for name, rate, wall_rate, _ in batched:
-        ratio = (wall_rate if name.startswith("cuda") else rate) / single
-        lines.append(f"| {name} | {rate:.0f} | {wall_rate:.0f} | {ratio:.1f} |")
-    at_256 = {name: rate for name, rate, _, _ in batched}.get("batch 256")
-    if at_256 is not None:
-        met = "met" if at_256 / single >= BATCH_TARGET else "missed"
-        lines += [
-            "",
-            f"Target: {BATCH_TARGET:g}x the single env at B = 256 with observations: **{met}** "
-            f"({at_256 / single:.1f}x).",
-        ]
+        lines.append(f"| {name} | {rate:.0f} | {wall_rate:.0f} | {rate / single:.1f} |")
+    rates = {name: rate for name, rate, _, _ in batched}
+    for level, what in (("batch 256", "the engine with observations"), ("make_vec 256", "make_vec, plans off")):
+        if level in rates:
+            ratio = rates[level] / single
+            met = "met" if ratio >= BATCH_TARGET else "missed"
+            lines += ["", f"Target: {BATCH_TARGET:g}x the single env at B = 256, {what}: **{met}** ({ratio:.1f}x)."]
     lines += [
         "",
-        f"Reproduce: `taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}` "
-        "(numba installed: `pip install -e .[fast]`).",
+        f"Reproduce: `taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}"
+        f"{' --no-plans' if args.no_plans else ''}`.",
         "",
     ]
     write_text_atomic(args.out, "\n".join(lines))

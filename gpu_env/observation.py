@@ -94,6 +94,32 @@ GLOBAL_FEATURES: tuple[str, ...] = (
     "trade_realtime",  # 1 when placements may lower real-time curves
 )
 
+# The column of each feature, by name: every reader indexes through these (the Encoder here, the batched
+# engine's kernels in gpu_env/batch/_kernels.py), never through a number written beside the names.
+JOB_COLUMN: dict[str, int] = {name: i for i, name in enumerate(JOB_FEATURES)}
+GPU_COLUMN: dict[str, int] = {name: i for i, name in enumerate(GPU_FEATURES)}
+SLOT_COLUMN: dict[str, int] = {name: i for i, name in enumerate(SLOT_FEATURES)}
+APP_CURVE_COLUMN: dict[str, int] = {name: i for i, name in enumerate(APP_CURVES)}
+GLOBAL_COLUMN: dict[str, int] = {name: i for i, name in enumerate(GLOBAL_FEATURES)}
+JOB_STATIC = slice(JOB_COLUMN["gpus"], JOB_COLUMN["deadline"] + 1)
+"""The job columns of ``Episode.row_table``, in its order (k/G, k/node, d/T, w/w_max, release, last start, deadline)."""
+JOB_TIMES = slice(JOB_COLUMN["release"], JOB_COLUMN["last_start"] + 1)
+"""``release`` and ``last_start``: row-table times less the clock."""
+JOB_NOW = slice(JOB_COLUMN["realtime_take"], len(JOB_FEATURES))
+"""The columns only rows that can start at the clock have (real-time take and cost, blocks, the fit rules)."""
+
+_J_VALID, _J_PENDING, _J_PLACED, _J_NOW = (JOB_COLUMN[n] for n in ("valid", "pending", "placed", "now"))
+_J_FLAGS = slice(_J_PENDING, _J_NOW + 1)  # pending, placed, now
+_J_EARLIEST, _J_VALUE_NOW, _J_VALUE_EARLIEST = (JOB_COLUMN[n] for n in ("earliest", "value_now", "value_earliest"))
+_J_VALUES = slice(_J_EARLIEST, _J_VALUE_EARLIEST + 1)  # earliest, value_now, value_earliest
+_ROW_TIMES = slice(JOB_TIMES.start - JOB_STATIC.start, JOB_TIMES.stop - JOB_STATIC.start)  # in Episode.row_table
+_G_VALID, _G_POSITION, _G_FREE = (GPU_COLUMN[n] for n in ("valid", "node_position", "free_now"))
+_S_INSIDE, _S_PAST, _S_LOAD, _S_REALTIME, _S_DEMAND, _S_SHORTFALL, _S_SLACK, _S_ROOM, _S_DECAY = (
+    SLOT_COLUMN[n] for n in ("inside", "past", "job_load", "realtime", "demand", "shortfall", "slack", "room", "decay")
+)
+_A_DEMAND, _A_ALLOCATION, _A_FLOOR = (APP_CURVE_COLUMN[n] for n in ("demand", "allocation", "floor"))
+_PLACED, _INHERITED = 0, 1  # the grid's channels: jobs placed by this episode, inherited work
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -156,9 +182,9 @@ class Encoder:
         n_apps = len(sc.apps)
 
         self.jobs = np.zeros((limits.max_jobs, len(JOB_FEATURES)), dtype=np.float32)
-        self.jobs[:R, 0] = 1.0
-        self.jobs[:R, 4:11] = ep.row_table
-        self._times = ep.row_table[:, 4:6].copy()  # release / T and last start / T
+        self.jobs[:R, _J_VALID] = 1.0
+        self.jobs[:R, JOB_STATIC] = ep.row_table
+        self._times = ep.row_table[:, _ROW_TIMES].copy()  # release / T and last start / T
         self._values = ep.values / reward_scale  # (R, T + 1) value of each start, in reward units
         self._per_area = 1.0 / (ep.k * ep.d)
         self._per_block = 1.0 / np.maximum(ep.n_blocks, 1)
@@ -175,18 +201,18 @@ class Encoder:
         self.grid = np.zeros((limits.max_gpus, H, 2), dtype=np.float32)
         for job in sc.jobs:
             if job.running_on is not None:
-                self.grid[job.running_on[0] : job.running_on[0] + job.gpus, : min(job.duration, H), 1] = 1.0
+                self.grid[job.running_on[0] : job.running_on[0] + job.gpus, : min(job.duration, H), _INHERITED] = 1.0
         self.gpus = np.zeros((limits.max_gpus, len(GPU_FEATURES)), dtype=np.float32)
-        self.gpus[:G, 0] = 1.0
-        self.gpus[:G, 1] = (np.arange(G) % sc.node_size) / sc.node_size
+        self.gpus[:G, _G_VALID] = 1.0
+        self.gpus[:G, _G_POSITION] = (np.arange(G) % sc.node_size) / sc.node_size
 
         self.slots = np.zeros((H, len(SLOT_FEATURES)), dtype=np.float32)
-        self.slots[:T, 0] = 1.0
-        self.slots[:T, 4] = ep.demand.sum(axis=0) / G
-        self.slots[:T, 8] = sc.decay_weights
+        self.slots[:T, _S_INSIDE] = 1.0
+        self.slots[:T, _S_DEMAND] = ep.demand.sum(axis=0) / G
+        self.slots[:T, _S_DECAY] = sc.decay_weights
         self.apps = np.zeros((limits.max_apps, H, len(APP_CURVES)), dtype=np.float32)
-        self.apps[:n_apps, :T, 0] = ep.demand / G
-        self.apps[:n_apps, :T, 2] = ep.floors / G
+        self.apps[:n_apps, :T, _A_DEMAND] = ep.demand / G
+        self.apps[:n_apps, :T, _A_FLOOR] = ep.floors / G
         self.app_info = np.zeros((limits.max_apps, len(APP_FEATURES)), dtype=np.float32)
         self.app_info[:n_apps] = ep.app_table
 
@@ -210,27 +236,27 @@ class Encoder:
         moved = clock != self._clock_seen
         if self._placed_seen < len(ep.log) or self._loads_seen < 0:
             for row, start, first in ep.log[self._placed_seen :]:
-                self.grid[first : first + ep.k[row], start : min(start + ep.d[row], H), 0] = 1.0
+                self.grid[first : first + ep.k[row], start : min(start + ep.d[row], H), _PLACED] = 1.0
                 if not moved:  # placed at the clock: its GPUs are no longer free from the clock on
-                    self.gpus[first : first + ep.k[row], 2] = 0.0
+                    self.gpus[first : first + ep.k[row], _G_FREE] = 0.0
             self._placed_seen = len(ep.log)
             self._loads_seen = 0
             load = ep.occupancy.job_load
             if ep.curves is not self._curves_seen:  # the episode replaces its curves when they change
                 self._curves_seen = ep.curves
                 self._realtime = ep.curves.sum(axis=0)
-                self.slots[:T, 3] = self._realtime / G
-                self.slots[:T, 5] = np.maximum(0, ep.demand - ep.curves).sum(axis=0) / G
-                self.apps[: ep.curves.shape[0], :T, 1] = ep.curves / G
+                self.slots[:T, _S_REALTIME] = self._realtime / G
+                self.slots[:T, _S_SHORTFALL] = np.maximum(0, ep.demand - ep.curves).sum(axis=0) / G
+                self.apps[: ep.curves.shape[0], :T, _A_ALLOCATION] = ep.curves / G
             self._realtime_slack = G - load - self._realtime
             self._realtime_slack_list = self._realtime_slack.tolist()
             slots = self.slots[:T]
-            slots[:, 2] = load / G
-            slots[:, 6] = self._realtime_slack / G
-            slots[:, 7] = ep.job_slack() / G
+            slots[:, _S_LOAD] = load / G
+            slots[:, _S_SLACK] = self._realtime_slack / G
+            slots[:, _S_ROOM] = ep.job_slack() / G
         if moved:
-            self.slots[:T, 1] = ep.slot_index[0] < clock
-            self.gpus[:G, 2] = np.minimum(ep.free_at_clock(), H) * (1.0 / H)
+            self.slots[:T, _S_PAST] = ep.slot_index[0] < clock
+            self.gpus[:G, _G_FREE] = np.minimum(ep.free_at_clock(), H) * (1.0 / H)
 
         R = ep.rows.size
         pending_count = 0
@@ -244,24 +270,24 @@ class Encoder:
             if moved:
                 now = e == clock
                 pending = e >= 0
-                jobs[:, 1] = pending
-                jobs[:, 2] = ep.placed
-                jobs[:, 3] = now
-                jobs[:, 8:10] = self._times - clock / T
-                jobs[:, 11] = np.where(pending, (e - clock) / T, 1.0)
-                jobs[:, 12] = values[:, column] * now
-                jobs[:, 13] = values[self._rows, e]  # e = -1 reads column T, which is 0
-                jobs[:, 14:] = 0.0
+                jobs[:, _J_PENDING] = pending
+                jobs[:, _J_PLACED] = ep.placed
+                jobs[:, _J_NOW] = now
+                jobs[:, JOB_TIMES] = self._times - clock / T
+                jobs[:, _J_EARLIEST] = np.where(pending, (e - clock) / T, 1.0)
+                jobs[:, _J_VALUE_NOW] = values[:, column] * now
+                jobs[:, _J_VALUE_EARLIEST] = values[self._rows, e]  # e = -1 reads column T, which is 0
+                jobs[:, JOB_NOW] = 0.0
             else:  # only rows whose earliest start moved changed (rows that can start now: below)
                 for r in set(ep._touched[self._touched_seen :]):
                     s = e_list[r]
-                    jobs[r, 1:4] = (s >= 0, ep.placed[r], s == clock)
-                    jobs[r, 11:14] = (
+                    jobs[r, _J_FLAGS] = (s >= 0, ep.placed[r], s == clock)
+                    jobs[r, _J_VALUES] = (
                         (s - clock) / T if s >= 0 else 1.0,
                         values[r, column] * (s == clock),
                         values[r, s],
                     )
-                    jobs[r, 14:] = 0.0
+                    jobs[r, JOB_NOW] = 0.0
             self._touched_seen = len(ep._touched)
             # Rows that can start at the clock: real-time GPU-slots a start takes (k beyond the slack in
             # each slot of its span), blocks free now, and each fit rule's block and waste.
@@ -276,7 +302,7 @@ class Encoder:
                 for t in range(clock, min(clock + d_of[r], T)):
                     if k > slack[t]:
                         take += k - slack[t]
-                jobs[r, 14:] = (
+                jobs[r, JOB_NOW] = (
                     take * per_area[r],
                     take * cut,
                     count * per_block[r],

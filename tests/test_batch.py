@@ -46,19 +46,10 @@ def drive(
     trade_realtime: bool = True,
     observe_every: int = 1,
     sizes: Sizes | None = None,
-    device: str | None = None,
 ) -> Tally:
-    """Run every scenario to its end once in a batch of ``batch`` slots, comparing with the reference each step.
-
-    ``device`` None drives the numpy engine; ``"cpu"`` or ``"cuda"`` the torch engine there.
-    """
+    """Run every scenario to its end once in a batch of ``batch`` slots, comparing with the reference each step."""
     sizes = sizes or sizes_for(scenarios)
-    if device is None:
-        engine = BatchEngine(batch, sizes, trade_realtime=trade_realtime)
-    else:
-        from gpu_env.batch import torch_engine
-
-        engine = torch_engine.TorchEngine(batch, sizes, trade_realtime=trade_realtime, device=device)
+    engine = BatchEngine(batch, sizes, trade_realtime=trade_realtime)
     limits = sizes.limits()
     layout = ActionLayout.make(ActionMode.FIT, sizes.jobs, sizes.gpus)
     queue = list(scenarios)
@@ -81,11 +72,11 @@ def drive(
     tally = Tally()
     step = 0
     while any(ep is not None for ep in episodes):
-        masks = _np(engine.action_masks())
+        masks = engine.action_masks()
         obs = None
         if step % observe_every == 0:
-            obs = observe(engine) if device is None else {k: _np(v) for k, v in torch_engine.observe(engine).items()}
-        done_now = _np(engine.state.done)
+            obs = observe(engine)
+        done_now = engine.state.done.copy()
         actions = np.zeros(batch, dtype=np.int64)
         for i, ep in enumerate(episodes):
             if ep is None:
@@ -98,8 +89,8 @@ def drive(
                 for key in KEYS:
                     np.testing.assert_allclose(obs[key][i], ref[key], rtol=0, atol=TOL, err_msg=f"{where}: {key}")
             actions[i] = rng.choice(np.flatnonzero(masks[i]))
-        rewards, done = (_np(x) for x in engine.step(actions))
-        objectives = _np(engine.state.objective)
+        rewards, done = engine.step(actions)
+        objectives = engine.state.objective
         for i, ep in enumerate(episodes):
             if ep is None:
                 assert rewards[i] == 0.0
@@ -117,11 +108,6 @@ def drive(
                 start(i)
         step += 1
     return tally
-
-
-def _np(x: object) -> np.ndarray:
-    """A numpy array of an engine's output (torch tensors leave their device)."""
-    return x.cpu().numpy() if hasattr(x, "cpu") else np.asarray(x)
 
 
 SIZES = {"small": (8, 6), "medium": (16, 14), "own": (None, None)}
@@ -166,11 +152,10 @@ def test_one_scenario_many_rollouts_with_padding_to_larger_sizes() -> None:
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_matches_reference_with_and_without_the_kernels(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both paths of the numpy engine: the kernels (numba, or plain Python loops without it) and the array code."""
-    from gpu_env.batch import kernels
-
-    monkeypatch.setattr(kernels, "ENABLED", compiled)
+def test_matches_reference_compiled_and_as_plain_python(compiled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kernels compiled (numba) and the same kernels run as plain Python (``kernels.plain()``)."""
+    if not compiled:
+        use_plain_kernels(monkeypatch)
     scenarios = [generate(family, 6000 + seed, gpus=16, num_jobs=10) for seed in range(2) for family in ALL_FAMILIES]
     scenarios += [generate("scale-64x30", 6100, gpus=72, num_jobs=10)]  # two words
     tally = drive(scenarios, batch=8, seed=5)
@@ -179,37 +164,20 @@ def test_matches_reference_with_and_without_the_kernels(compiled: bool, monkeypa
     assert tally.trajectories == 6
 
 
-TORCH_DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)]
+def use_plain_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the engine and the observations call the plain-Python copy of every kernel."""
+    from gpu_env.batch import kernels
+
+    plain = kernels.plain()
+    for name in kernels.KERNELS:
+        monkeypatch.setattr(kernels, name, getattr(plain, name), raising=False)
 
 
-def _need(device: str) -> None:
-    torch = pytest.importorskip("torch")
-    if device == "cuda" and not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+def test_plain_kernels_are_python_functions() -> None:
+    from gpu_env.batch import kernels
 
-
-@pytest.mark.parametrize("device", TORCH_DEVICES)
-@pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_torch_engine_matches_reference(family: str, device: str) -> None:
-    _need(device)
-    scenarios = [generate(family, 7000 + seed, gpus=16, num_jobs=12) for seed in range(12)]
-    scenarios += [generate(family, 7100 + seed) for seed in range(3)]
-    tally = drive(scenarios, batch=8, seed=len(family), device=device)
-    assert tally.trajectories == len(scenarios)
-
-
-@pytest.mark.parametrize("device", TORCH_DEVICES)
-def test_torch_engine_mixed_padded_wide_and_without_trading(device: str) -> None:
-    _need(device)
-    scenarios = [generate(family, 7200 + seed) for seed in range(2) for family in ALL_FAMILIES]
-    scenarios += [generate("scale-64x30", 7300 + seed, gpus=gpus) for seed, gpus in enumerate((72, 128, 200))]
-    assert drive(scenarios, batch=12, seed=9, device=device).families == set(ALL_FAMILIES)
-    small = [generate(family, 7400 + seed, gpus=16, num_jobs=12) for seed in range(3) for family in FAMILIES]
-    drive(small, batch=8, seed=10, trade_realtime=False, device=device)
-    sc = generate("batch-fragmentation", 5)
-    base = sizes_for([sc])
-    sizes = Sizes(base.jobs + 5, base.gpus + 8, base.slots + 4, base.apps + 1, base.duration + 3)
-    assert drive([sc] * 16, batch=16, seed=11, sizes=sizes, device=device).trajectories == 16
+    plain = kernels.plain()
+    assert all(type(getattr(plain, name)).__name__ == "function" for name in kernels.KERNELS)
 
 
 def test_forbidden_actions_and_done_episodes_change_nothing() -> None:
@@ -252,7 +220,7 @@ def test_make_vec_matches_the_single_env_with_next_step_autoreset() -> None:
 
     sc = generate("priority-inversion", 9)
     N = 3
-    venv = gym.make_vec("GpuCluster-v0", num_envs=N, vectorization_mode="vector_entry_point", scenario=sc)
+    venv = gym.make_vec("GpuCluster-v0", num_envs=N, vectorization_mode="vector_entry_point", scenario=sc, plans=True)
     assert isinstance(venv, GpuClusterVectorEnv)
     assert venv.metadata["autoreset_mode"] == gym.vector.AutoresetMode.NEXT_STEP
     singles = [GpuClusterEnv(sc) for _ in range(N)]
@@ -296,6 +264,53 @@ def test_make_vec_matches_the_single_env_with_next_step_autoreset() -> None:
     assert finished >= N
 
 
+def test_make_vec_without_plans_gives_the_single_envs_objectives_and_plans_on_request() -> None:
+    """Plans off (the default): the episode statistics are the single env's metrics; ``call("plan", i)`` its plan."""
+    import gymnasium as gym
+
+    import gpu_env  # noqa: F401  (registers GpuCluster-v0)
+    from gpu_env.env import GpuClusterEnv
+    from gpu_env.plan import Plan
+
+    scenarios = [generate(family, 8000 + seed) for seed, family in enumerate(ALL_FAMILIES)]
+    N = 4
+    for sc in scenarios[:4]:
+        venv = gym.make_vec("GpuCluster-v0", num_envs=N, vectorization_mode="vector_entry_point", scenario=sc)
+        singles = [GpuClusterEnv(sc) for _ in range(N)]
+        obs, infos = venv.reset(seed=0)
+        for env in singles:
+            env.reset(seed=0)
+        buffers = dict(obs)
+        rng = np.random.default_rng(len(sc.name))
+        live = np.ones(N, dtype=bool)
+        while live.any():
+            masks = venv.action_masks()
+            actions = np.where(masks, rng.random(masks.shape), -1).argmax(axis=1)
+            obs, rewards, terminated, truncated, infos = venv.step(actions)
+            assert all(obs[key] is buffers[key] for key in obs)  # filled in place
+            assert "plan" not in infos and "metrics" not in infos
+            for i in np.flatnonzero(live):
+                _, reward, term, trunc, info = singles[i].step(int(actions[i]))
+                assert abs(rewards[i] - reward) <= TOL and (terminated[i], truncated[i]) == (term, trunc)
+                assert bool(infos.get("_episode", np.zeros(N, bool))[i]) == (term or trunc)
+                if not (term or trunc):
+                    continue
+                live[i] = False
+                stats = {key: values[i] for key, values in infos["episode"].items()}
+                metrics = info["metrics"]
+                for key in ("objective", "job_value", "utilization"):
+                    assert abs(stats[key] - metrics[key]) <= 1e-6, key  # the metrics are rounded to 6 places
+                assert stats["shortfall"] == metrics["shortfall"]
+                assert abs(stats["objective"] - (stats["job_value"] - stats["penalty"])) <= TOL
+                assert abs(stats["r"] * info["reward_scale"] - info["objective"]) <= 1e-6
+                assert stats["l"] == singles[i].episode.steps
+                plan = venv.call("plan", i)
+                assert isinstance(plan, Plan) and validate(sc, plan) == []
+                assert plan.to_dict() == info["plan"]
+            live &= ~(terminated | truncated)
+        assert not infos["_episode"][~(terminated | truncated)].any()
+
+
 def test_vector_env_draws_scenarios_from_families() -> None:
     import gymnasium as gym
 
@@ -314,59 +329,11 @@ def test_vector_env_draws_scenarios_from_families() -> None:
         if terminated.any():
             ended += int(terminated.sum())
             for i in np.flatnonzero(terminated):
-                assert infos["plan"][i]["placements"] is not None
-                seen.add(infos["plan"][i]["scenario"])
+                plan = venv.call("plan", i).to_dict()
+                assert plan["placements"] is not None and infos["_episode"][i]
+                seen.add(plan["scenario"])
     assert ended > 8
     assert len(seen) > 1  # the episodes were drawn from several families, not one scenario
-
-
-def test_vector_env_refuses_unknown_devices() -> None:
-    import gymnasium as gym
-
-    with pytest.raises(ValueError, match="device"):
-        gym.make_vec(
-            "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="tpu"
-        )
-
-
-def test_vector_env_refuses_cuda_without_a_device() -> None:
-    import gymnasium as gym
-
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("a CUDA device is present")
-    with pytest.raises(ValueError, match="no CUDA"):
-        gym.make_vec(
-            "GpuCluster-v0", num_envs=2, vectorization_mode="vector_entry_point", scenario=sc_small(), device="cuda"
-        )
-
-
-@pytest.mark.parametrize("device", ["torch", pytest.param("cuda", marks=pytest.mark.cuda)])
-def test_vector_env_on_the_torch_engine_matches_the_numpy_one(device: str) -> None:
-    import gymnasium as gym
-
-    _need("cpu" if device == "torch" else device)
-    kwargs = {"num_envs": 6, "vectorization_mode": "vector_entry_point", "scenario": list(FAMILIES)}
-    ref = gym.make_vec("GpuCluster-v0", **kwargs)
-    venv = gym.make_vec("GpuCluster-v0", device=device, **kwargs)
-    obs_ref, _ = ref.reset(seed=4)
-    obs, _ = venv.reset(seed=4)
-    rng = np.random.default_rng(4)
-    ended = 0
-    for _ in range(90):
-        masks = ref.action_masks()
-        assert np.array_equal(_np(venv.action_masks()), masks)
-        for key in obs_ref:
-            np.testing.assert_allclose(_np(obs[key]), obs_ref[key], rtol=0, atol=TOL, err_msg=key)
-        actions = np.where(masks, rng.random(masks.shape), -1).argmax(axis=1)
-        obs_ref, r_ref, term_ref, trunc_ref, info_ref = ref.step(actions)
-        obs, rewards, terminated, truncated, infos = venv.step(actions)
-        np.testing.assert_allclose(_np(rewards), r_ref, rtol=0, atol=TOL)
-        assert np.array_equal(_np(terminated), term_ref) and np.array_equal(_np(truncated), trunc_ref)
-        for i in np.flatnonzero(term_ref | trunc_ref):
-            assert infos["_plan"][i] and infos["plan"][i] == info_ref["plan"][i]
-            ended += 1
-    assert ended >= 6
 
 
 def sc_small() -> Scenario:

@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from gpu_env.batch import BatchEngine, Sizes, sizes_for
-from gpu_env.batch.observe import observe
+from gpu_env.batch.observe import buffers, observe
 from gpu_env.observation import GLOBAL_FEATURES, JOB_FEATURES, SLOT_FEATURES
 from tests.conftest import make_scenario
 
@@ -57,6 +57,18 @@ def engine_for(sc, *, trade_realtime=True, sizes=None, batch=2):
     engine = BatchEngine(batch, sizes or sizes_for([sc]), trade_realtime=trade_realtime)
     engine.reset(sc)
     return engine
+
+
+def test_named_column_ranges_hold_the_features_they_name():
+    from gpu_env import observation as o
+
+    static = ("gpus", "gpus_per_node", "duration", "weight", "release", "last_start", "deadline")
+    assert JOB_FEATURES[o.JOB_STATIC] == static  # Episode.row_table's columns, in its order
+    assert JOB_FEATURES[o.JOB_TIMES] == ("release", "last_start")
+    assert JOB_FEATURES[o.JOB_NOW][:3] == ("realtime_take", "realtime_cost", "blocks_now")
+    assert o.JOB_NOW.stop == len(JOB_FEATURES)
+    assert JOB_FEATURES[o._J_FLAGS] == ("pending", "placed", "now")  # the Encoder writes these together
+    assert JOB_FEATURES[o._J_VALUES] == ("earliest", "value_now", "value_earliest")
 
 
 def test_sizes_of_the_hand_scenario():
@@ -106,12 +118,26 @@ def test_masks_at_step_zero_by_hand():
     assert [np.flatnonzero(m).tolist() for m in masks] == [[3, 4, 5, 9]] * 2  # row b's three rules, ADVANCE
 
 
-def test_observation_at_step_zero_by_hand(monkeypatch):
-    for compiled in (True, False):  # both paths of observe: the kernels and the array code
-        from gpu_env.batch import kernels
+def test_observation_at_step_zero_by_hand():
+    check_observation(observe(engine_for(scenario())), "compiled")
 
-        monkeypatch.setattr(kernels, "ENABLED", compiled)
-        check_observation(observe(engine_for(scenario())), f"compiled={compiled}")
+
+def test_observation_at_step_zero_by_hand_with_plain_kernels(monkeypatch):
+    from tests.test_batch import use_plain_kernels
+
+    use_plain_kernels(monkeypatch)
+    check_observation(observe(engine_for(scenario())), "plain")
+
+
+def test_observation_into_buffers_by_hand():
+    engine = engine_for(scenario())
+    out = buffers(engine)
+    for array in out.values():
+        array.fill(7)  # every cell is written
+    assert observe(engine, out=out) is out
+    check_observation(out, "buffers")
+    with pytest.raises(ValueError, match="jobs"):
+        observe(engine, out={"jobs": out["jobs"][:1]})
 
 
 def check_observation(obs, where):
@@ -225,23 +251,3 @@ def test_plan_at_the_start_holds_only_the_inherited_job():
     assert [(p.job, p.start, tuple(p.gpus)) for p in plan.placements] == [("inh", 0, (2, 3))]
     assert plan.curves == {"chat": [2, 2, 1, 0]}
     assert plan.metrics.objective == -6.5 and plan.metrics.shortfall == 2
-
-
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
-def test_torch_engine_start_by_hand(device):
-    torch = pytest.importorskip("torch")
-    if device == "cuda" and not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
-    from gpu_env.batch import torch_engine
-
-    sc = scenario()
-    engine = torch_engine.TorchEngine(2, sizes_for([sc]), device=device)
-    engine.reset(sc)
-    s = engine.state
-    assert s.earliest.tolist() == [[2, 1, 3]] * 2 and s.clock.tolist() == [1, 1]
-    assert s.load.tolist() == [[2, 2, 2, 0]] * 2 and s.curves.tolist() == [[[2, 2, 1, 0]]] * 2
-    assert s.objective.tolist() == [-6.5, -6.5]
-    masks = engine.action_masks().cpu().numpy()
-    assert [np.flatnonzero(m).tolist() for m in masks] == [[3, 4, 5, 9]] * 2
-    obs = {key: value.cpu().numpy() for key, value in torch_engine.observe(engine).items()}
-    check_observation(obs, f"torch {device}")

@@ -5,23 +5,22 @@ all its episodes with one call: ``step(actions)`` takes one action per episode
 (FIT layout: ``row * 3 + rule``, ADVANCE last) and returns the rewards and
 which episodes are done; ``action_masks()`` gives the (B, n_actions) masks.
 Episodes may hold different scenarios padded to common sizes. The transition
-is the reference's (``Episode.apply``), vectorised over the batch:
+is the reference's (``Episode.apply``), compiled once
+(:func:`gpu_env.batch.kernels.step_into`, numba) and run over every episode:
 
 * a placement takes its block (bit operations on uint64 words per grid column),
   earns ``values[row, clock]``, recomputes the least-shortfall real-time curves
-  in the episodes where the new load meets them, narrows the feasible first
-  GPUs of the rows whose span meets the new job (``Occupancy.narrow_masks``)
-  and searches on for rows left with none;
+  where the new load meets them, narrows the feasible first GPUs of the rows
+  whose span meets the new job (``Occupancy.narrow_masks``) and searches on for
+  rows left with none;
 * ADVANCE searches on for every row that could start at the clock;
-* the search (``Occupancy.next_feasible_mask``) tests every later start of every
-  searching row at once: span-wide busy sets from a doubling table of ORs,
-  capacity from a running count, runs of k free GPUs by shifts;
+* the search (``Occupancy.next_feasible_mask``) tries each later start of a row:
+  the room over its span, then runs of k GPUs free over the span;
 * the clock moves to the least earliest start, or the episode ends.
 
-No Python loop runs over episodes; loops run over apps, shift levels and
-durations. Forbidden actions change nothing and earn 0 (the env's ``ignore``).
-The learned mode's configuration is supported: FIT actions, real-time curves
-served from the demand (``realtime="cover"``), with or without ``trade_realtime``.
+Forbidden actions change nothing and earn 0 (the env's ``ignore``). The learned
+mode's configuration is supported: FIT actions, real-time curves served from the
+demand (``realtime="cover"``), with or without ``trade_realtime``.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpu_env.batch import bits, fit, kernels, realtime
+from gpu_env.batch import kernels
 from gpu_env.batch.state import BatchState, Sizes, Start
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode
 from gpu_env.metrics import compute_metrics
@@ -85,10 +84,10 @@ class BatchEngine:
         self.scenarios: list[Scenario | None] = [None] * batch
         self._rows: list[np.ndarray] = [np.zeros(0, dtype=np.intp)] * batch
         self._starts: dict[int, Start] = {}
-        self._node_sets = (np.zeros((batch, sizes.words), np.uint64), np.zeros((batch, sizes.words), np.uint64))
-        self._cols = np.arange(sizes.width, dtype=np.int64)
         self._slot = np.arange(sizes.slots, dtype=np.int64)
-        self._gpu = np.arange(sizes.gpus, dtype=np.int64)
+        self._rewards = np.zeros(batch, dtype=np.float64)
+        ints, words = kernels.work_sizes(sizes.jobs, sizes.slots, sizes.words)
+        self._work = (np.zeros(ints, dtype=np.int64), np.zeros(words, dtype=np.uint64))
 
     @classmethod
     def for_scenarios(cls, scenarios: Sequence[Scenario], batch: int | None = None, **kwargs: object) -> BatchEngine:
@@ -143,19 +142,13 @@ class BatchEngine:
                 self.state.assign(where, start)
                 for j in where.tolist():
                     self._rows[j] = start.rows
-        starts, ends = fit.node_masks(self.state.node[index], self.sizes.gpus, self.sizes.words)
-        self._node_sets[0][index], self._node_sets[1][index] = starts, ends
 
     # ------------------------------------------------------------------ masks
 
     def action_masks(self) -> np.ndarray:
         """(B, n_actions) bool: the reference's ``action_mask()`` of every episode (all False when done)."""
-        s = self.state
-        R = self.sizes.jobs
-        mask = np.zeros((self.batch, self.layout.n), dtype=bool)
-        now = (s.earliest == s.clock[:, None]) & ~s.done[:, None]
-        mask[:, : R * len(FIT_RULES)] = np.repeat(now, len(FIT_RULES), axis=1)
-        mask[:, -1] = ~s.done
+        mask = np.empty((self.batch, self.layout.n), dtype=bool)
+        kernels.masks_into(self.state, mask, len(FIT_RULES))
         return mask
 
     def now(self) -> np.ndarray:
@@ -183,174 +176,11 @@ class BatchEngine:
             step what the plan was worth before it), 0 for done episodes and forbidden actions;
             done (B,) bool (a copy).
         """
-        s = self.state
-        a = np.asarray(actions, dtype=np.int64).reshape(self.batch)
-        width = len(FIT_RULES)
-        advance = self.layout.advance
-        active = ~s.done
-        is_adv = a == advance
-        row, option = np.divmod(np.clip(a, 0, advance - 1), width)
-        places = active & (a >= 0) & (a < advance) & (s.earliest[np.arange(self.batch), row] == s.clock)
-        valid = places | (active & is_adv)
-        s.steps[active] += 1
-        before = s.objective.copy()
-        searches: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        P = np.flatnonzero(places)
-        if P.size:
-            searches.append(self._place(P, row[P], option[P]))
-        V = np.flatnonzero(valid & is_adv)
-        if V.size:
-            now = s.earliest[V] == s.clock[V, None]
-            s.at[V] = np.where(now[..., None], np.uint64(0), s.at[V])
-            vb, vr = np.nonzero(now)
-            searches.append((V[vb], vr, s.earliest[V[vb], vr] + 1))
-        if searches:
-            self._search(*(np.concatenate(parts) for parts in zip(*searches, strict=True)))
-        moved = np.flatnonzero(valid)
-        if moved.size:
-            self._move_clock(moved)
-        rewards = np.zeros(self.batch, dtype=np.float64)
-        rewards[valid] = (s.objective[valid] - before[valid]) + s.unpaid[valid]
-        s.unpaid[valid] = 0.0
-        return rewards, s.done.copy()
-
-    def _place(self, b: np.ndarray, r: np.ndarray, option: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Place row r of episodes b by fit rule ``option`` at the clock; returns the rows to search on."""
-        s, NW = self.state, self.sizes.words
-        if kernels.ENABLED:
-            lost = kernels.place_into(
-                b, r, option, self.trade_realtime, self.sizes.gpus, s.busy, s.load, s.grid, s.free_now, s.placed,
-                s.start, s.first, s.earliest, s.at, s.job_value, s.objective, s.curves, s.shortfall_cost, s.clock,
-                s.k, s.d, s.wide, s.node, s.values, s.slots, s.gpus, s.base, s.initial, s.ramp, s.order, s.floors,
-                s.floor_total, s.demand, s.penalty,
-            )  # fmt: skip
-            lb, lr = np.nonzero(lost)
-            return b[lb], lr, s.earliest[b[lb], lr] + 1
-        n = b.size
-        at = s.at[b, r]
-        t, k, d = s.clock[b], s.k[b, r], s.d[b, r]
-        table = fit.choices(at, s.wide[b, r], self._node_sets[0][b], self._node_sets[1][b], int(s.node[b].max()))
-        first = table[np.arange(n), 2 * option]
-        # The grid: the block is busy over [t, t + d).
-        span = (self._cols >= t[:, None]) & (self._cols < (t + d)[:, None])  # (n, W)
-        block = bits.range_mask(first, first + k, NW)  # (n, NW)
-        s.busy[b] |= np.where(span[..., None], block[:, None, :], np.uint64(0))
-        T = self.sizes.slots
-        inside = self._slot < s.slots[b, None]  # (n, T)
-        span_t = span[:, :T] & inside
-        s.load[b] += span_t * k[:, None]
-        on_block = (self._gpu >= first[:, None]) & (self._gpu < (first + k)[:, None])  # (n, G)
-        self._mark_grid(b, first, k, t, np.minimum(t + d, T) - t)
-        s.free_now[b] = np.where(on_block, 0, s.free_now[b])
-        self._finish_place(b, r, t, first)
-        if self.trade_realtime:
-            total = s.curves[b].sum(axis=1)
-            over = ((s.load[b] + total > s.gpus[b, None]) & span_t).any(axis=1)
-            if over.any():
-                c = b[over]
-                s.curves[c] = realtime.realtime_curves(
-                    s.base[c], s.initial[c], s.ramp[c], s.order[c], s.floors[c], s.gpus[c], s.load[c], inside[over]
-                )
-                s.shortfall_cost[c] = realtime.shortfall_cost(s.curves[c], s.demand[c], s.penalty[c])
-        s.objective[b] = s.job_value[b] - s.shortfall_cost[b]
-        # Rows whose span at their earliest start meets the new job lose the blocks that meet it,
-        # and all their blocks when the capacity over their span no longer covers them.
-        e, kr, dr = s.earliest[b], s.k[b], s.d[b]  # (n, R)
-        hit = (e >= 0) & (e < (t + d)[:, None]) & (e + dr > t[:, None])
-        if not hit.any():
-            return (np.zeros(0, np.intp),) * 2 + (np.zeros(0, np.int64),)
-        clear = bits.range_mask(np.maximum(first[:, None] - kr + 1, 0), (first + k)[:, None], NW)
-        kept = np.where(hit[..., None], s.at[b] & ~clear, s.at[b])
-        low = _span_min(self.room(b), e, dr, self.sizes.duration)
-        short = hit & bits.any_set(kept) & (low < kr)
-        kept[short] = 0
-        s.at[b] = kept
-        lost = hit & ~bits.any_set(kept)
-        lb, lr = np.nonzero(lost)
-        return b[lb], lr, e[lb, lr] + 1
-
-    def _finish_place(self, b: np.ndarray, r: np.ndarray, t: np.ndarray, first: np.ndarray) -> None:
-        """Record the placements of rows r of episodes b at t on ``first`` and earn their values."""
-        s = self.state
-        s.placed[b, r] = True
-        s.start[b, r] = t
-        s.first[b, r] = first
-        s.earliest[b, r] = -1
-        s.at[b, r] = 0
-        s.job_value[b] += s.values[b, r, t]
-
-    def _mark_grid(self, b: np.ndarray, first: np.ndarray, k: np.ndarray, t: np.ndarray, length: np.ndarray) -> None:
-        """Set the observation grid's channel 0 on GPUs ``first..first+k-1`` x slots ``t..t+length-1``, cell by cell."""
-        G, T = self.sizes.gpus, self.sizes.slots
-        cells = k * length
-        owner = np.repeat(np.arange(b.size), cells)
-        offset = np.arange(owner.size) - np.repeat(np.cumsum(cells) - cells, cells)
-        gpu = first[owner] + offset // length[owner]
-        slot = t[owner] + offset % length[owner]
-        self.state.grid.reshape(-1)[((b[owner] * G + gpu) * T + slot) * 2] = 1.0
-
-    def _search(self, b: np.ndarray, r: np.ndarray, begin: np.ndarray) -> None:
-        """Move each (episode, row) to its first feasible start >= ``begin`` (``Occupancy.next_feasible_mask``)."""
-        s, T = self.state, self.sizes.slots
-        if not b.size:
-            return
-        if kernels.ENABLED:
-            used = s.floor_total if self.trade_realtime else s.curves.sum(axis=1)
-            kernels.search_into(
-                b, r, begin, s.lo, s.hi, s.k, s.d, s.shifts, s.allowed, s.everyone, s.busy, s.gpus, s.slots,
-                used, s.load, s.earliest, s.at,
-            )  # fmt: skip
-            return
-        episodes, which = np.unique(b, return_inverse=True)
-        table = _or_table(s.busy[episodes], self.sizes.duration)  # (u, L, W, NW)
-        k, d = s.k[b, r], s.d[b, r]
-        lo = np.maximum(begin, s.lo[b, r])
-        slot = self._slot[None, :]
-        window = (slot >= lo[:, None]) & (slot < s.hi[b, r][:, None])  # (P, T)
-        room = self.room(episodes)[which]  # (P, T)
-        short = np.zeros((b.size, T + 1), dtype=np.int64)
-        np.cumsum(room < k[:, None], axis=1, out=short[:, 1:])
-        end = np.minimum(slot + d[:, None], T)
-        fits = np.take_along_axis(short, end, axis=1) == short[:, :T]
-        candidates = window & fits
-        level = np.floor(np.log2(d)).astype(np.int64)
-        offset = d - (np.int64(1) << level)
-        rows = np.broadcast_to(which[:, None], (b.size, T))
-        lv = np.broadcast_to(level[:, None], (b.size, T))
-        spans = table[rows, lv, slot] | table[rows, lv, slot + offset[:, None]]  # (P, T, NW)
-        run = bits.grow_runs(~spans & s.everyone[b][:, None, :], s.shifts[b, r][:, None, :])
-        run &= s.allowed[b, r][:, None, :]
-        ok = candidates & bits.any_set(run)
-        found = ok.any(axis=1)
-        when = np.argmax(ok, axis=1)
-        s.earliest[b, r] = np.where(found, when, -1)
-        s.at[b, r] = np.where(found[:, None], run[np.arange(b.size), when], np.uint64(0))
-
-    def _move_clock(self, b: np.ndarray) -> None:
-        """The clock to the least earliest start of each episode b, or the episode ends."""
-        s = self.state
-        e = s.earliest[b]
-        pending = e >= 0
-        has = pending.any(axis=1)
-        clock = np.where(has, np.where(pending, e, _BIG).min(axis=1), s.clock[b])
-        moved = b[clock != s.clock[b]]
-        s.clock[b] = clock
-        s.done[b] |= ~has
-        if moved.size:
-            self._free_runs(moved)
-
-    def _free_runs(self, b: np.ndarray) -> None:
-        """``free_now`` of episodes b at their clock: consecutive free slots of each GPU, capped at T + 1."""
-        s, T = self.state, self.sizes.slots
-        if kernels.ENABLED:
-            kernels.free_runs_into(b, s.clock, s.busy, T, s.free_now)
-            return
-        cols = s.clock[b, None] + np.arange(T + 1)  # (n, T + 1)
-        inside = cols < self.sizes.width
-        window = np.take_along_axis(s.busy[b], np.minimum(cols, self.sizes.width - 1)[..., None], axis=1)
-        window = np.where(inside[..., None], window, np.uint64(0))
-        busy = bits.unpack(window, self.sizes.gpus)  # (n, T + 1, G)
-        s.free_now[b] = np.where(busy.any(axis=1), busy.argmax(axis=1), T + 1)
+        a = np.ascontiguousarray(actions, dtype=np.int64).reshape(self.batch)
+        rewards = self._rewards
+        advance, rules, trade = self.layout.advance, len(FIT_RULES), self.trade_realtime
+        kernels.step_into(self.state, a, advance, rules, self.sizes.gpus, trade, rewards, *self._work)
+        return rewards.copy(), self.state.done.copy()
 
     # ------------------------------------------------------------------ results
 
@@ -399,33 +229,3 @@ def plan_of(
     plan = Plan(sc.name, scheduler, placements, plan_curves)
     plan.metrics = compute_metrics(sc, plan)
     return plan
-
-
-def _or_table(busy: np.ndarray, duration: int) -> np.ndarray:
-    """(u, L, W, NW): level l holds the OR of busy sets over columns ``[c, c + 2**l)`` (zeros past W)."""
-    u, W, NW = busy.shape
-    levels = max(1, int(np.floor(np.log2(max(duration, 1)))) + 1)
-    table = np.zeros((u, levels, W, NW), dtype=np.uint64)
-    table[:, 0] = busy
-    for level in range(1, levels):
-        half = 1 << (level - 1)
-        table[:, level] = table[:, level - 1]
-        table[:, level, : W - half] |= table[:, level - 1, half:]
-    return table
-
-
-def _span_min(room: np.ndarray, start: np.ndarray, duration: np.ndarray, longest: int) -> np.ndarray:
-    """(n, R) least ``room[i, start + j]`` over ``0 <= j < duration`` (room is huge past the horizon)."""
-    n, T = room.shape
-    # A doubling table of minima over [t, t + 2**l), then two overlapping windows per span.
-    levels = max(1, int(np.floor(np.log2(max(longest, 1)))) + 1)
-    table = np.full((levels, n, T + longest), _BIG, dtype=np.int64)
-    table[0, :, :T] = room
-    for level in range(1, levels):
-        half = 1 << (level - 1)
-        table[level] = table[level - 1]
-        np.minimum(table[level, :, :-half], table[level - 1, :, half:], out=table[level, :, :-half])
-    safe = np.maximum(start, 0)
-    level = np.floor(np.log2(duration)).astype(np.int64)
-    rows = np.arange(n)[:, None]
-    return np.minimum(table[level, rows, safe], table[level, rows, safe + duration - (np.int64(1) << level)])

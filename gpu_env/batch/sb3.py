@@ -23,13 +23,7 @@ class BatchVecEnv(VecEnv):
     """SB3's VecEnv API on a :class:`GpuClusterVectorEnv` (same-step autoreset, terminal observations in infos)."""
 
     def __init__(self, venv: GpuClusterVectorEnv) -> None:
-        """Wrap a vector env (it is reset here and stepped only through this adapter).
-
-        Raises:
-            ValueError: The vector env runs the torch engine (SB3 takes numpy arrays: use the numpy engine).
-        """
-        if getattr(venv, "device", None) is not None:
-            raise ValueError("BatchVecEnv: SB3 steps numpy arrays; build the vector env with device=None or 'cpu'")
+        """Wrap a vector env (it is reset here and stepped only through this adapter)."""
         self.venv = venv
         super().__init__(venv.num_envs, venv.single_observation_space, venv.single_action_space)
         self._actions = np.zeros(venv.num_envs, dtype=np.int64)
@@ -40,7 +34,7 @@ class BatchVecEnv(VecEnv):
         obs, _ = self.venv.reset(seed=self._seed)
         self._seed = None
         self.reset_infos = [{} for _ in range(self.num_envs)]
-        return obs
+        return {key: value.copy() for key, value in obs.items()}  # SB3 keeps them past the next step
 
     def step_async(self, actions: np.ndarray) -> None:
         """Keep the actions for :meth:`step_wait`."""
@@ -53,21 +47,20 @@ class BatchVecEnv(VecEnv):
         rewards = (raw / engine.state.reward_scale).astype(np.float32)
         truncated = ~done & (engine.state.steps >= venv._limit)
         ended = done | truncated
-        obs = venv._observation()
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         index = np.flatnonzero(ended)
         if index.size:
+            last = venv._observation()
             for i in index.tolist():
                 plan = engine.plan(i)
                 infos[i] = {
-                    "terminal_observation": {key: value[i].copy() for key, value in obs.items()},
+                    "terminal_observation": {key: value[i].copy() for key, value in last.items()},
                     "TimeLimit.truncated": bool(truncated[i]),
                     "plan": plan.to_dict(),
                 }
             venv._start(index)
-            fresh = venv._observation()
-            for key in obs:
-                obs[key][index] = fresh[key][index]
+        # Fresh arrays: SB3 keeps this observation while it steps again (the vector env refills its buffers).
+        obs = {key: value.copy() for key, value in venv._observation().items()}
         return obs, rewards, ended, infos
 
     def action_masks(self) -> np.ndarray:

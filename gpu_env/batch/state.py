@@ -11,7 +11,8 @@ the sizes; resetting an episode copies a start into its slot of the batch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -80,9 +81,12 @@ class Sizes:
         return None
 
 
-@dataclass
-class BatchState:
-    """Every field of B episodes; static fields are set at reset, the others move with each step."""
+class BatchState(NamedTuple):
+    """Every field of B episodes; static fields are set at reset, the others move with each step.
+
+    A named tuple of arrays, so that the compiled kernels (:mod:`gpu_env.batch.kernels`) take the
+    whole state as one argument; every array is updated in place (a field is never rebound).
+    """
 
     # ---- static per episode (set at reset)
     gpus: np.ndarray  # (B,) int64 G of each scenario
@@ -175,11 +179,11 @@ class BatchState:
             "grid": ((B, G, T, 2), np.float32),
         }
         arrays = {}
-        for f in fields(cls):
-            shape, dtype = shapes.get(f.name, (None, np.int64))
+        for name in cls._fields:
+            shape, dtype = shapes.get(name, (None, np.int64))
             if shape is None:
-                shape = (B, R) if f.name in ("k", "d", "lo", "hi", "earliest", "start", "first") else (B,)
-            arrays[f.name] = np.zeros(shape, dtype=dtype)
+                shape = (B, R) if name in ("k", "d", "lo", "hi", "earliest", "start", "first") else (B,)
+            arrays[name] = np.zeros(shape, dtype=dtype)
         state = cls(**arrays)
         state.done[:] = True
         state.earliest[:] = -1

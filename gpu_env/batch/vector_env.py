@@ -9,18 +9,24 @@ Gymnasium 1.x conventions: ``NEXT_STEP`` autoreset (the step after an
 episode's last one restarts it, ignores its action and returns reward 0);
 infos are dicts of arrays, each key with a ``_key`` bool mask of the episodes
 that have it. Every step's infos hold ``action_mask`` (N, n_actions),
-``objective``, ``clock`` and ``reward_scale``; the last step of an episode also
-holds ``plan`` (an object array: the single env's ``info["plan"]`` dict where
-``_plan`` is True) and ``metrics``. ``action_masks()`` returns the (N,
-n_actions) bool masks (sb3-contrib's contract).
+``objective``, ``clock`` and ``reward_scale``. The step that ends an episode
+adds ``episode``: a dict of (N,) arrays computed for all finished episodes at
+once (``objective``, ``job_value``, ``penalty``, ``shortfall`` and
+``utilization`` as in the plan's metrics, ``r`` the episode's return and ``l``
+its length; 0 where ``_episode`` is False). Plans are built on request:
+:meth:`GpuClusterVectorEnv.plan` (also ``envs.call("plan", i)``) returns episode
+i's plan with its metrics, and ``plans=True`` puts every finished episode's plan
+dict and metrics into ``info["plan"]`` and ``info["metrics"]`` (object arrays,
+the single env's values), as the single env does, at a cost in speed.
 
-Supported: ``actions="fit"``, ``realtime="cover"``, with or without
-``trade_realtime``. ``device`` None or ``"cpu"``: the numpy engine, numpy
-arrays out. ``device="cuda"`` (``"cuda:N"``), or ``"torch"`` for the torch
-engine on the CPU: :class:`~gpu_env.batch.torch_engine.TorchEngine`, and
-observations, rewards, terminated, truncated, ``action_masks()`` and the
-infos' arrays are torch tensors on that device (the ``_key`` masks, plans and
-metrics stay on the host); actions may be a tensor there.
+Observations are written into the same arrays at every step (``copy=False``,
+the default, as ``SyncVectorEnv(copy=False)``): an array returned by one call
+holds the next call's values after it, and ``grid`` is a read-only view of the
+engine's own grid. Keep a copy to hold on to one (``copy=True`` returns fresh
+arrays). ``action_masks()`` returns the (N, n_actions) bool masks
+(sb3-contrib's contract).
+
+Supported: ``actions="fit"``, ``realtime="cover"``, with or without ``trade_realtime``.
 """
 
 from __future__ import annotations
@@ -32,11 +38,15 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from gpu_env.batch.engine import BatchEngine
-from gpu_env.batch.observe import KEYS, observe
+from gpu_env.batch.observe import buffers, observe
 from gpu_env.batch.state import Sizes
 from gpu_env.env import GpuClusterEnv
+from gpu_env.plan import Plan
 from gpu_env.sampler import ScenarioSampler, resolve_source
 from gpu_env.scenario import Scenario
+
+EPISODE_KEYS: tuple[str, ...] = ("objective", "job_value", "penalty", "shortfall", "utilization", "r", "l")
+"""The arrays of ``info["episode"]``."""
 
 
 class GpuClusterVectorEnv(VectorEnv):
@@ -58,10 +68,11 @@ class GpuClusterVectorEnv(VectorEnv):
         max_apps: int | None = None,
         max_duration: int | None = None,
         reward_scale: float | None = None,
-        device: str | None = None,
+        plans: bool = False,
+        copy: bool = False,
         render_mode: str | None = None,
     ) -> None:
-        """Build the engine and the spaces.
+        """Build the engine, the spaces and the observation buffers.
 
         Args:
             num_envs: N.
@@ -75,19 +86,22 @@ class GpuClusterVectorEnv(VectorEnv):
             max_apps: Padded sizes, as the env's.
             max_duration: The longest job duration the grid holds; default the source's.
             reward_scale: As the env's.
-            device: None or ``"cpu"`` (numpy engine), ``"torch"`` (torch engine on the CPU), ``"cuda[:N]"``.
+            plans: Put each finished episode's plan dict and metrics into ``info["plan"]`` and
+                ``info["metrics"]`` (slower); :meth:`plan` gives any episode's plan either way.
+            copy: Return fresh observation arrays at each call instead of the same buffers refilled.
             render_mode: None (no rendering).
 
         Raises:
-            ValueError: An unsupported option (or CUDA asked for where there is none).
+            ValueError: An unsupported option.
         """
         if actions != "fit" or realtime != "cover":
             raise ValueError("the batched engine supports actions='fit' and realtime='cover' only")
-        self.device = _torch_device(device)
         if render_mode is not None:
             raise ValueError("render_mode: the vector env does not render; render a single GpuClusterEnv")
         self.num_envs = num_envs
         self.render_mode = None
+        self.plans = bool(plans)
+        self.copy = bool(copy)
         single = GpuClusterEnv(
             scenario,
             trade_realtime=trade_realtime,
@@ -105,20 +119,16 @@ class GpuClusterVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, num_envs)
         duration = max_duration or _longest(self.source, self.limits.max_slots)
         sizes = Sizes.from_limits(self.limits, duration)
-        if self.device is None:
-            self.engine = BatchEngine(num_envs, sizes, trade_realtime=trade_realtime, reward_scale=reward_scale)
-            self._limit = np.zeros(num_envs, dtype=np.int64)  # truncation step of each episode
-            self._ended = np.ones(num_envs, dtype=bool)  # ended at the last step: restarts at the next
-        else:
-            import torch
-
-            from gpu_env.batch.torch_engine import TorchEngine
-
-            self.engine = TorchEngine(
-                num_envs, sizes, trade_realtime=trade_realtime, reward_scale=reward_scale, device=self.device
-            )
-            self._limit = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
-            self._ended = torch.ones(num_envs, dtype=torch.bool, device=self.device)
+        self.engine = BatchEngine(num_envs, sizes, trade_realtime=trade_realtime, reward_scale=reward_scale)
+        self._limit = np.zeros(num_envs, dtype=np.int64)  # truncation step of each episode
+        self._ended = np.ones(num_envs, dtype=bool)  # ended at the last step: restarts at the next
+        self._returns = np.zeros(num_envs, dtype=np.float64)  # sum of the rewards of each running episode
+        self._obs = buffers(self.engine, [key for key in self.single_observation_space if key != "grid"])
+        grid = self.engine.state.grid.view()
+        grid.flags.writeable = False  # the engine's own grid (only observations read it): never copied
+        self._obs["grid"] = grid
+        self._obs = {key: self._obs[key] for key in self.single_observation_space}  # the space's key order
+        self._masks = self._obs["action_mask"].view(bool)  # the same bytes as the observation's int8 mask
 
     # ------------------------------------------------------------------ the VectorEnv API
 
@@ -133,55 +143,49 @@ class GpuClusterVectorEnv(VectorEnv):
         if options and options.get("scenario") is not None:
             scenario = resolve_source(options["scenario"])
         self._start(np.arange(self.num_envs), scenario)
-        return self._observation(), self._infos(self._ended & False)
+        obs = self._observation()
+        return obs, self._infos(np.zeros(self.num_envs, dtype=bool))
 
     def step(
         self, actions: np.ndarray
     ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """One action per episode; episodes that ended at the last step restart instead."""
         engine = self.engine
-        if self.device is not None:
-            return self._step_torch(actions)
+        state = engine.state
         restart = np.flatnonzero(self._ended)
-        actions = np.asarray(actions, dtype=np.int64).copy()
+        actions = np.asarray(actions, dtype=np.int64)
+        running = ~self._ended
         if restart.size:
             self._start(restart)
+            actions = actions.copy()
             actions[restart] = -1  # ignored: the engine earns 0 for a forbidden action
-        running = np.ones(self.num_envs, dtype=bool)
-        running[restart] = False
         raw, done = engine.step(actions)
-        rewards = (raw / engine.state.reward_scale).astype(np.float64)
+        rewards = raw / state.reward_scale
         if restart.size:
-            engine.state.steps[restart] = 0  # the ignored action is no step
+            state.steps[restart] = 0  # the ignored action is no step
+        self._returns += rewards
         terminated = done & running
-        truncated = ~done & running & (engine.state.steps >= self._limit)
+        truncated = ~done & running & (state.steps >= self._limit)
         self._ended = terminated | truncated
-        return self._observation(), rewards, terminated, truncated, self._infos(self._ended)
-
-    def _step_torch(self, actions: Any) -> tuple[dict[str, Any], Any, Any, Any, dict[str, Any]]:
-        """:meth:`step` on the torch engine's tensors (same logic)."""
-        import torch
-
-        engine = self.engine
-        restart = torch.nonzero(self._ended).flatten()
-        actions = torch.as_tensor(actions, device=self.device).to(torch.int64).clone()
-        running = torch.ones(self.num_envs, dtype=torch.bool, device=self.device)
-        if restart.numel():
-            self._start(restart.cpu().numpy())
-            actions[restart] = -1
-            running[restart] = False
-        raw, done = engine.step(actions)
-        rewards = raw / engine.state.reward_scale
-        if restart.numel():
-            engine.state.steps[restart] = 0
-        terminated = done & running
-        truncated = ~done & running & (engine.state.steps >= self._limit)
-        self._ended = terminated | truncated
-        return self._observation(), rewards, terminated, truncated, self._infos(self._ended)
+        obs = self._observation()
+        return obs, rewards, terminated, truncated, self._infos(self._ended)
 
     def action_masks(self) -> np.ndarray:
         """(N, n_actions) bool: True where allowed (all False for an episode that has ended until it restarts)."""
         return self.engine.action_masks()
+
+    def plan(self, i: int) -> Plan:
+        """Episode i's plan so far, with its metrics (after the step that ends it, until the next: its last plan)."""
+        return self.engine.plan(i)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """The vector env's method ``name`` called with the arguments (or its attribute): ``call("plan", i)``.
+
+        The episodes are rows of one engine, not objects, so unlike ``SyncVectorEnv.call`` (which calls
+        every sub-env) this calls the one batched method, whose arguments say which episode.
+        """
+        attribute = getattr(self, name)
+        return attribute(*args, **kwargs) if callable(attribute) else attribute
 
     # ------------------------------------------------------------------ helpers
 
@@ -193,69 +197,70 @@ class GpuClusterVectorEnv(VectorEnv):
             scenarios = [source] * index.size
         self.engine.reset(scenarios, index)
         state = self.engine.state
-        if self.device is not None:
-            import torch
-
-            index = torch.as_tensor(index, device=self.device)
         self._limit[index] = 4 * (state.n_rows[index] + state.slots[index] + 1)
         self._ended[index] = False
+        self._returns[index] = 0.0
 
-    def _observation(self) -> dict[str, Any]:
-        if self.device is not None:
-            from gpu_env.batch import torch_engine
+    def _observation(self) -> dict[str, np.ndarray]:
+        """The observation buffers, refilled (fresh copies with ``copy=True``)."""
+        observe(self.engine, out=self._obs)
+        if self.copy:
+            return {key: value.copy() for key, value in self._obs.items()}
+        return dict(self._obs)
 
-            return torch_engine.observe(self.engine, KEYS)
-        return observe(self.engine, KEYS)
-
-    def _infos(self, ended: Any) -> dict[str, Any]:
+    def _infos(self, ended: np.ndarray) -> dict[str, Any]:
         state = self.engine.state
         every = np.ones(self.num_envs, dtype=bool)
         infos: dict[str, Any] = {
-            "action_mask": self.engine.action_masks(),
+            "action_mask": self._masks.copy() if self.copy else self._masks,
             "_action_mask": every,
-            "clock": state.clock.clone() if self.device is not None else state.clock.copy(),
+            "clock": state.clock.copy(),
             "_clock": every,
-            "objective": state.objective.clone() if self.device is not None else state.objective.copy(),
+            "objective": state.objective.copy(),
             "_objective": every,
-            "reward_scale": state.reward_scale.clone() if self.device is not None else state.reward_scale.copy(),
+            "reward_scale": state.reward_scale.copy(),
             "_reward_scale": every,
         }
-        if self.device is not None:
-            ended = ended.cpu().numpy()
-        if ended.any():
-            plans = np.full(self.num_envs, None, dtype=object)
-            metrics = np.full(self.num_envs, None, dtype=object)
-            for i in np.flatnonzero(ended).tolist():
-                plan = self.engine.plan(i)
-                plans[i] = plan.to_dict()
-                metrics[i] = plan.metrics.to_dict() if plan.metrics else None
-            infos.update({"plan": plans, "_plan": ended.copy(), "metrics": metrics, "_metrics": ended.copy()})
+        index = np.flatnonzero(ended)
+        if index.size:
+            infos["episode"] = self._statistics(index)
+            infos["_episode"] = ended.copy()
+            if self.plans:
+                plans = np.full(self.num_envs, None, dtype=object)
+                metrics = np.full(self.num_envs, None, dtype=object)
+                for i in index.tolist():
+                    plan = self.engine.plan(i)
+                    plans[i] = plan.to_dict()
+                    metrics[i] = plan.metrics.to_dict() if plan.metrics else None
+                infos.update({"plan": plans, "_plan": ended.copy(), "metrics": metrics, "_metrics": ended.copy()})
         return infos
 
+    def _statistics(self, index: np.ndarray) -> dict[str, np.ndarray]:
+        """``info["episode"]``: (N,) arrays, filled for the episodes ``index`` in one pass (0 elsewhere).
 
-def _torch_device(device: Any) -> Any:
-    """None for the numpy engine (``None`` or ``"cpu"``), else the torch device (``"torch"`` = torch on the CPU).
-
-    Raises:
-        ValueError: CUDA asked for where there is none, or an unknown device.
-    """
-    if device is None or device == "cpu":
-        return None
-    try:
-        import torch
-    except ImportError as exc:  # pragma: no cover - torch is in the train extra
-        raise ValueError(f"device {device!r}: the torch engine needs torch (pip install -e .[train])") from exc
-    if device == "torch":
-        return torch.device("cpu")
-    try:
-        dev = torch.device(device)
-    except RuntimeError as exc:
-        raise ValueError(f"device: expected None, 'cpu', 'torch' or 'cuda[:N]', got {device!r}") from exc
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {device!r}: no CUDA device here (torch.cuda.is_available() is False)")
-    if dev.type not in ("cuda", "cpu"):
-        raise ValueError(f"device: expected None, 'cpu', 'torch' or 'cuda[:N]', got {device!r}")
-    return dev
+        The values of ``compute_metrics`` (objective, job value, penalty, shortfall, utilization) read
+        off the state: job GPU-slots inside the horizon are the load's, real-time GPU-slots served
+        ``min(demand, curve)``.
+        """
+        s = self.engine.state
+        demand, curves = s.demand[index], s.curves[index]
+        served = np.minimum(demand, curves).sum(axis=(1, 2))
+        held = s.load[index].sum(axis=1)
+        values = {
+            "objective": s.objective[index],
+            "job_value": s.job_value[index],
+            "penalty": s.shortfall_cost[index],
+            "shortfall": np.maximum(0, demand - curves).sum(axis=(1, 2)),
+            "utilization": (held + served) / (s.gpus[index] * s.slots[index]),
+            "r": self._returns[index],
+            "l": s.steps[index],
+        }
+        out: dict[str, np.ndarray] = {}
+        for key in EPISODE_KEYS:
+            column = np.zeros(self.num_envs, dtype=values[key].dtype)
+            column[index] = values[key]
+            out[key] = column
+        return out
 
 
 def _longest(source: Scenario | ScenarioSampler, slots: int) -> int:
