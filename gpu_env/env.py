@@ -100,7 +100,8 @@ class GpuClusterEnv(gym.Env):
       a list of families (or (name, weight) pairs), a mapping
       ``{"families": ..., "gpus": [lo, hi], "jobs": [lo, hi]}`` or a
       :class:`~gpu_env.sampler.ScenarioSampler`.
-    * ``actions``: ``"fit"`` or ``"block"``.
+    * ``actions``: ``"fit"`` or ``"block"`` (through ``gymnasium.make``, ``"list"`` gives
+      :class:`gpu_env.list_env.GpuClusterListEnv`, the learned planner's action space).
     * ``trade_realtime``: placements may lower real-time curves (paying the
       penalty); when False jobs use only capacity the real-time curves leave.
     * ``base_curves``: ``"cover"`` (serve the demand) or a function of the scenario
