@@ -47,7 +47,7 @@ import numpy as np
 
 from agents.options import DEFAULT_SAMPLES as DEFAULT_SAMPLES  # re-exported: callers read it here
 from agents.options import Guard, PlanOptions
-from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode, plan_objective
+from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode, fifo_replay, plan_objective
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
@@ -225,7 +225,8 @@ def warm_up(path: str | os.PathLike[str] | None = None) -> None:
 
     # mixed-control has training, inference and real-time apps that jobs trade against: every compiled path runs.
     sc = generate("mixed-control", seed=0)
-    plan_objective(sc, _decode_candidates(sc, policy, samples=2, seed=0)[0], Plan(sc.name, "none"))
+    inst, _ = _decode_candidates(sc, policy, samples=2, seed=0)
+    plan_objective(sc, inst, fifo_replay(sc, inst).plan(0, sc, "fifo"))
     policy.warm = True
 
 
@@ -317,15 +318,18 @@ def candidates(
 
 
 def _baseline(scenario: Scenario, inst: ListInstance, guard: Guard, options: PlanOptions) -> tuple[Plan, float]:
-    """The guard's plan and its objective (by SPEC section 3's formula, from the decoder's value table)."""
+    """The guard's plan and its objective (by SPEC section 3's formula, from the decoder's value table).
+
+    FIFO's plan is replayed by the decoder (:func:`gpu_env.listsched.fifo_replay`: its peak reservation, its
+    arrival order, no trades), one compiled call; the tests hold it to :func:`agents.fifo.plan` placement by
+    placement.
+    """
     if guard is Guard.FIFO:
-        from agents import fifo
+        decoded = fifo_replay(scenario, inst)
+        return decoded.plan(0, scenario, "fifo"), float(decoded.objective[0])
+    from agents import greedy
 
-        baseline = fifo.plan(scenario, options)
-    else:
-        from agents import greedy
-
-        baseline = greedy.plan(scenario, options)
+    baseline = greedy.plan(scenario, options)
     return baseline, plan_objective(scenario, inst, baseline)
 
 

@@ -225,6 +225,25 @@ class Decoded:
         return Plan(scenario.name, scheduler, placements, curves)
 
 
+def fifo_replay(scenario: Scenario, inst: ListInstance) -> Decoded:
+    """FIFO's plan (SPEC section 4, :func:`agents.fifo.plan`) by the decoder, in one compiled call.
+
+    FIFO reserves real-time capacity at each app's daily peak (:func:`agents.fifo.peak_reservation`), then
+    places the jobs in arrival order (release, then file position) at their earliest start on the lowest
+    free block, without trades: the decoder's ``MODE_OFF`` on an instance whose curves are the reservation.
+    """
+    from agents.fifo import peak_reservation
+
+    A, T = inst.curves.shape
+    curves = peak_reservation(scenario).astype(np.int64).reshape(A, T)
+    penalty = shortfall_penalty(curves, inst.demand[0], inst.penalty[0])
+    reserved = inst._replace(curves=curves, penalty0=penalty)
+    pending = np.flatnonzero(inst.pending)
+    release = np.array([scenario.jobs[j].release for j in pending], dtype=np.int64)
+    order = pending[np.lexsort((pending, release))]
+    return decode(reserved, order[None, :], np.array([MODE_OFF]))
+
+
 def plan_objective(scenario: Scenario, inst: ListInstance, plan: Plan) -> float:
     """A valid plan's objective (SPEC section 3), from the instance's value table: job value less shortfall penalty.
 

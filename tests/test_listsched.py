@@ -460,3 +460,21 @@ def test_kernels_step_by_step_are_the_decoder(family: str, seed: int, mode: str)
     assert np.array_equal(live.start, dec.start[0]) and np.array_equal(live.first, dec.first[0])
     assert np.array_equal(live.curves, dec.curves[0])
     assert live.money[0] - live.money[1] == pytest.approx(dec.objective[0], rel=1e-12, abs=1e-9)
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_fifo_replay_is_fifo(family):
+    """The decoder's FIFO (peak reservation, arrival order, no trades) is agents.fifo's plan, placement by placement."""
+    from agents import fifo
+    from gpu_env.listsched import fifo_replay
+
+    for seed in range(3):
+        for gpus in (None, 24):
+            sc = generate(family, seed=seed, gpus=gpus)
+            want = fifo.plan(sc)
+            got = fifo_replay(sc, ListInstance.build(sc)).plan(0, sc, "fifo")
+            assert got.placements == sorted(want.placements, key=lambda p: sc.job_index(p.job))
+            assert got.curves == want.curves
+            assert fifo_replay(sc, ListInstance.build(sc)).objective[0] == pytest.approx(
+                compute_metrics(sc, want).objective, rel=1e-9, abs=1e-9
+            )
