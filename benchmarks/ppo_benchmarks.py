@@ -20,7 +20,7 @@ per task (the policy loaded once):
   :func:`agents.learned.training.draw_scenarios` replayed, its held-out
   evaluation draws included, and the optima cache's records). Per instance:
   FIFO, greedy, the policy alone with one candidate (``samples=1, guard="none"``)
-  with and without the promotion pass, and ppo as shipped (16 candidates and the
+  with and without the promotion pass, and ppo as shipped (12 candidates and the
   FIFO guard). Best known: the best of those and of full mode
   (:func:`agents.full.solve`) with ``--best-time-limit`` seconds, flagged where
   CP-SAT proved it optimal (elsewhere a ratio to it is an upper bound). The

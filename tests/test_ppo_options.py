@@ -29,7 +29,7 @@ from tests.conftest import HANG_GUARD_S
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = ROOT / "configs" / "scenarios"
 
-# The shipped configuration's plans (16 candidates, seed 0, FIFO guard), measured with `ppo.plan(sc)`:
+# The shipped configuration's plans (12 candidates, seed 0, FIFO guard), measured with `ppo.plan(sc)`:
 # (objective, winner: the winning candidate, or "fifo" where FIFO's plan is worth more than every candidate). These
 # are the shipped policy's numbers: a retrained policy needs them measured again (SHIPPED_SHA256 says which policy;
 # `python tests/test_ppo_options.py` prints them). They are onnxruntime's and numpy's arithmetic too: measured with
@@ -53,7 +53,7 @@ def seven():
 
 def test_defaults_are_the_shipped_configuration():
     options = PlanOptions()
-    assert (options.samples, options.guard) == (DEFAULT_SAMPLES, DEFAULT_GUARD) == (16, Guard.FIFO)
+    assert (options.samples, options.guard) == (DEFAULT_SAMPLES, DEFAULT_GUARD) == (12, Guard.FIFO)
     assert ppo.DEFAULT_SAMPLES == DEFAULT_SAMPLES
     # No flags on the command line: the same options as PlanOptions().
     args = build_parser().parse_args(["plan", "x.yaml", "-s", "ppo"])
@@ -69,8 +69,8 @@ def test_default_plans_are_unchanged_on_the_seven_scenarios(seven, name):
     assert validate(sc, plan) == []
     assert plan.metrics.objective == pytest.approx(objective, abs=1e-6)
     info = plan.info
-    assert info["samples"] == 16 and info["guard"] == "fifo" and info["winner"] == winner
-    assert len(info["objectives"]) == 16
+    assert info["samples"] == 12 and info["guard"] == "fifo" and info["winner"] == winner
+    assert len(info["objectives"]) == 12
     fifo = run_scheduler("fifo", sc)
     assert info["guard_objective"] == pytest.approx(fifo.metrics.objective, abs=1e-5)
     if winner == "fifo":
@@ -96,7 +96,7 @@ def test_a_guard_is_never_below_its_baseline(seven, name, guard):
     if baseline.metrics.objective > best_rollout + 1e-6:
         assert plan.info["winner"] == guard.value and plan.placements == baseline.placements
     else:
-        assert plan.info["winner"] in range(16)
+        assert plan.info["winner"] in range(12)
         assert plan.metrics.objective == pytest.approx(best_rollout, abs=1e-5)
 
 
