@@ -48,7 +48,14 @@ from typing import NamedTuple
 import numpy as np
 
 from gpu_env import rules
-from gpu_env.objective import ramp_floors, realtime_curves, serving_order, shortfall_penalty, start_values
+from gpu_env.objective import (
+    peak_reservation,
+    ramp_floors,
+    realtime_curves,
+    serving_order,
+    shortfall_penalty,
+    start_values,
+)
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Scenario
 
@@ -228,12 +235,10 @@ class Decoded:
 def fifo_replay(scenario: Scenario, inst: ListInstance) -> Decoded:
     """FIFO's plan (SPEC section 4, :func:`agents.fifo.plan`) by the decoder, in one compiled call.
 
-    FIFO reserves real-time capacity at each app's daily peak (:func:`agents.fifo.peak_reservation`), then
+    FIFO reserves real-time capacity at each app's daily peak (:func:`gpu_env.objective.peak_reservation`), then
     places the jobs in arrival order (release, then file position) at their earliest start on the lowest
     free block, without trades: the decoder's ``MODE_OFF`` on an instance whose curves are the reservation.
     """
-    from agents.fifo import peak_reservation
-
     A, T = inst.curves.shape
     curves = peak_reservation(scenario).astype(np.int64).reshape(A, T)
     penalty = shortfall_penalty(curves, inst.demand[0], inst.penalty[0])
