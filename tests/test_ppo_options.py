@@ -40,7 +40,7 @@ SHIPPED: dict[str, tuple[float, int | str]] = {
     "training-heavy": (207.11747995069052, 4),
     "realtime-diurnal": (857.4393801159692, 0),
     "batch-fragmentation": (704.2279768590198, 10),
-    "priority-inversion": (1208.8592290540223, 12),
+    "priority-inversion": (1199.8178549261215, 9),
     "uniform-priority": (197.26988598618007, 4),
     "scale-64x30": (1810.378086290786, 6),
 }
