@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,7 +138,12 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
     card = _read_card(card_file)
     _check_spec(card, card_file)
     temperature = card.get("temperature", DEFAULT_TEMPERATURE)
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not temperature > 0:
+    if (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not math.isfinite(temperature)
+        or not temperature > 0
+    ):
         raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
     score = _onnx_scores(onnx_path)
     digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()
@@ -192,12 +198,17 @@ def _onnx_scores(onnx_path: Path) -> ScoreFn:
         session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for corrupt files
         raise PolicyError(f"{onnx_path}: not a loadable ONNX policy ({str(exc).splitlines()[0]})") from None
-    names = [i.name for i in session.get_inputs()]
+    inputs = session.get_inputs()
+    names = [i.name for i in inputs]
     outputs = [o.name for o in session.get_outputs()]
     if names != list(INPUTS) or outputs[: len(OUTPUTS)] != list(OUTPUTS):
         raise PolicyError(
             f"{onnx_path}: expected inputs {list(INPUTS)} and outputs {list(OUTPUTS)}, got {names}, {outputs}"
         )
+    for inp, want in ((inputs[0], len(JOB_FEATURES)), (inputs[2], len(CLUSTER_FEATURES))):
+        last = inp.shape[-1] if inp.shape else None
+        if isinstance(last, int) and last != want:
+            raise PolicyError(f"{onnx_path}: input {inp.name!r} has {last} features, this planner gives {want}")
 
     def score(jobs: np.ndarray, mask: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarray, float]:
         feed = {"jobs": jobs[None], "mask": mask[None].astype(np.float32), "cluster": cluster[None]}

@@ -70,8 +70,10 @@ class GpuClusterListEnv(gym.Env):
     (the jobs without ``running_on``, in file order). ``obs["action_mask"]`` and
     :meth:`action_masks` allow exactly the jobs that have not had their turn and
     have a start the rules allow (block free, capacity above the real-time ramp
-    floors). A job whose turn places nothing (its only starts take real-time
-    capacity worth more than the job) is dropped from the queue.
+    floors). A job whose turn places nothing is dropped from the queue: with
+    ``trades="inline"`` when its only starts take real-time capacity worth more
+    than the job, with ``"off"`` whenever its only starts take real-time
+    capacity, and with ``"after"`` until the second turn at the episode's end.
 
     ## Observation Space
 

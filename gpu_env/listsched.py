@@ -25,7 +25,9 @@ this to, placement by placement):
 
 Jobs are named by their index in ``scenario.jobs``; inherited jobs are placed
 before the first decision and are ignored in an order. A job that fits nowhere
-is skipped: its decision places nothing (the environment's mask forbids it).
+is skipped: its decision places nothing (the environment's mask forbids a job
+with no start above the real-time ramp floors; one whose only starts take
+real-time capacity may still place nothing, by its mode and the trade rule).
 
 >>> from gpu_env.generators import generate
 >>> sc = generate("mixed-control", seed=0)

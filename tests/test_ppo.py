@@ -259,3 +259,43 @@ def test_full_mode_takes_the_better_hint():
     assert set(hint["candidates"]) >= {"ppo", "greedy"}
     assert hint["scheduler"] == max(hint["candidates"], key=hint["candidates"].get)
     assert compute_metrics(sc, plan).objective >= max(hint["candidates"].values()) - 1e-5
+
+
+def test_a_policy_of_other_feature_sizes_is_refused(tmp_path):
+    """A card with the right names beside an ONNX graph of other input sizes: refused at load, naming the file."""
+    import torch
+
+    from agents.learned.export import export_policy
+    from agents.learned.scorer import QueueScorer
+
+    model = QueueScorer(hidden=8)
+    path = tmp_path / "p.onnx"
+    export_policy(model, path, temperature=1.0)
+
+    class Other(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wrong = torch.nn.Linear(5, 1)
+
+        def forward(self, jobs, mask, cluster):
+            return self.wrong(jobs).squeeze(-1) + mask, cluster.sum(-1)
+
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notes, as in agents/learned/export.py
+        torch.onnx.export(
+            Other(),
+            (torch.zeros(1, 3, 5), torch.ones(1, 3), torch.zeros(1, 2)),
+            str(path),
+            input_names=list(ppo.INPUTS),
+            output_names=list(ppo.OUTPUTS),
+            dynamic_axes={"jobs": {0: "b", 1: "n"}, "mask": {0: "b", 1: "n"}, "cluster": {0: "b"}},
+            dynamo=False,
+        )
+    with pytest.raises(ppo.PolicyError, match=r"p\.onnx: input 'jobs' has 5 features"):
+        ppo.load_policy(path)
+    card = json.loads(path.with_suffix(".json").read_text())
+    path.with_suffix(".json").write_text(json.dumps(card).replace('"temperature": 1.0', '"temperature": Infinity'))
+    with pytest.raises(ppo.PolicyError, match="field 'temperature'"):
+        ppo.load_policy(path)

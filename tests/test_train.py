@@ -222,3 +222,9 @@ def test_training_on_cuda(tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["device"] == "cuda" and np.isfinite(summary["best"]["shipped_vs_greedy"])
+
+
+def test_held_out_seeds_apart_from_training(tmp_path):
+    for bad in (0, 1, -1):
+        with pytest.raises(ConfigError, match=r"field eval\.seed"):
+            load_config(smoke_config(tmp_path, eval={"seed": bad}))

@@ -207,6 +207,12 @@ def _check_ranges(cfg: TrainConfig, source: str) -> None:
     for name, value in not_negative.items():
         if value < 0:
             raise ConfigError(f"{source}: field {name}: expected a number >= 0, got {value}")
+    drawn = {cfg.seed, cfg.seed + 1}  # the training draws' seeds (train.py: small stage, large stage)
+    if cfg.eval.seed in drawn or cfg.eval.seed + 1 in drawn:
+        raise ConfigError(
+            f"{source}: field eval.seed: {cfg.eval.seed} and {cfg.eval.seed + 1} draw the held-out instances; "
+            f"they must differ from the training seeds {sorted(drawn)}"
+        )
     for name, sizes in (
         ("small.sizes", cfg.small.sizes),
         ("large.sizes", cfg.large.sizes),

@@ -49,7 +49,9 @@ class Item:
         jobs: (n, F) job features.
         cluster: (C,) cluster features.
         pending: (m,) indices of the jobs to order.
-        scale: Objective scale (greedy's objective, at least 1e-6): rewards are objective / scale.
+        scale: Objective scale, ``|greedy's objective|`` (at least 1e-6): rewards and the evaluation's ratios
+            are objective / scale (a ratio to greedy where greedy's objective is positive, as on every
+            generated family measured).
         label: (m,) the best order known.
         label_mode: Its trade mode.
         label_objective: The decoder's objective with it.
@@ -196,7 +198,7 @@ class RoundStats:
     """What one self-labelling round did."""
 
     improved: int = 0
-    mean_ratio: float = 0.0  # mean over instances of the K draws' best / label before the round
+    mean_gain: float = 0.0  # mean over instances of (the K draws' best - the label before the round) / scale
     loss: float = 0.0
 
 
@@ -258,7 +260,7 @@ def self_label_round(
         optimizer.step()
         stats.loss += float(loss.detach()) * len(chunk)
     stats.loss /= max(len(items), 1)
-    stats.mean_ratio = float(np.mean(ratios)) if ratios else 0.0
+    stats.mean_gain = float(np.mean(ratios)) if ratios else 0.0
     return stats
 
 
@@ -319,7 +321,7 @@ def evaluate_policy(
             s = float(dec.objective.max()) / it.scale
             alone.append(a)
             shipped.append(s)
-            below += s < 1.0 - 1e-9
+            below += float(dec.objective.max()) < it.greedy - 1e-9 * max(1.0, abs(it.greedy))
             fam.setdefault(it.scenario.family or it.scenario.name, []).append((a, s))
     return Evaluation(
         alone=float(np.mean(alone)),
