@@ -40,6 +40,7 @@ from gpu_env.listsched import (
     Live,
     _finish,
     _fits_somewhere,
+    _new_scratch,
     _step,
     new_live,
 )
@@ -157,6 +158,8 @@ class GpuClusterListEnv(gym.Env):
         self._steps = 0
         self._step_limit = 0
         self._finished = False
+        self._scratch: Any = None
+        self._fits = np.zeros(0, dtype=np.bool_)
         self._static_jobs = np.zeros((0, 0), dtype=np.float32)
         self._static_cluster = np.zeros(0, dtype=np.float32)
 
@@ -175,6 +178,8 @@ class GpuClusterListEnv(gym.Env):
             )
         self.scenario, self.inst, self.rows = scenario, inst, rows
         self.live = new_live(inst)
+        self._scratch = _new_scratch(inst)  # the compiled step's work space, reused by every step
+        self._fits = np.zeros(inst.k.size, dtype=np.bool_)
         w_max = max((job.weight for job in scenario.jobs), default=1.0) or 1.0
         self.reward_scale = self.fixed_reward_scale or float(scenario.gpus * scenario.slots * w_max)
         self._static_jobs = job_features(scenario, inst)[rows]
@@ -200,7 +205,7 @@ class GpuClusterListEnv(gym.Env):
             if self._steps >= self._step_limit:
                 return self._end(terminated=False)
             return self._observation(), 0.0, False, False, {**self._info(), "invalid_action": reason}
-        _step(inst, live, int(self.rows[a]), self.trades == "inline", TRADE_CANDIDATES)
+        _step(inst, live, int(self.rows[a]), self.trades == "inline", TRADE_CANDIDATES, self._scratch)
         self._update_mask()
         terminated = not self._mask.any()
         if terminated:
@@ -219,7 +224,7 @@ class GpuClusterListEnv(gym.Env):
         """The last step: with ``trades="after"`` the jobs left out take their second turn first."""
         inst, live = self._require()
         if terminated and self.trades == "after" and not self._finished:
-            _finish(inst, live, TRADE_CANDIDATES)
+            _finish(inst, live, TRADE_CANDIDATES, self._scratch)
         self._finished = True
         return self._observation(), self._pay(), terminated, not terminated, self._info()
 
@@ -259,9 +264,8 @@ class GpuClusterListEnv(gym.Env):
 
     def _update_mask(self) -> None:
         inst, live = self._require()
-        fits = np.zeros(inst.k.size, dtype=np.bool_)
-        _fits_somewhere(inst, live, fits)
-        self._mask = fits[self.rows]
+        _fits_somewhere(inst, live, self._fits, self._scratch)
+        self._mask = self._fits[self.rows]
 
     def _observation(self) -> dict[str, np.ndarray]:
         inst, live = self._require()

@@ -42,7 +42,6 @@ real-time capacity may still place nothing, by its mode and the trade rule).
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -50,6 +49,10 @@ from typing import NamedTuple
 import numpy as np
 
 from gpu_env import rules
+
+# The engine's compiled kernels: their njit (compiled, or the plain-Python stand-in with GPUALLOC_NUMBA=0) and its
+# real-time curves, so that the rules' real-time step is compiled once for the engine and the decoder alike.
+from gpu_env.batch._kernels import _realtime_one, njit
 from gpu_env.objective import (
     peak_reservation,
     ramp_floors,
@@ -60,21 +63,6 @@ from gpu_env.objective import (
 )
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Scenario
-
-try:  # pragma: no cover - depends on the install
-    if os.environ.get("GPUALLOC_NUMBA", "1") == "0":
-        raise ImportError("disabled by GPUALLOC_NUMBA=0")
-    from numba import njit
-except ImportError:  # pragma: no cover - depends on the install
-
-    def njit(*args: object, **kwargs: object):  # type: ignore[no-redef]
-        """Stand-in decorator: the plain Python function."""
-
-        def wrap(f):
-            return f
-
-        return wrap
-
 
 MODE_OFF = 0
 MODE_INLINE = 1
@@ -398,53 +386,25 @@ def _earliest(
     return -1, -1
 
 
-@njit(cache=True, nogil=True)
-def _curves_for(
-    inst: ListInstance, load: np.ndarray, out: np.ndarray, cost: np.ndarray, scratch: np.ndarray
-) -> float:  # pragma: no cover - compiled
-    """Least-shortfall curves next to a job load into ``out`` (1, A, T); returns their penalty.
+class _Realtime(NamedTuple):
+    """The fields of an engine state that :func:`gpu_env.batch._kernels._realtime_one` reads, for one episode.
 
-    :func:`gpu_env.objective.realtime_curves` of the demand (apps in serving order, each
-    under what the load, the apps before it and the ramp floors of the apps after it leave),
-    then :func:`gpu_env.objective.shortfall_penalty`.
+    ``base`` and ``demand`` are the demand (curves follow demand); ``load`` the job load to serve around;
+    ``curves`` and ``shortfall_cost`` receive the curves and their penalty.
     """
-    A, T = inst.curves.shape
-    free, rest, up, low = scratch[0], scratch[1], scratch[2], scratch[3]
-    for t in range(T):
-        free[t] = inst.gpus - load[t]
-        rest[t] = inst.floor_total[t]
-    for i in range(A):
-        a = inst.order[0, i]
-        r = inst.ramp[0, a]
-        init = inst.initial[0, a]
-        for t in range(T):
-            rest[t] -= inst.floors[0, a, t]
-        for t in range(T):
-            cap = max(free[t] - rest[t], inst.floors[0, a, t])
-            up[t] = min(init + r * (t + 1), cap)
-        for t in range(1, T):
-            up[t] = min(up[t], up[t - 1] + r)
-        for t in range(T - 2, -1, -1):
-            up[t] = min(up[t], up[t + 1] + r)
-        for t in range(T):
-            target = min(inst.demand[0, a, t], up[t])
-            low[t] = max(target, max(0, init - r * (t + 1)))
-        for t in range(1, T):
-            low[t] = max(low[t], low[t - 1] - r)
-        for t in range(T - 2, -1, -1):
-            low[t] = max(low[t], low[t + 1] - r)
-        for t in range(T):
-            c = max(min(low[t], up[t]), 0)
-            out[0, a, t] = c
-            free[t] -= c
-    total = 0.0
-    for a in range(A):
-        short = 0
-        for t in range(T):
-            short += max(0, inst.demand[0, a, t] - out[0, a, t])
-        total = total + inst.penalty[0, a] * short
-    cost[0] = total
-    return total
+
+    base: np.ndarray  # (1, A, T)
+    curves: np.ndarray  # (1, A, T) out
+    demand: np.ndarray  # (1, A, T)
+    floors: np.ndarray  # (1, A, T)
+    gpus: np.ndarray  # (1,)
+    initial: np.ndarray  # (1, A)
+    load: np.ndarray  # (1, T)
+    order: np.ndarray  # (1, A)
+    penalty: np.ndarray  # (1, A)
+    ramp: np.ndarray  # (1, A)
+    shortfall_cost: np.ndarray  # (1,) out
+    slots: np.ndarray  # (1,)
 
 
 class _Scratch(NamedTuple):
@@ -454,7 +414,7 @@ class _Scratch(NamedTuple):
     need: np.ndarray  # (T + 1,) int64
     bound: np.ndarray  # (T,) float64
     rows: np.ndarray  # (T,) int64
-    trial_load: np.ndarray  # (T,) int64
+    trial_load: np.ndarray  # (1, T) int64
     trial: np.ndarray  # (1, A, T) int64
     best_curves: np.ndarray  # (1, A, T) int64
     cost: np.ndarray  # (1,) float64
@@ -530,10 +490,25 @@ def _decide(
         if best_t >= 0 and sc.bound[r] <= best_gain + _EPS:
             break
         for s in range(T):
-            sc.trial_load[s] = load[s]
+            sc.trial_load[0, s] = load[s]
         for s in range(t, min(t + d, T)):
-            sc.trial_load[s] += k
-        new_penalty = _curves_for(inst, sc.trial_load, sc.trial, sc.cost, sc.work)
+            sc.trial_load[0, s] += k
+        view = _Realtime(
+            inst.demand,
+            sc.trial,
+            inst.demand,
+            inst.floors,
+            inst.gpus_arr,
+            inst.initial,
+            sc.trial_load,
+            inst.order,
+            inst.penalty,
+            inst.ramp,
+            sc.cost,
+            inst.slots_arr,
+        )
+        _realtime_one(view, 0, sc.work)
+        new_penalty = sc.cost[0]
         gain = inst.values[j, t] - (new_penalty - penalty)
         if gain > base + _EPS and (best_t < 0 or gain > best_gain + _EPS):
             best_gain = gain
@@ -618,7 +593,7 @@ def _new_scratch(inst: ListInstance) -> _Scratch:  # pragma: no cover - compiled
         np.zeros(T + 1, dtype=np.int64),
         np.zeros(max(T, 1), dtype=np.float64),
         np.zeros(max(T, 1), dtype=np.int64),
-        np.zeros(T, dtype=np.int64),
+        np.zeros((1, T), dtype=np.int64),
         np.zeros((1, A, T), dtype=np.int64),
         np.zeros((1, A, T), dtype=np.int64),
         np.zeros(1, dtype=np.float64),
@@ -689,11 +664,12 @@ def _second_turn(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scr
 
 
 @njit(cache=True, nogil=True)
-def _step(inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int) -> bool:  # pragma: no cover
-    """One decision of the environment: job j takes its turn."""
+def _step(
+    inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int, sc: _Scratch
+) -> bool:  # pragma: no cover - compiled
+    """One decision of the environment: job j takes its turn (``sc``: the work space of :func:`_new_scratch`)."""
     if live.decided[j]:
         return False
-    sc = _new_scratch(inst)
     one = np.full(1, j, dtype=np.int64)
     before = live.count[0]
     _run(inst, live, one, trade, trade_candidates, sc)
@@ -701,28 +677,26 @@ def _step(inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates:
 
 
 @njit(cache=True, nogil=True)
-def _finish(inst: ListInstance, live: Live, trade_candidates: int) -> None:  # pragma: no cover - compiled
+def _finish(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scratch) -> None:  # pragma: no cover
     """MODE_AFTER's end of an episode: the jobs left out take their second turn."""
-    _second_turn(inst, live, trade_candidates, _new_scratch(inst))
+    _second_turn(inst, live, trade_candidates, sc)
 
 
 @njit(cache=True, nogil=True)
-def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray) -> None:  # pragma: no cover - compiled
+def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: _Scratch) -> None:  # pragma: no cover
     """Whether each job may take its turn: out[j] when job j is undecided and fits somewhere.
 
     Fits: a start in its window whose block is free and whose capacity above the ramp floors covers
     it (a start the rules allow, taking real-time capacity where needed).
     """
-    T = inst.slots
-    span = np.zeros(inst.busy.shape[1], dtype=np.uint64)
-    room = np.empty(T, dtype=np.int64)
-    for t in range(T):
+    room = sc.floor_room  # _set_room's definition; every turn recomputes it before use
+    for t in range(inst.slots):
         room[t] = inst.gpus - live.load[t] - inst.floor_total[t]
     for j in range(inst.k.size):
         out[j] = False
         if live.decided[j]:
             continue
-        t, _ = _earliest(inst, j, live.busy, room, span)
+        t, _ = _earliest(inst, j, live.busy, room, sc.span)
         out[j] = t >= 0
 
 

@@ -445,17 +445,18 @@ def test_kernels_step_by_step_are_the_decoder(family: str, seed: int, mode: str)
     inst = ListInstance.build(sc)
     order = [int(j) for j in np.random.default_rng(seed).permutation(pending(sc))]
     live = listsched.new_live(inst)
+    work = listsched._new_scratch(inst)
     fits = np.zeros(len(sc.jobs), dtype=np.bool_)
     trade = mode == "inline" and bool(sc.apps)
     for j in order:
-        listsched._fits_somewhere(inst, live, fits)
+        listsched._fits_somewhere(inst, live, fits, work)
         assert not fits[live.decided].any()
-        placed = listsched._step(inst, live, j, trade, listsched.TRADE_CANDIDATES)
+        placed = listsched._step(inst, live, j, trade, listsched.TRADE_CANDIDATES, work)
         assert placed == (live.start[j] >= 0) and live.decided[j]
         if not fits[j]:
             assert not placed  # a job that fits nowhere, even above the ramp floors, is skipped
     if mode == "after" and sc.apps:
-        listsched._finish(inst, live, listsched.TRADE_CANDIDATES)
+        listsched._finish(inst, live, listsched.TRADE_CANDIDATES, work)
     dec = decode(inst, np.array([order]), np.array([MODES[mode]]))
     assert np.array_equal(live.start, dec.start[0]) and np.array_equal(live.first, dec.first[0])
     assert np.array_equal(live.curves, dec.curves[0])
