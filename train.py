@@ -75,12 +75,10 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
             proven = rec.objective if rec.optimal else None
             items.append(tr.prepare(rec.scenario(), rec.placements, proven))
         _log(f"labels: {len(records)} CP-SAT plans from {cfg.optima} ({sum(r.optimal for r in records)} proven)")
-    items += [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, cfg.small.sizes, cfg.small.instances, cfg.seed)]
-    held = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, cfg.eval.sizes, cfg.eval.instances, cfg.eval.seed)]
-    held_large = [
-        tr.prepare(s)
-        for s in tr.draw_scenarios(cfg.families, cfg.eval.large_sizes, cfg.eval.large_instances, cfg.eval.seed + 1)
-    ]
+    draws = cfg.draws()
+    items += [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["small"])]
+    held = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["eval"])]
+    held_large = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["eval_large"])]
     took = time.perf_counter() - began
     _log(f"instances: {len(items)} training, {len(held)} + {len(held_large)} held out ({took:.0f} s)")
 
@@ -135,7 +133,7 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
     rng = np.random.default_rng(cfg.seed)
     for stage, stage_cfg in (("small", cfg.small), ("large", cfg.large)):
         if stage == "large" and stage_cfg.instances:
-            drawn = tr.draw_scenarios(cfg.families, stage_cfg.sizes, stage_cfg.instances, cfg.seed + 1)
+            drawn = tr.draw_scenarios(cfg.families, *draws["large"])
             items += [tr.prepare(s) for s in drawn]
             _log(f"large: {len(drawn)} instances at {list(stage_cfg.sizes)} GPUs join")
         for _ in range(stage_cfg.rounds):

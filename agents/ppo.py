@@ -48,7 +48,7 @@ import numpy as np
 
 from agents.options import DEFAULT_SAMPLES as DEFAULT_SAMPLES  # re-exported: callers read it here
 from agents.options import Guard, PlanOptions
-from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode, fifo_replay, plan_objective
+from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode, fifo_replay
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
@@ -237,7 +237,7 @@ def warm_up(path: str | os.PathLike[str] | None = None) -> None:
     # mixed-control has training, inference and real-time apps that jobs trade against: every compiled path runs.
     sc = generate("mixed-control", seed=0)
     inst, _ = _decode_candidates(sc, policy, samples=2, seed=0)
-    plan_objective(sc, inst, fifo_replay(sc, inst).plan(0, sc, "fifo"))
+    fifo_replay(sc, inst)
     policy.warm = True
 
 
@@ -329,7 +329,7 @@ def candidates(
 
 
 def _baseline(scenario: Scenario, inst: ListInstance, guard: Guard, options: PlanOptions) -> tuple[Plan, float]:
-    """The guard's plan and its objective (by SPEC section 3's formula, from the decoder's value table).
+    """The guard's plan and its objective (SPEC section 3).
 
     FIFO's plan is replayed by the decoder (:func:`gpu_env.listsched.fifo_replay`: its peak reservation, its
     arrival order, no trades), one compiled call; the tests hold it to :func:`agents.fifo.plan` placement by
@@ -340,8 +340,8 @@ def _baseline(scenario: Scenario, inst: ListInstance, guard: Guard, options: Pla
         return decoded.plan(0, scenario, "fifo"), float(decoded.objective[0])
     from agents import greedy
 
-    baseline = greedy.plan(scenario, options)
-    return baseline, plan_objective(scenario, inst, baseline)
+    found = greedy.solve(scenario)  # greedy's plan and its objective, as agents.greedy.plan returns the plan
+    return found.plan, found.objective
 
 
 def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:

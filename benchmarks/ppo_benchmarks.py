@@ -17,7 +17,7 @@ per task (the policy loaded once):
   (``generate(family, seed)``), seeds 20000, 20001, ..., checked disjoint from
   every (family, seed, GPUs) that training with ``configs/train/default.yaml``
   drew (:func:`training_draws`: ``train.py``'s calls of
-  :func:`agents.learned.training.draw_scenarios` replayed, its held-out
+  :func:`agents.learned.training.draw_specs` listed, its held-out
   evaluation draws included, and the optima cache's records). Per instance:
   FIFO, greedy, the policy alone with one candidate (``samples=1, guard="none"``)
   with and without the promotion pass, and ppo as shipped (12 candidates and the
@@ -112,46 +112,19 @@ def seven_scenarios() -> list[Path]:
 # ----------------------------------------------------------------------------- fresh seeds
 
 
-def _replay_draws(
-    families: dict[str, float], sizes: tuple[int, ...], count: int, seed: int
-) -> list[tuple[str, int, int]]:
-    """(family, seed, GPUs) of :func:`agents.learned.training.draw_scenarios`'s scenarios, its RNG calls replayed."""
-    rng = np.random.default_rng(seed)
-    names = list(families)
-    p = np.array([families[n] for n in names], dtype=np.float64)
-    p = p / p.sum()
-    out = []
-    for _ in range(count):
-        family = names[int(rng.choice(len(names), p=p))]
-        gpus = int(rng.choice(sizes))
-        out.append((family, int(rng.integers(0, 2**31 - 1)), gpus))
-    return out
-
-
 def training_draws(config: Path = TRAIN_CONFIG) -> set[tuple[str, int, int]]:
     """Every (family, generator seed, GPUs) that training with ``config`` drew, labelled or evaluated on.
 
-    ``train.py``'s four calls of :func:`~agents.learned.training.draw_scenarios` (the small stage with the
-    run's seed, the large stage with seed + 1, the held-out evaluation with ``eval.seed`` and the large
-    held-out one with ``eval.seed + 1``) are replayed without generating; the replay is checked against
-    ``draw_scenarios`` itself on its first draws. The optima cache's records (:mod:`agents.learned.optima`,
+    ``train.py``'s four draws (``TrainConfig.draws``: the two stages and the two held-out sets) are listed by
+    :func:`~agents.learned.training.draw_specs`, the function ``draw_scenarios`` generates from, without
+    generating them. The optima cache's records (:mod:`agents.learned.optima`,
     seeds 50000-56999) are read from the cache file the config names.
     """
     from agents.learned.config import load_config
-    from agents.learned.training import draw_scenarios
+    from agents.learned.training import draw_specs
 
     cfg = load_config(config)
-    calls = [
-        (cfg.small.sizes, cfg.small.instances, cfg.seed),
-        (cfg.large.sizes, cfg.large.instances, cfg.seed + 1),
-        (cfg.eval.sizes, cfg.eval.instances, cfg.eval.seed),
-        (cfg.eval.large_sizes, cfg.eval.large_instances, cfg.eval.seed + 1),
-    ]
-    sizes, _, seed = calls[0]
-    drawn = [(s.family, s.seed, s.gpus) for s in draw_scenarios(cfg.families, sizes, 3, seed)]
-    if drawn != _replay_draws(cfg.families, sizes, 3, seed):
-        raise RuntimeError("the replay no longer follows agents.learned.training.draw_scenarios")
-    draws = {d for sizes, count, seed in calls if count for d in _replay_draws(cfg.families, sizes, count, seed)}
+    draws = {d for call in cfg.draws().values() for d in draw_specs(cfg.families, *call)}
     if cfg.optima:
         from agents.learned.optima import read_document
 

@@ -239,17 +239,6 @@ def fifo_replay(scenario: Scenario, inst: ListInstance) -> Decoded:
     return decode(reserved, order[None, :], np.array([MODE_OFF]))
 
 
-def plan_objective(scenario: Scenario, inst: ListInstance, plan: Plan) -> float:
-    """A valid plan's objective (SPEC section 3), from the instance's value table: job value less shortfall penalty.
-
-    The formula of :func:`gpu_env.metrics.compute_metrics` without the other metrics (a guard needs only this).
-    """
-    value = sum(float(inst.values[scenario.job_index(p.job), p.start]) for p in plan.placements)
-    A, T = inst.curves.shape
-    curves = np.array([plan.curve(app.name, T) for app in scenario.apps], dtype=np.int64).reshape(A, T)
-    return value - shortfall_penalty(curves, inst.demand[0], inst.penalty[0])
-
-
 def decode(
     inst: ListInstance,
     orders: np.ndarray,

@@ -253,15 +253,9 @@ if __name__ == "__main__":  # print the shipped policy's golden values (after re
     from agents.options import PlanOptions as _Options
 
     print(f'SHIPPED_SHA256 = "{ppo.load_policy().sha256}"')
-    for _name in (
-        "mixed-control",
-        "training-heavy",
-        "realtime-diurnal",
-        "batch-fragmentation",
-        "priority-inversion",
-        "uniform-priority",
-        "scale-64x30",
-    ):
+    from gpu_env.generators import FAMILIES  # the seven scenarios are the seven families' benchmark draws
+
+    for _name in FAMILIES:
         _sc = load_scenario(SCENARIOS / f"{_name}.yaml")
         _plan = run_scheduler("ppo", _sc)
         _fires = run_scheduler("ppo", _sc, _Options(guard="greedy")).info["winner"] == "greedy"

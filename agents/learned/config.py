@@ -79,6 +79,18 @@ class TrainConfig:
     """Cluster sizes, labels from greedy's orders and the policy's own draws."""
     eval: EvalConfig = field(default_factory=EvalConfig)
 
+    def draws(self) -> dict[str, tuple[tuple[int, ...], int, int]]:
+        """(sizes, count, seed) of each draw of a run (:func:`agents.learned.training.draw_scenarios`).
+
+        ``small`` and ``large`` are training's stages, ``eval`` and ``eval_large`` its held-out instances.
+        """
+        return {
+            "small": (self.small.sizes, self.small.instances, self.seed),
+            "large": (self.large.sizes, self.large.instances, self.seed + 1),
+            "eval": (self.eval.sizes, self.eval.instances, self.eval.seed),
+            "eval_large": (self.eval.large_sizes, self.eval.large_instances, self.eval.seed + 1),
+        }
+
 
 class ConfigError(ValueError):
     """A config file that breaks the format; the message names the file and the field."""
@@ -207,7 +219,8 @@ def _check_ranges(cfg: TrainConfig, source: str) -> None:
     for name, value in not_negative.items():
         if value < 0:
             raise ConfigError(f"{source}: field {name}: expected a number >= 0, got {value}")
-    drawn = {cfg.seed, cfg.seed + 1}  # the training draws' seeds (train.py: small stage, large stage)
+    draws = cfg.draws()
+    drawn = {draws["small"][2], draws["large"][2]}  # the training draws' seeds
     if cfg.eval.seed in drawn or cfg.eval.seed + 1 in drawn:
         raise ConfigError(
             f"{source}: field eval.seed: {cfg.eval.seed} and {cfg.eval.seed + 1} draw the held-out instances; "

@@ -126,8 +126,8 @@ def prepare(scenario: Scenario, placements: np.ndarray | None = None, optimum: f
     )
 
 
-def draw_scenarios(families: dict[str, float], sizes: Sequence[int], count: int, seed: int) -> list[Scenario]:
-    """``count`` scenarios: families by weight, cluster sizes uniformly from ``sizes``, all seeded by ``seed``."""
+def draw_specs(families: dict[str, float], sizes: Sequence[int], count: int, seed: int) -> list[tuple[str, int, int]]:
+    """(family, generator seed, GPUs) of ``count`` draws: families by weight, sizes uniformly, seeded by ``seed``."""
     rng = np.random.default_rng(seed)
     names = list(families)
     p = np.array([families[n] for n in names], dtype=np.float64)
@@ -136,8 +136,13 @@ def draw_scenarios(families: dict[str, float], sizes: Sequence[int], count: int,
     for _ in range(count):
         fam = names[int(rng.choice(len(names), p=p))]
         gpus = int(rng.choice(sizes))
-        out.append(generate(fam, seed=int(rng.integers(0, 2**31 - 1)), gpus=gpus))
+        out.append((fam, int(rng.integers(0, 2**31 - 1)), gpus))
     return out
+
+
+def draw_scenarios(families: dict[str, float], sizes: Sequence[int], count: int, seed: int) -> list[Scenario]:
+    """The scenarios of :func:`draw_specs`."""
+    return [generate(fam, seed=s, gpus=gpus) for fam, s, gpus in draw_specs(families, sizes, count, seed)]
 
 
 # ----------------------------------------------------------------------------- batches
@@ -175,8 +180,13 @@ def _pad_orders(orders: Sequence[np.ndarray], device: torch.device | str = "cpu"
 def imitation_loss(model: QueueScorer, items: Sequence[Item]) -> torch.Tensor:
     """Mean ListMLE of the labels (per job, so long queues do not dominate) plus the mode's cross-entropy."""
     dev = _device(model)
-    jobs, mask, cluster = collate(items, dev)
-    scores, mode = model(jobs, mask, cluster)
+    scores, mode = model(*collate(items, dev))
+    return _label_loss(scores, mode, items)
+
+
+def _label_loss(scores: torch.Tensor, mode: torch.Tensor, items: Sequence[Item]) -> torch.Tensor:
+    """:func:`imitation_loss` on scores and mode logits the model already gave for ``items``."""
+    dev = scores.device
     orders, lengths = _pad_orders([it.label for it in items], dev)
     logp = order_log_prob(scores, orders, lengths) / lengths.clamp(min=1)
     target = torch.tensor([1.0 if it.label_mode == MODE_AFTER else 0.0 for it in items], device=dev)
@@ -238,7 +248,7 @@ def self_label_round(
             all_orders.append(orders)
             all_modes.append(modes)
             rewards.append(dec.objective / it.scale)
-        loss = imitation_loss(model, chunk)
+        loss = _label_loss(scores, mode_logit, chunk)  # the labels as this round left them
         if pg_coef > 0:
             reward = torch.tensor(np.stack(rewards), dtype=torch.float32, device=dev)  # (B, k)
             adv = reward - reward.mean(dim=1, keepdim=True)
@@ -352,6 +362,7 @@ __all__ = [
     "Item",
     "collate",
     "draw_scenarios",
+    "draw_specs",
     "evaluate_policy",
     "fit_imitation",
     "imitation_loss",
