@@ -83,7 +83,8 @@ class ListInstance(NamedTuple):
     """One scenario as the arrays the compiled decoder reads (built once per scenario).
 
     ``n`` jobs (every job of the scenario, file order), ``A`` apps, ``T`` slots,
-    ``W = T + longest duration`` grid columns, ``NW`` 64-GPU words.
+    ``W = T + longest duration`` grid columns, ``NW`` 64-GPU words. The apps' arrays keep a leading
+    episode axis of 1: the engine's real-time kernel reads them as one episode's (``_Realtime``).
     """
 
     gpus: int

@@ -25,8 +25,7 @@ Everything is seeded: the instances, the draws and torch.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -341,20 +340,10 @@ def evaluate_policy(
     )
 
 
-Logger = Callable[[str, float, int], None]
-
-
 def seed_everything(seed: int) -> None:
     """Seed torch (numpy draws take their own generators)."""
     torch.manual_seed(seed)
     torch.set_num_threads(1)
-
-
-def timed(fn: Callable[[], object]) -> tuple[object, float]:
-    """(fn(), seconds)."""
-    t = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t
 
 
 __all__ = [
@@ -371,5 +360,4 @@ __all__ = [
     "sample_orders",
     "seed_everything",
     "self_label_round",
-    "timed",
 ]
