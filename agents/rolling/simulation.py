@@ -31,16 +31,17 @@ the executed schedule is an ordinary plan that passes the validator against it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
-from agents.rolling.allocator import ClusterState, RunningJob, decide
+from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand
 from gpu_env.metrics import Metrics, compute_metrics
 from gpu_env.plan import Placement, Plan
@@ -48,6 +49,26 @@ from gpu_env.scenario import App, Job, Scenario
 from gpu_env.validation import validate
 
 MODES = ("open", "rolling")
+
+
+class Forecaster(Protocol):
+    """What the rolling loop asks of a forecast: the slots ahead, from the demand observed so far."""
+
+    def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
+        """Forecast of slots ``now..T-1``, shape (apps, T - now)."""
+        ...
+
+
+class LivePlanner(Protocol):
+    """A planner that needs more than the state: the slot of the day, and how long each running job has run."""
+
+    name: str
+
+    def decide(
+        self, state: ClusterState, now: int, elapsed: Mapping[str, int], options: PlanOptions | None
+    ) -> Decision:
+        """This slot's decisions."""
+        ...
 
 
 class RollingError(RuntimeError):
@@ -165,21 +186,25 @@ def open_loop(
 
 def rolling(
     scenario: Scenario,
-    scheduler: str,
+    scheduler: str | LivePlanner,
     actual: Scenario,
     *,
     replan_every: int = 1,
     options: PlanOptions | None = None,
-    corrector: Corrector | None = None,
+    corrector: Corrector | Forecaster | None = None,
     reveal: Reveal | str = Reveal.RELEASE,
     check: bool = True,
+    runtimes: Mapping[str, int] | None = None,
 ) -> Simulation:
     """Simulate the rolling horizon over the scenario's day against the actual demand.
 
     Args:
         scenario: The scenario; its demand is the forecast.
-        scheduler: Any name of :data:`agents.registry.SCHEDULERS`.
-        actual: The scenario with the actual demand (:func:`with_demand`).
+        scheduler: Any name of :data:`agents.registry.SCHEDULERS` (rolled as it is), or a live planner
+            (an object with ``name`` and ``decide(state, now, elapsed, options)``, such as
+            :class:`agents.rolling.anticipate.AnticipatingPlanner`).
+        actual: The scenario with the actual demand (:func:`with_demand`); with ``runtimes``, its
+            jobs' durations are the actual runtimes (:func:`realized_day`).
         replan_every: Re-plan every K slots (1: every slot); between re-plans the latest plan is followed.
         options: Passed to the scheduler at every re-plan.
         corrector: How observed demand corrects the forecast (default :class:`Corrector`).
@@ -187,6 +212,9 @@ def rolling(
             day's jobs are known from slot 0 (they still start no earlier than their release).
         check: Validate every plan against the state it was made for; a broken
             rule raises :class:`RollingError` naming the scheduler and slot.
+        runtimes: Each job's actual runtime in slots (at most its ``duration``, the time limit the
+            planner sees; default: the limit). A job that ends before its limit frees its GPUs from
+            the slot it ends in, and the planner re-plans at that slot whatever ``replan_every`` says.
 
     Returns:
         The simulation, with the executed schedule and its realised metrics.
@@ -197,6 +225,13 @@ def rolling(
         raise ValueError(f"reveal must be 'release' or 'all', got {reveal!r}")
     reveal = Reveal(reveal)
     corrector = corrector or Corrector()
+    name = scheduler if isinstance(scheduler, str) else scheduler.name
+    runtime = {job.id: job.duration for job in scenario.jobs}
+    for job_id, r in (runtimes or {}).items():
+        if job_id in runtime:
+            if not 1 <= r <= runtime[job_id]:
+                raise ValueError(f"runtimes[{job_id!r}]: expected 1..{runtime[job_id]} (its limit), got {r}")
+            runtime[job_id] = int(r)
     T, G = scenario.slots, scenario.gpus
     apps = scenario.apps
     forecast = scenario.demand
@@ -214,17 +249,29 @@ def rolling(
 
     for t in range(T):
         solve_ms = 0.0
-        replanned = t % replan_every == 0
+        ended_early = any(
+            start + runtime[job_id] == t and runtime[job_id] < _limit(scenario, job_id)
+            for job_id, (start, _) in started.items()
+        )
+        replanned = t % replan_every == 0 or ended_early
         if replanned:
             ahead = corrector.forecast(forecast, real, t, G)
-            state = state_at(scenario, t, started, curves, ahead, reveal)
-            decision = decide(state, scheduler, options)
-            solve_ms = decision.plan.solve_ms if decision.plan.solve_ms is not None else 0.0
+            state = state_at(scenario, t, started, curves, ahead, reveal, runtime)
+            if isinstance(scheduler, str):
+                began = time.perf_counter()
+                decision = decide(state, scheduler, options)
+                elapsed_ms = (time.perf_counter() - began) * 1000.0
+            else:
+                ran = {job_id: t - start for job_id, (start, _) in started.items()}
+                began = time.perf_counter()
+                decision = scheduler.decide(state, t, ran, options)
+                elapsed_ms = (time.perf_counter() - began) * 1000.0
+            solve_ms = elapsed_ms
             if check:
                 problems = validate(decision.scenario, decision.plan)
                 if problems:
                     raise RollingError(
-                        f"{scheduler} at slot {t}: the plan breaks the rules for the state it was given: {problems[0]}"
+                        f"{name} at slot {t}: the plan breaks the rules for the state it was given: {problems[0]}"
                     )
             times.append(solve_ms)
             running_now = {j.id for j in decision.scenario.jobs if j.running_on is not None}
@@ -244,7 +291,7 @@ def rolling(
         running = tuple(
             job.id
             for job in scenario.jobs
-            if job.id in started and started[job.id][0] <= t < started[job.id][0] + job.duration
+            if job.id in started and started[job.id][0] <= t < started[job.id][0] + runtime[job.id]
         )
         records.append(
             SlotRecord(
@@ -264,11 +311,15 @@ def rolling(
     ]
     placements.sort(key=lambda p: (p.start, scenario.job_index(p.job)))
     curves_by_app = {app.name: [int(x) for x in curves[i]] for i, app in enumerate(apps)}
-    executed = Plan(actual.name, f"{scheduler}/rolling", placements, curves_by_app)
+    executed = Plan(actual.name, f"{name}/rolling", placements, curves_by_app)
     executed.solve_ms = float(sum(times))
     metrics = compute_metrics(actual, executed)
     executed.metrics = metrics
-    return Simulation("rolling", scheduler, scenario, actual, executed, metrics, records, len(times), times)
+    return Simulation("rolling", name, scenario, actual, executed, metrics, records, len(times), times)
+
+
+def _limit(scenario: Scenario, job_id: str) -> int:
+    return scenario.jobs[scenario.job_index(job_id)].duration
 
 
 def state_at(
@@ -278,14 +329,20 @@ def state_at(
     curves: np.ndarray,
     ahead: np.ndarray,
     reveal: Reveal | str,
+    runtimes: Mapping[str, int] | None = None,
 ) -> ClusterState:
-    """The cluster at the start of slot ``now`` as the allocator sees it."""
+    """The cluster at the start of slot ``now`` as the allocator sees it.
+
+    A running job's remaining duration is what its time limit leaves (the planner never sees the
+    actual runtime); a job whose actual runtime (``runtimes``, default its limit) is over has ended.
+    """
     running: list[RunningJob] = []
     queue: list[Job] = []
     for job in scenario.jobs:
         if job.id in started:
             start, gpus = started[job.id]
-            if start + job.duration > now:
+            runtime = job.duration if runtimes is None else runtimes.get(job.id, job.duration)
+            if start + runtime > now:
                 running.append(RunningJob(job, gpus, start + job.duration - now))
             continue
         if reveal == Reveal.RELEASE and job.release > now:

@@ -1,0 +1,138 @@
+"""The live planner: plan for the jobs that have not arrived yet and for the ones that will end early.
+
+An online anticipatory algorithm in the sense of Bent and Van Hentenryck ("The value of consensus",
+ICAPS 2004; "Online Stochastic Combinatorial Optimization", 2006). At every cycle:
+
+1. The state now (slot 0 = now) is planned as it is by the base planner (greedy by default): its
+   slot-0 starts are the candidate decision, exactly today's rolling decision.
+2. ``samples`` possible futures are drawn: the known state plus the arrivals of the rest of the day
+   drawn from the cluster's history (:class:`agents.rolling.history.ArrivalModel`), and, when a runtime
+   distribution is given, each running job's remaining runtime drawn given how long it has run and each
+   queued job's runtime drawn below its limit (:mod:`agents.rolling.runtimes`). Each future is planned by
+   the same base planner, which sees that future whole.
+3. **Consensus**: a job of the candidate decision starts now only if it also starts now in at least
+   ``threshold`` of the futures; the others wait for the next cycle. A future in which valuable work
+   arrives in an hour keeps its GPUs free for it, and enough such futures hold a long cheap job back.
+
+Holding a job back only frees GPUs, so the decision is always feasible and its plan (the base plan
+without the held jobs) passes the validator. Without a history and with exact runtimes there is nothing
+to sample and the planner is the base planner rolled, unchanged. Every draw is seeded from the
+planner's seed and the slot, so the same day gives the same decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from agents.options import PlanOptions
+from agents.registry import run_scheduler
+from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
+from agents.rolling.history import ArrivalModel, stable_seed
+from gpu_env.plan import Plan
+from gpu_env.scenario import Job, Scenario
+
+DEFAULT_SAMPLES = 8
+"""Futures per cycle as shipped (docs/rolling.md: measured against 4 and 16)."""
+DEFAULT_THRESHOLD = 0.5
+"""Share of the futures in which a job must start now for it to start now."""
+FUTURE_PREFIX = "~future"
+
+
+@dataclass(frozen=True)
+class AnticipatingPlanner:
+    """The default live planner: consensus over sampled futures (module docstring).
+
+    Attributes:
+        base: The scheduler that plans the state and every future (any name of ``agents.registry``).
+        arrivals: The history's arrival model (None: no arrivals are sampled).
+        runtimes: The distribution of runtime / limit (an object with ``sample_remaining(limit,
+            elapsed, rng)`` and ``runtime_slots(limit, u)``, :mod:`agents.rolling.runtimes`; None: jobs
+            run to their limit in every future).
+        samples: Futures per cycle.
+        threshold: Share of the futures in which a candidate start must also start now.
+        seed: Seed of every draw.
+        name: How the planner is reported.
+    """
+
+    base: str = "greedy"
+    arrivals: ArrivalModel | None = None
+    runtimes: object | None = None
+    samples: int = DEFAULT_SAMPLES
+    threshold: float = DEFAULT_THRESHOLD
+    seed: int = 0
+    name: str = "anticipate"
+
+    def __post_init__(self) -> None:
+        if self.samples < 1:
+            raise ValueError(f"samples: expected an integer >= 1, got {self.samples}")
+        if not 0 < self.threshold <= 1:
+            raise ValueError(f"threshold: expected a number in (0, 1], got {self.threshold}")
+
+    @property
+    def anticipates(self) -> bool:
+        """Whether there is anything to sample."""
+        return self.arrivals is not None or self.runtimes is not None
+
+    def decide(
+        self,
+        state: ClusterState,
+        now: int,
+        elapsed: Mapping[str, int] | None = None,
+        options: PlanOptions | None = None,
+    ) -> Decision:
+        """This slot's decisions for the cluster state at slot ``now`` of the day.
+
+        Args:
+            state: The cluster now.
+            now: The slot of the day that is the state's slot 0 (where the arrival model is read).
+            elapsed: Slots each running job has run so far (job id -> slots; missing: 0).
+            options: Passed to the base planner.
+        """
+        scenario, expired = state.to_scenario()
+        plan = run_scheduler(self.base, scenario, options)
+        decision = decision_from_plan(scenario, plan, expired)
+        if not self.anticipates or not decision.start_now:
+            return decision
+        votes = dict.fromkeys((p.job for p in decision.start_now), 0)
+        running = {j.id for j in scenario.jobs if j.running_on is not None}
+        for k in range(self.samples):
+            rng = np.random.default_rng(stable_seed(self.seed, now, k))
+            future = self._future(scenario, now, elapsed or {}, rng)
+            starts = {p.job for p in run_scheduler(self.base, future, options).placements if p.start == 0}
+            for job in votes:
+                votes[job] += job in starts and job not in running
+        held = {job for job, n in votes.items() if n < self.threshold * self.samples}
+        if not held:
+            return decision
+        kept = Plan(
+            plan.scenario,
+            plan.scheduler,
+            [p for p in plan.placements if p.job not in held],
+            dict(plan.curves),
+        )
+        kept.solve_ms = plan.solve_ms
+        return decision_from_plan(scenario, kept, expired)
+
+    def _future(self, scenario: Scenario, now: int, elapsed: Mapping[str, int], rng: np.random.Generator) -> Scenario:
+        """One possible future of the state: sampled runtimes for the known jobs, sampled arrivals after them."""
+        jobs: list[Job] = []
+        for job in scenario.jobs:
+            if self.runtimes is not None:
+                if job.running_on is not None:
+                    ran = int(elapsed.get(job.id, 0))
+                    left = int(self.runtimes.sample_remaining(ran + job.duration, ran, rng))  # type: ignore[attr-defined]
+                    job = replace(job, duration=max(1, min(job.duration, left)))
+                else:
+                    u = float(rng.random())
+                    job = replace(job, duration=int(self.runtimes.runtime_slots(job.duration, u)))  # type: ignore[attr-defined]
+            jobs.append(job)
+        if self.arrivals is not None:
+            jobs.extend(
+                self.arrivals.sample(
+                    rng, now, scenario.gpus, scenario.node_size, scenario.slots, prefix=FUTURE_PREFIX
+                )
+            )
+        return replace(scenario, jobs=tuple(jobs))
