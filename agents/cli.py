@@ -26,7 +26,7 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -259,7 +259,36 @@ def _render(args: argparse.Namespace) -> int:
 
 def _simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("scenario", type=Path, help="scenario file; its real-time demand is the forecast")
-    p.add_argument("--scheduler", "-s", required=True, metavar="NAME", help=f"one of: {', '.join(SCHEDULERS)}")
+    p.add_argument(
+        "--scheduler",
+        "-s",
+        metavar="NAME",
+        help="the live planner anticipate (default) or anticipate-ppo, or any scheduler rolled as it is: "
+        + ", ".join(SCHEDULERS),
+    )
+    p.add_argument(
+        "--history",
+        type=Path,
+        nargs="+",
+        default=[],
+        metavar="FILE",
+        help="past days of the same cluster (scenario files): the live planner's arrivals model, never the day played",
+    )
+    p.add_argument(
+        "--runtime-model",
+        choices=("exact", "trace"),
+        default="exact",
+        help="exact: jobs run to their limit; trace: actual runtimes drawn below the limits (docs/runtimes.md)",
+    )
+    p.add_argument(
+        "--forecast",
+        choices=("corrector", "history"),
+        default="corrector",
+        help="the live planner's demand forecast: the day's forecast corrected, or fitted from --history",
+    )
+    p.add_argument(
+        "--samples", type=int_at_least(1), default=None, metavar="K", help="the live planner's futures per cycle"
+    )
     p.add_argument("--replan-every", type=int_at_least(1), default=1, metavar="K", help="re-plan every K slots")
     p.add_argument(
         "--forecast-error", type=float, default=0.0, metavar="SIGMA", help="relative forecast error (default: 0)"
@@ -269,42 +298,86 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--time-limit", type=positive_float, default=2.0, metavar="S", help="seconds per re-plan")
     p.add_argument("--reveal", choices=("release", "all"), default="release", help="when jobs become known")
     p.add_argument("--correction", choices=("ratio", "bias", "none"), default="ratio", help="forecast correction")
-    p.add_argument("--margin", type=float, default=1.0, metavar="Z", help="safety margin, in observed error SDs")
+    p.add_argument(
+        "--margin",
+        type=float,
+        default=None,
+        metavar="Z",
+        help="safety margin, in observed error SDs (default: 1, the live planner's 2)",
+    )
     p.add_argument("--no-picture", action="store_true", help="skip simulation.png")
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from agents import rolling
     from agents.report.rolling import write_simulation
+    from agents.rolling.anticipate import DEFAULT_SAMPLES, LIVE_PLANNERS, live_planner
+    from agents.rolling.history import load_history
+    from agents.rolling.runtimes import TRACE_RUNTIMES
 
     scenario = load_scenario(args.scenario)
+    history = load_history(args.history, scenario)
+    name = args.scheduler or LIVE_PLANNERS[0]
+    scheduler: Any = name
+    if name in LIVE_PLANNERS:
+        if args.forecast == "history" and not history:
+            raise CliError("--forecast history: needs past days (--history FILE...)")
+        scheduler = live_planner(
+            name,
+            history=history,
+            day=scenario,
+            runtimes=TRACE_RUNTIMES if args.runtime_model == "trace" else None,
+            samples=args.samples or DEFAULT_SAMPLES,
+            seed=args.seed,
+            forecast=args.forecast,
+        )
+    elif args.history or args.samples or args.forecast != "corrector":
+        raise CliError(f"--history, --samples and --forecast are the live planner's; {name!r} rolls as it is")
     if not math.isfinite(args.forecast_error) or args.forecast_error < 0:
         raise CliError(f"--forecast-error: expected a number >= 0, got {args.forecast_error}")
-    if not math.isfinite(args.margin) or args.margin < 0:
+    if args.margin is not None and (not math.isfinite(args.margin) or args.margin < 0):
         raise CliError(f"--margin: expected a number >= 0, got {args.margin}")
     if args.output is not None and args.output.exists() and not args.output.is_dir():
         raise CliError(f"{args.output}: -o: expected a folder, found a file")
     try:
+        corrector = None
+        if isinstance(scheduler, str):
+            corrector = rolling.Corrector(method=args.correction, margin=1.0 if args.margin is None else args.margin)
+        elif args.correction != "ratio" or args.margin is not None:
+            if args.forecast == "history":
+                raise CliError("--correction and --margin set the corrector; --forecast history has its own")
+            base = scheduler.forecaster
+            scheduler = replace(
+                scheduler,
+                forecaster=replace(
+                    base, method=args.correction, margin=base.margin if args.margin is None else args.margin
+                ),
+            )
         roll, fixed = rolling.simulate(
             scenario,
-            args.scheduler,
+            scheduler,
             sigma=args.forecast_error,
             seed=args.seed,
             replan_every=args.replan_every,
             options=PlanOptions(time_limit=args.time_limit, seed=args.seed),
-            corrector=rolling.Corrector(method=args.correction, margin=args.margin),
+            corrector=corrector,
             reveal=args.reveal,
+            runtime_model=args.runtime_model,
         )
     except UnknownSchedulerError as exc:
         raise CliError(f"--scheduler: {exc}") from None
     except SchedulerUnavailableError as exc:
         raise CliError(f"--scheduler: {exc}") from None
     except PolicyError as exc:
-        raise CliError(f"--scheduler {args.scheduler}: {exc}") from None
+        raise CliError(f"--scheduler {name}: {exc}") from None
     except rolling.RollingError as exc:
         print(f"gpualloc simulate: {exc}", file=sys.stderr)
         return EXIT_INVALID
     settings = {
+        "scheduler": name,
+        "history": [str(p) for p in args.history],
+        "runtime_model": args.runtime_model,
+        "forecast": args.forecast if name in LIVE_PLANNERS else "corrector",
         "replan_every": args.replan_every,
         "forecast_error": args.forecast_error,
         "seed": args.seed,
@@ -319,7 +392,7 @@ def _simulate(args: argparse.Namespace) -> int:
         write_simulation(args.output, roll, fixed, settings, picture=not args.no_picture)
     r, o = roll.metrics, fixed.metrics
     print(
-        f"{args.scheduler} on {scenario.name}, forecast error {args.forecast_error:g}, seed {args.seed}: "
+        f"{name} on {scenario.name}, forecast error {args.forecast_error:g}, seed {args.seed}: "
         f"rolling objective {r.objective:.2f} (shortfall {r.shortfall}), "
         f"open loop {o.objective:.2f} (shortfall {o.shortfall}); {roll.replans} re-plans, "
         f"slowest {max(roll.solve_ms):.1f} ms" + (f" -> {args.output}/" if args.output is not None else ""),

@@ -22,7 +22,7 @@ planner's seed and the slot, so the same day gives the same decisions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -30,7 +30,8 @@ import numpy as np
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
-from agents.rolling.history import ArrivalModel, stable_seed
+from agents.rolling.forecast import Corrector
+from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
 from gpu_env.plan import Plan
 from gpu_env.scenario import Job, Scenario
 
@@ -39,6 +40,12 @@ DEFAULT_SAMPLES = 8
 DEFAULT_THRESHOLD = 0.5
 """Share of the futures in which a job must start now for it to start now."""
 FUTURE_PREFIX = "~future"
+LIVE_FORECAST = Corrector(margin=2.0, prior_sigma=0.2, round_up=True)
+"""The live planner's demand forecast without a history: the day's forecast corrected as :class:`Corrector`
+does, two observed error SDs of margin, a prior error level of 20 % until the day shows its own, rounded up
+from a quarter GPU (docs/rolling.md: measured against today's one SD, no prior, rounded to nearest)."""
+LIVE_PLANNERS = ("anticipate", "anticipate-ppo")
+"""The live planners by name: consensus over sampled futures with greedy, or with ppo, as the base planner."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,8 @@ class AnticipatingPlanner:
         threshold: Share of the futures in which a candidate start must also start now.
         seed: Seed of every draw.
         name: How the planner is reported.
+        forecaster: The demand forecast the rolling loop gives it (:data:`LIVE_FORECAST`, or one fitted
+            from the history, :class:`agents.rolling.history.HistoryForecaster`).
     """
 
     base: str = "greedy"
@@ -64,6 +73,7 @@ class AnticipatingPlanner:
     threshold: float = DEFAULT_THRESHOLD
     seed: int = 0
     name: str = "anticipate"
+    forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -131,8 +141,46 @@ class AnticipatingPlanner:
             jobs.append(job)
         if self.arrivals is not None:
             jobs.extend(
-                self.arrivals.sample(
-                    rng, now, scenario.gpus, scenario.node_size, scenario.slots, prefix=FUTURE_PREFIX
-                )
+                self.arrivals.sample(rng, now, scenario.gpus, scenario.node_size, scenario.slots, prefix=FUTURE_PREFIX)
             )
         return replace(scenario, jobs=tuple(jobs))
+
+
+def live_planner(
+    name: str = "anticipate",
+    *,
+    history: Sequence[Scenario] = (),
+    day: Scenario | None = None,
+    runtimes: object | None = None,
+    samples: int = DEFAULT_SAMPLES,
+    seed: int = 0,
+    forecast: str = "corrector",
+) -> AnticipatingPlanner:
+    """A live planner by name, fitted from past days of the cluster.
+
+    Args:
+        name: One of :data:`LIVE_PLANNERS`.
+        history: Past days (their arrivals fit the arrival model; none: nothing is sampled for arrivals).
+        day: The day being played (its apps name the curves ``forecast="history"`` fits; nothing else is read).
+        runtimes: The runtime / limit distribution the planner assumes (None: jobs run to their limit).
+        samples: Futures per cycle.
+        seed: Seed of every draw.
+        forecast: ``corrector`` (:data:`LIVE_FORECAST` on the day's forecast) or ``history`` (each app's
+            curve fitted from its past days, :class:`HistoryForecaster`; needs ``history`` and ``day``).
+
+    Raises:
+        ValueError: An unknown name or forecast, or ``forecast="history"`` without a history.
+    """
+    if name not in LIVE_PLANNERS:
+        raise ValueError(f"unknown live planner {name!r} (expected one of: {', '.join(LIVE_PLANNERS)})")
+    base = "ppo" if name == "anticipate-ppo" else "greedy"
+    arrivals = ArrivalModel.fit(history) if history else None
+    if forecast == "corrector":
+        forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
+    elif forecast == "history":
+        if not history or day is None:
+            raise ValueError("forecast 'history' needs past days (--history)")
+        forecaster = HistoryForecaster.fit(history, day)
+    else:
+        raise ValueError(f"unknown forecast {forecast!r} (expected corrector or history)")
+    return AnticipatingPlanner(base, arrivals, runtimes, samples, DEFAULT_THRESHOLD, seed, name, forecaster)

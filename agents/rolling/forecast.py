@@ -121,6 +121,9 @@ class Corrector:
         margin: Safety margin in standard deviations of the error (0: none).
         prior_sigma: Relative error level known before the day (0: none).
         prior_weight: How many observed slots the prior counts as.
+        round_up: Round the raised forecast up from a quarter GPU (``ceil(x - 0.25)``) instead of to the
+            nearest GPU: an unserved GPU-slot costs several times an idle one, and with an app of one or
+            two GPUs, rounding to the nearest erases any margin below half a GPU.
     """
 
     method: Correction = Correction.RATIO
@@ -130,6 +133,7 @@ class Corrector:
     margin: float = 1.0
     prior_sigma: float = 0.0
     prior_weight: float = 4.0
+    round_up: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in tuple(Correction):
@@ -144,7 +148,7 @@ class Corrector:
             return np.clip(np.round(ahead), 0, gpus).astype(np.int64)
         if now == 0:
             raised = ahead * (1.0 + self.margin * self.prior_sigma)
-            return np.clip(np.round(raised), 0, gpus).astype(np.int64)
+            return self._integral(raised, gpus)
         lo = max(0, now - self.window)
         seen_f = F[:, lo:now].sum(axis=1)
         seen_a = actual[:, lo:now].astype(np.float64).sum(axis=1)
@@ -163,4 +167,8 @@ class Corrector:
                 weight = self.prior_weight if self.prior_sigma > 0 else 0.0
                 sigma_hat = math.sqrt((weight * self.prior_sigma**2 + float(np.sum(errors**2))) / (weight + now))
                 out[i] = out[i] * (1.0 + self.margin * sigma_hat * np.sqrt(1.0 - self.rho ** (2 * lead)))
-        return np.clip(np.round(out), 0, gpus).astype(np.int64)
+        return self._integral(out, gpus)
+
+    def _integral(self, values: np.ndarray, gpus: int) -> np.ndarray:
+        whole = np.ceil(values - 0.25) if self.round_up else np.round(values)
+        return np.clip(whole, 0, gpus).astype(np.int64)

@@ -18,7 +18,8 @@ nothing in them ever comes from the day being played:
 >>> from gpu_env.generators import generate
 >>> days = [generate("mixed-control", seed=s) for s in (1, 2, 3)]
 >>> model = ArrivalModel.fit(days)
->>> round(model.expected_count(0, 24), 1) == round(sum(len([j for j in d.jobs if j.running_on is None]) for d in days) / 3, 1)
+>>> pending = sum(1 for d in days for j in d.jobs if j.running_on is None)
+>>> round(model.expected_count(0, 24), 6) == round(pending / 3, 6)
 True
 """
 
@@ -253,7 +254,9 @@ class HistoryForecaster:
     quantile: float = 0.8
 
     @classmethod
-    def fit(cls, days: Sequence[Scenario], day: Scenario, *, window: int = 3, quantile: float = 0.8) -> HistoryForecaster:
+    def fit(
+        cls, days: Sequence[Scenario], day: Scenario, *, window: int = 3, quantile: float = 0.8
+    ) -> HistoryForecaster:
         """Fit a forecaster for the apps of ``day`` from past ``days`` (the day's own curves are not read).
 
         An app absent from every past day gets a flat profile at the mean of nothing: 0, so its
@@ -327,4 +330,3 @@ def _corrected(profile: np.ndarray, actual: np.ndarray, now: int, rho: float, wi
         e = min(limit, max(-1.0, seen_a / seen_p - 1.0))
         return ahead * (1.0 + decay * e)
     return np.maximum(0.0, ahead + decay * (seen_a - seen_p) / (now - lo))
-

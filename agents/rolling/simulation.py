@@ -63,6 +63,7 @@ class LivePlanner(Protocol):
     """A planner that needs more than the state: the slot of the day, and how long each running job has run."""
 
     name: str
+    base: str
 
     def decide(
         self, state: ClusterState, now: int, elapsed: Mapping[str, int], options: PlanOptions | None
@@ -224,7 +225,7 @@ def rolling(
     if reveal not in tuple(Reveal):
         raise ValueError(f"reveal must be 'release' or 'all', got {reveal!r}")
     reveal = Reveal(reveal)
-    corrector = corrector or Corrector()
+    corrector = corrector or getattr(scheduler, "forecaster", None) or Corrector()
     name = scheduler if isinstance(scheduler, str) else scheduler.name
     runtime = {job.id: job.duration for job in scenario.jobs}
     for job_id, r in (runtimes or {}).items():
@@ -383,9 +384,29 @@ def state_at(
     )
 
 
+def realized_day(scenario: Scenario, demand: np.ndarray, runtimes: Mapping[str, int] | None = None) -> Scenario:
+    """The day as it happened (``actual.yaml``): the actual demand, and each job's actual runtime as its duration.
+
+    A job whose runtime is shorter than its limit keeps its worth per GPU-slot (its ``priority`` becomes
+    ``Job.weight``, any ``value`` is dropped), so that the executed day scores exactly what the jobs
+    earned, and any planner given this file plans with hindsight: every job, its actual runtime and the
+    actual demand known from slot 0.
+    """
+    day = with_demand(scenario, demand, f"{scenario.name}-actual")
+    if not runtimes:
+        return day
+    jobs = []
+    for job in day.jobs:
+        r = int(runtimes.get(job.id, job.duration))
+        if r != job.duration:
+            job = replace(job, duration=r, priority=job.weight, value=None)
+        jobs.append(job)
+    return replace(day, jobs=tuple(jobs))
+
+
 def simulate(
     scenario: Scenario,
-    scheduler: str,
+    scheduler: str | LivePlanner,
     *,
     sigma: float = 0.0,
     seed: int = 0,
@@ -395,6 +416,7 @@ def simulate(
     corrector: Corrector | None = None,
     reveal: Reveal | str = Reveal.RELEASE,
     actual_demand: np.ndarray | None = None,
+    runtime_model: str = "exact",
 ) -> tuple[Simulation, Simulation]:
     """Draw the actual demand and run the day both ways: rolling and open loop.
 
@@ -409,18 +431,32 @@ def simulate(
         corrector: The forecast correction (default: ``ratio`` with the noise model's rho).
         reveal: When jobs become known to the rolling planner (``release`` or ``all``).
         actual_demand: Actual demand (apps, T) to use instead of a draw.
+        runtime_model: ``exact`` (every job runs to its limit) or ``trace`` (actual runtimes drawn
+            below the limits, :mod:`agents.rolling.runtimes`, from the same seed).
 
     Returns:
-        (rolling, open loop), scored against the same actual demand.
+        (rolling, open loop), scored against the same realized day (:func:`realized_day`). A live
+        planner's open loop is its base scheduler's.
     """
+    from agents.rolling.runtimes import draw_runtimes
+
     noise = replace(noise or NoiseModel(), sigma=sigma)
-    corrector = corrector or Corrector(rho=noise.rho)
+    if corrector is None:
+        corrector = getattr(scheduler, "forecaster", None) or Corrector(rho=noise.rho)
     demand = noise.draw(scenario, seed) if actual_demand is None else np.asarray(actual_demand, dtype=np.int64)
-    actual = with_demand(scenario, demand, f"{scenario.name}-actual")
+    runtimes = draw_runtimes(scenario, runtime_model, seed)
+    actual = realized_day(scenario, demand, runtimes)
     roll = rolling(
-        scenario, scheduler, actual, replan_every=replan_every, options=options, corrector=corrector, reveal=reveal
+        scenario,
+        scheduler,
+        actual,
+        replan_every=replan_every,
+        options=options,
+        corrector=corrector,
+        reveal=reveal,
+        runtimes=runtimes,
     )
-    fixed = open_loop(scenario, scheduler, actual, options)
+    fixed = open_loop(scenario, scheduler if isinstance(scheduler, str) else scheduler.base, actual, options)
     return roll, fixed
 
 
