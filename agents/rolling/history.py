@@ -62,10 +62,10 @@ def load_history(paths: Sequence[str | os.PathLike[str]], day: Scenario | None =
         try:
             past = load_scenario(path)
         except ScenarioError as exc:
-            raise HistoryError(str(exc)) from None
+            raise HistoryError(exc.source, exc.field, exc.reason) from None
         if day is not None and past.slots != day.slots:
             raise HistoryError(
-                f"{path}: horizon.slots: a past day must have the played day's {day.slots} slots, got {past.slots}"
+                str(path), "horizon.slots", f"a past day must have the played day's {day.slots} slots, got {past.slots}"
             )
         days.append(past)
     return days
