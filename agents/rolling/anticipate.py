@@ -37,6 +37,12 @@ from gpu_env.scenario import Job, Scenario
 
 DEFAULT_SAMPLES = 8
 """Futures per cycle as shipped (docs/rolling.md: measured against 4 and 16)."""
+DEFAULT_LOOKAHEAD = 8
+"""Slots ahead in which arrivals are sampled: what arrives later barely changes what to start now, and the
+futures stay small enough for a cycle within a second at 1,024 GPUs (docs/rolling.md)."""
+LARGE_CLUSTER = 128
+"""From this many GPUs the live planner's base is ppo (2-4x faster than greedy there; docs/learned-mode.md)
+and it samples half the futures."""
 DEFAULT_THRESHOLD = 0.5
 """Share of the futures in which a job must start now for it to start now."""
 FUTURE_PREFIX = "~future"
@@ -64,6 +70,7 @@ class AnticipatingPlanner:
         name: How the planner is reported.
         forecaster: The demand forecast the rolling loop gives it (:data:`LIVE_FORECAST`, or one fitted
             from the history, :class:`agents.rolling.history.HistoryForecaster`).
+        lookahead: Slots ahead in which arrivals are sampled.
     """
 
     base: str = "greedy"
@@ -74,6 +81,7 @@ class AnticipatingPlanner:
     seed: int = 0
     name: str = "anticipate"
     forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
+    lookahead: int = DEFAULT_LOOKAHEAD
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -159,7 +167,8 @@ def live_planner(
     """A live planner by name, fitted from past days of the cluster.
 
     Args:
-        name: One of :data:`LIVE_PLANNERS`.
+        name: One of :data:`LIVE_PLANNERS`. ``anticipate`` plans with greedy below :data:`LARGE_CLUSTER`
+            GPUs and with ppo (and half the samples) from there on.
         history: Past days (their arrivals fit the arrival model; none: nothing is sampled for arrivals).
         day: The day being played (its apps name the curves ``forecast="history"`` fits; nothing else is read).
         runtimes: The runtime / limit distribution the planner assumes (None: jobs run to their limit).
@@ -173,7 +182,10 @@ def live_planner(
     """
     if name not in LIVE_PLANNERS:
         raise ValueError(f"unknown live planner {name!r} (expected one of: {', '.join(LIVE_PLANNERS)})")
-    base = "ppo" if name == "anticipate-ppo" else "greedy"
+    large = day is not None and day.gpus >= LARGE_CLUSTER
+    base = "ppo" if name == "anticipate-ppo" or large else "greedy"
+    if large:
+        samples = max(1, samples // 2)
     arrivals = ArrivalModel.fit(history) if history else None
     if forecast == "corrector":
         forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
