@@ -21,6 +21,7 @@ Scheduler = Callable[[Scenario, PlanOptions], Plan]
 # name -> "module:function"; the order is the order of report columns.
 SCHEDULERS: dict[str, str] = {
     "fifo": "agents.fifo:plan",
+    "backfill": "agents.backfill:plan",
     "greedy": "agents.greedy:plan",
     "ppo": "agents.ppo:plan",
     "cpsat": "agents.cpsat:plan",

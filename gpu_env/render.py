@@ -205,6 +205,7 @@ def _text_legend(scenario: Scenario, plan: Plan) -> list[str]:
 # One colour per scheduler in every figure; names not listed take the spares in order.
 SCHEDULER_COLOURS: dict[str, str] = {
     "fifo": "#8c8c8c",
+    "backfill": "#8c564b",
     "greedy": "#1f77b4",
     "cpsat": "#2ca02c",
     "ppo": "#ff7f0e",
