@@ -186,7 +186,10 @@ def part_day(root: Path, slot_seconds: float = 60.0) -> list[str]:
                 ids["gpualloc"][ours.sbatch("--hold", "--comment", comment, *args)] = job.id
             demand = list(app.demand[s:]) + [app.demand[-1]] * s
             config = _config(
-                [{"name": app.name, "demand": demand, "ramp": app.ramp, "penalty": app.penalty}],
+                [
+                    {"name": app.name, "demand": demand, "ramp": app.ramp, "penalty": app.penalty}
+                    | ({"initial": app.initial} if s == 0 else {})  # the day's start; later, its reservations
+                ],
                 slots=T,
                 slot_minutes=slot_seconds / 60.0,
                 decay=scenario.decay,

@@ -119,7 +119,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     _check_output(args.output, (".yaml", ".yml", ".json"))
     config, client = _setup(args)
     snap = snapshot.take(client, config)
-    _print_notes(snap.notes)
+    _print_notes([*snap.relaxed, *snap.notes])
     if args.output is None:
         sys.stdout.write(dump_scenario(snap.scenario))
     else:
@@ -128,8 +128,8 @@ def _snapshot(args: argparse.Namespace) -> int:
     running = len(snap.running)
     print(
         f"slurm now: {len(snap.nodes)} nodes x {snap.node_size} GPUs ({', '.join(snap.nodes)}), {running} running, "
-        f"{len(snap.owned)} owned pending, {len(snap.notes)} left alone; {sc.slots} slots of {sc.slot_minutes:g} min"
-        + (f" -> {args.output}" if args.output is not None else ""),
+        f"{len(snap.owned)} owned pending, {len(snap.notes)} left alone, {len(snap.relaxed)} relaxed; "
+        f"{sc.slots} slots of {sc.slot_minutes:g} min" + (f" -> {args.output}" if args.output is not None else ""),
         file=sys.stderr,
     )
     return 0
@@ -149,7 +149,7 @@ def _cycle(args: argparse.Namespace) -> int:
         result = cycle(config, client, args.scheduler, plan_options(args), dry_run=args.dry_run)
     for line in result.lines:
         print(json.dumps(line))
-    _print_notes(result.snapshot.notes)
+    _print_notes([*result.snapshot.relaxed, *result.snapshot.notes])
     if args.output is not None:
         if args.output.suffix.lower() == ".json":
             result.decision.plan.save(args.output)
