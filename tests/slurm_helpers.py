@@ -144,9 +144,15 @@ class FakeSlurm:
 
     def create_reservation(self, name, cores, minutes, users, partition) -> None:
         self.calls.append(("create", name, tuple(cores.items())))
+        ((node, count),) = cores.items()
+        now = int(time.time())
+        self.held_reservations.append(
+            SlurmReservation(name, (node,), {node: count}, count, now, now + 60 * minutes, ())
+        )
 
     def delete_reservation(self, name) -> None:
         self.calls.append(("delete", name))
+        self.held_reservations = [r for r in self.held_reservations if r.name != name]
 
     def _set(self, jid: str, **fields) -> None:
         self.queue = [replace(j, **fields) if j.id == jid else j for j in self.queue]

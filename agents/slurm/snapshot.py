@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,12 +162,14 @@ class Snapshot:
         return out
 
 
-def take(client: Any, config: SlurmConfig, now: float | None = None) -> Snapshot:
+def take(
+    client: Any, config: SlurmConfig, now: float | None = None, slot_start: Mapping[str, int] | None = None
+) -> Snapshot:
     """Read Slurm through ``client`` (a :class:`~agents.slurm.client.SlurmClient`) and build the snapshot."""
     nodes = client.nodes()
     jobs = client.jobs()
     reservations = client.reservations()
-    return build(config, nodes, jobs, reservations, time.time() if now is None else now)
+    return build(config, nodes, jobs, reservations, time.time() if now is None else now, slot_start)
 
 
 # ----------------------------------------------------------------------------- building
@@ -179,8 +181,15 @@ def build(
     jobs: Sequence[SlurmJob],
     reservations: Sequence[SlurmReservation],
     now: float,
+    slot_start: Mapping[str, int] | None = None,
 ) -> Snapshot:
-    """The snapshot from what Slurm said (pure: no Slurm call; the unit tests feed it fixtures)."""
+    """The snapshot from what Slurm said (pure: no Slurm call; the unit tests feed it fixtures).
+
+    ``slot_start`` gives, per app, the GPUs it held when the current slot began: a cycle that runs
+    again within a slot (the loop's event cycles) plans the app's ramp from there, so that it moves
+    at most its ramp a slot however many cycles run. Without it, an app starts from what its
+    reservations hold now.
+    """
     notes: list[Note] = []
     gpu_nodes, node_size = _gpu_nodes(config, nodes, notes)
     horizon_end = now + config.slots * config.slot_seconds
@@ -328,7 +337,9 @@ def build(
             held[n] = (res.cores.get(n) or res.core_count) // config.cpus_per_gpu
         current[app.name] = mine
         app_now[app.name] = held
-        if mine:
+        if slot_start is not None and app.name in slot_start:
+            starts.append((slot_start[app.name], "it held at the start of this slot"))
+        elif mine:
             starts.append((sum(held.values()), "its reservations hold"))
         else:  # what Slurm says it holds: nothing, unless the operator configured an initial
             starts.append((app.initial or 0, "it holds no reservation and its configured initial is"))
