@@ -211,3 +211,21 @@ def test_event_cycles_move_an_app_at_most_its_ramp_a_slot() -> None:
     assert _cycles(lines) == [(0, "clock"), (17, "submitted"), (24, "submitted"), (60, "clock")]
     assert [line["gpus"] for line in lines if line.get("app") == "chat"] == [2, 2, 2, 4]  # from 0, 2 a slot
     assert {j.id: j.state for j in fake.queue} == {"3": "RUNNING", "4": "RUNNING"}
+
+
+def test_the_cli_takes_poll_and_debounce(tmp_path, monkeypatch, capsys) -> None:
+    import yaml
+
+    from agents.cli import main
+    from agents.slurm import client
+
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump({"owned": {"partitions": ["gpu"]}, "workloads": {"default_type": "training"}}))
+    fake = _busy_node()
+    monkeypatch.setattr(client, "SlurmClient", lambda **_kwargs: fake)
+    argv = ["slurm", "run", "--config", str(path), "--every", "60", "--cycles", "1", "--budget", "0"]
+    assert main([*argv, "--poll", "0.5", "--debounce", "0"]) == 0
+    (summary,) = [json.loads(line) for line in capsys.readouterr().out.splitlines() if '"cycle"' in line]
+    assert summary["trigger"] == "clock" and summary["n"] == 1
+    assert main([*argv, "--poll", "-1"]) == 2
+    assert "--poll: expected seconds >= 0, got '-1'" in capsys.readouterr().err
