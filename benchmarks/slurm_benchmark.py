@@ -3,6 +3,7 @@
     python benchmarks/slurm_benchmark.py                  # both parts -> benchmarks/results/slurm.md
     python benchmarks/slurm_benchmark.py --part cycle     # cycle times only (about a minute)
     python benchmarks/slurm_benchmark.py --part day       # the accelerated day only (about 26 minutes)
+    python benchmarks/slurm_benchmark.py --part events -o benchmarks/results/slurm_events.md   # about 3 minutes
 
 Needs root and Debian's Slurm (agents/slurm/localcluster.py starts and stops the clusters).
 
@@ -19,6 +20,11 @@ order) and backfill, the app served from a core reservation at its daily peak (t
 answer, SPEC section 4); (b) gpualloc: the same jobs submitted held at their release, one `greedy` cycle at
 the start of every slot (rolling horizon: jobs are known only once submitted). Each job's start is read from
 Slurm's own records (`start_time` in `squeue --json`, polled); the day is scored with gpu_env.metrics.
+
+Part 3, start latency after a job ends: `gpualloc slurm run`'s loop polling the queue (clock far away). A job
+of another user holds all 32 GPUs and ends, well before its time limit, when the benchmark says (at a random
+moment of the poll's period); a held 8-GPU job of the allocator is planned after it. Measured per
+(--poll, --debounce): Slurm's start_time of the held job minus the end_time of the first (whole seconds).
 """
 
 from __future__ import annotations
@@ -92,7 +98,7 @@ def _reset(cluster: LocalCluster) -> None:
 def part_cycle(root: Path) -> list[str]:
     rows = []
     app = {"name": "chat", "demand": [6, 6, 7, 8, 9, 9, 8, 8, 7, 6, 6, 5] * 2, "ramp": 2, "penalty": 8}
-    config = _config([app])
+    config = _config([{**app, "initial": 6}])  # served at its demand already (no reservation yet)
     for scheduler in ("greedy", "ppo"):  # the first call of the learned planner loads and warms its policy
         run_scheduler(scheduler, generate("mixed-control", 0, gpus=32))
     with LocalCluster(root / "cycle", nodes=4, gpus_per_node=8) as cluster:
@@ -186,7 +192,10 @@ def part_day(root: Path, slot_seconds: float = 60.0) -> list[str]:
                 ids["gpualloc"][ours.sbatch("--hold", "--comment", comment, *args)] = job.id
             demand = list(app.demand[s:]) + [app.demand[-1]] * s
             config = _config(
-                [{"name": app.name, "demand": demand, "ramp": app.ramp, "penalty": app.penalty}],
+                [
+                    {"name": app.name, "demand": demand, "ramp": app.ramp, "penalty": app.penalty}
+                    | ({"initial": app.initial} if s == 0 else {})  # the day's start; later, its reservations
+                ],
                 slots=T,
                 slot_minutes=slot_seconds / 60.0,
                 decay=scenario.decay,
@@ -251,9 +260,95 @@ def part_day(root: Path, slot_seconds: float = 60.0) -> list[str]:
     return lines
 
 
+# ----------------------------------------------------------------------------- part 3
+
+
+def _one_end(
+    cluster: LocalCluster, config, client: SlurmClient, poll: float, debounce: float, delay: float, go: Path
+) -> tuple[int, float, str]:
+    """One job ends under the polling loop: (latency s, the starting cycle's ms, its trigger)."""
+    import threading
+
+    from agents.slurm.loop import run_loop
+
+    def jobs() -> dict[str, jsonread.SlurmJob]:
+        return {j.id: j for j in jsonread.read_jobs(json.loads(cluster.run("squeue", "--all", "--json").stdout))}
+
+    def wait(condition) -> None:
+        deadline = time.monotonic() + 600
+        while not condition():
+            if time.monotonic() > deadline:
+                raise RuntimeError("timed out")
+            time.sleep(0.05)
+
+    first = cluster.sbatch(
+        "-p", "batch", "-N4", "--gres=gpu:8", "-t", "30", "--wrap", f"while [ ! -e {go} ]; do sleep 0.1; done"
+    )  # fmt: skip
+    wait(lambda: jobs()[first].state == "RUNNING")
+    second = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:8", "-t", "60", "--wrap", "sleep 3600")
+    lines: list[dict] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            lines.extend(json.loads(t) for t in text.splitlines())
+
+        def flush(self) -> None:
+            pass
+
+    stop = threading.Event()
+    kwargs = {"budget": 0, "out": Out(), "poll_seconds": poll, "debounce_seconds": debounce, "should_stop": stop.is_set}
+    loop = threading.Thread(target=run_loop, args=(config, client, "greedy", 600), kwargs=kwargs)
+    loop.start()
+    try:
+        wait(lambda: any("cycle" in line for line in lines))
+        time.sleep(delay)
+        go.touch()
+        wait(lambda: jobs()[second].state == "RUNNING")
+    finally:
+        stop.set()
+        loop.join()
+    done = jobs()
+    started = next(line for line in lines if second in line.get("start_now", []))
+    return done[second].start_time - done[first].end_time, started["ms"]["total"], started["trigger"]
+
+
+def part_events(root: Path, repeats: int = 8) -> list[str]:
+    config = _config([])
+    rng = np.random.default_rng(0)
+    rows = []
+    with LocalCluster(root / "events", nodes=4, gpus_per_node=8, timeout=900) as cluster:
+        client = SlurmClient(env=cluster.env, timeout=900, retries=4, retry_delay=0.5)
+        for poll, debounce in ((5.0, 2.0), (0.5, 0.5)):
+            runs = []
+            for k in range(repeats):
+                _reset(cluster)
+                delay = float(rng.uniform(0, poll))  # the end falls anywhere in the poll's period
+                runs.append(_one_end(cluster, config, client, poll, debounce, delay, root / f"go-{poll}-{k}"))
+                print(f"poll {poll} debounce {debounce}: {runs[-1]}", flush=True)
+            latency = [r[0] for r in runs]
+            rows.append(
+                f"| {poll:g} | {debounce:g} | {repeats} | {min(latency)} | {np.median(latency):g} | {max(latency)} "
+                f"| {np.median([r[1] for r in runs]):.0f} | {[r[2] for r in runs].count('ended')} of {repeats} |"
+            )
+    return [
+        "## Start latency after a job ends (the loop on events)",
+        "",
+        "`gpualloc slurm run`'s loop with `--every` far away: a job of another user holds all 32 GPUs and ends",
+        "before its time limit at a random moment of the poll's period; a held 8-GPU job is planned after it.",
+        "Latency = Slurm's start_time of the held job minus the end_time of the first (whole seconds, so +-1 s).",
+        "It adds the wait for the next poll (up to --poll), --debounce, and the cycle up to the release; Slurm",
+        "then starts the job. Cycle ms includes the commit's wait until the released job runs.",
+        "",
+        "| --poll s | --debounce s | runs | latency min s | median s | max s | cycle ms (median) | trigger `ended` |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
+        "",
+    ]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("cycle", "day", "all"), default="all")
+    parser.add_argument("--part", choices=("cycle", "day", "events", "all"), default="all")
     parser.add_argument("--slot-seconds", type=float, default=60.0)
     parser.add_argument("-o", "--output", type=Path, default=OUT)
     args = parser.parse_args()
@@ -273,6 +368,8 @@ def main() -> int:
             sections += part_cycle(Path(tmp))
         if args.part in ("day", "all"):
             sections += part_day(Path(tmp), args.slot_seconds)
+        if args.part in ("events", "all"):
+            sections += part_events(Path(tmp))
     args.output.write_text("\n".join(sections))
     print(f"-> {args.output}", file=sys.stderr)
     return 0

@@ -288,3 +288,116 @@ def test_the_loop_survives_a_controller_restart(fresh) -> None:
     assert jobs[first].state == "RUNNING" and jobs[second].state == "RUNNING"
     quiet = [line for line in lines[n:] if line.get("cycle") == "commit" and line["changes"] == []]
     assert quiet and quiet[0]["failed"] == []
+
+
+CONFIG_NO_APPS = CONFIG.split("realtime:")[0]
+
+
+def test_a_job_that_ends_early_starts_the_next_at_the_next_poll(fresh, tmp_path: Path) -> None:
+    """Issue 24: the loop polls the queue; a job ending before its limit starts the held job planned after it.
+
+    The clock's cycle comes once (``every`` is far longer than the test), so the cycle that starts the next
+    job was started by the event. The first job ends when the test says (it waits for a file), never racing
+    the loop's first cycle.
+    """
+    cluster, _, client, _ = fresh
+    config = load_config(_write(tmp_path / "no-apps.yaml", CONFIG_NO_APPS))
+    go = tmp_path / "go"
+    first = cluster.sbatch(
+        "-p", "batch", "-N4", "--gres=gpu:8", "-t", "30", "--wrap", f"while [ ! -e {go} ]; do sleep 0.1; done"
+    )  # every GPU of the cluster, a limit far longer than it runs
+    _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the first job to run")
+    second = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:8", "-t", "60", "--wrap", "sleep 3600")
+    poll, debounce = 0.5, 0.5
+    lines: list[dict] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            lines.extend(json.loads(t) for t in text.splitlines())
+
+        def flush(self) -> None:
+            pass
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            run_loop(
+                config, client, "greedy", 600, budget=0, out=Out(), poll_seconds=poll, debounce_seconds=debounce,
+                should_stop=stop.is_set,
+            )  # fmt: skip
+        except BaseException as exc:  # the test reports it; the loop must not raise
+            errors.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: any(line.get("cycle") == "commit" for line in lines), "the clock's first cycle")
+        opening = next(line for line in lines if "cycle" in line)
+        assert opening["trigger"] == "clock" and opening["start_now"] == [], opening
+        go.touch()
+        _wait(lambda: _jobs(cluster)[second].state == "RUNNING", "the loop to start the held job")
+        third = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
+        _wait(lambda: _jobs(cluster)[third].state == "RUNNING", "the loop to start a job submitted")
+    finally:
+        stop.set()
+        thread.join(timeout=HANG_GUARD)
+    assert not errors and not thread.is_alive()
+    cycles = [line for line in lines if "cycle" in line]
+    assert [c["trigger"] for c in cycles if c["trigger"] == "clock"] == ["clock"]  # the clock came once
+    started = {j: c for c in cycles for j in c.get("start_now", [])}
+    assert started[second]["trigger"] == "ended" and first in started[second]["events"]["ended"]["ids"]
+    assert started[third]["trigger"] == "submitted" and third in started[third]["events"]["submitted"]["ids"]
+    assert cycles.index(started[second]) < cycles.index(started[third])
+    done = {j.id: j for j in jsonread.read_jobs(_squeue(cluster))}
+    assert done[first].state == "COMPLETED" and done[second].start_time >= done[first].end_time
+    latency = done[second].start_time - done[first].end_time  # whole seconds of Slurm's clock
+    print(f"job {second} started {latency} s after job {first} ended (poll {poll} s, debounce {debounce} s)")
+    assert latency <= poll + debounce + EVENT_SLACK_S, latency  # a hang guard on the event path, not a speed check
+
+
+EVENT_SLACK_S = 120  # seconds beyond poll + debounce for a cycle (snapshot, plan, commit) on a loaded machine
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+SMALLEST = CONFIG_NO_APPS + "realtime:\n  - {name: chat, demand: [2], anchor: day, ramp: 1, penalty: 8}\n"
+
+
+def test_a_full_node_and_an_app_without_a_reservation_plans(fresh, tmp_path: Path, capsys) -> None:
+    """Issue 25's smallest state on a real Slurm: one usable 8-GPU node, two 4-GPU jobs running on it, an app
+    with demand 2 and ramp 1 that holds no reservation. The dry run used to exit 2 (9 GPUs of 8)."""
+    from agents.cli import main
+
+    cluster = fresh[0]
+    cluster.scontrol("update", "NodeName=gpu[02-04]", "State=DRAIN", "Reason=test")
+    jobs = [cluster.sbatch("-p", "batch", "--gres=gpu:4", "-t", "60", "--wrap", "sleep 3600") for _ in range(2)]
+    _wait(lambda: all(_jobs(cluster)[j].state == "RUNNING" for j in jobs), "two 4-GPU jobs to run")
+    path = _write(tmp_path / "smallest.yaml", SMALLEST)
+    before = _state(cluster)
+    assert main(["slurm", "cycle", "--config", str(path), "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    lines = [json.loads(line) for line in out.splitlines()]
+    app = next(line for line in lines if line.get("app") == "chat")
+    assert app["gpus"] == 0 and app["held_now"] == {} and not any("relaxed" in line for line in lines), lines
+    assert _state(cluster) == before
+
+    # more held than there is: a reservation of 6 GPUs' cores made over the running jobs (IGNORE_JOBS)
+    cluster.scontrol(
+        "create", "reservation", "ReservationName=gpualloc-chat.gpu01", "StartTime=now", "Duration=60",
+        "Nodes=gpu01", "CoreCnt=24", "Users=root", "Flags=IGNORE_JOBS",
+    )  # fmt: skip
+    assert main(["slurm", "cycle", "--config", str(path)]) == 0
+    out, err = capsys.readouterr()
+    relaxed = [json.loads(line) for line in out.splitlines() if '"relaxed"' in line]
+    assert len(relaxed) == 1 and relaxed[0]["relaxed"] == "app chat", out
+    assert "its reservations hold 6 GPUs" in relaxed[0]["why"] and "planned as holding 1 (5 over)" in relaxed[0]["why"]
+    assert [line for line in err.splitlines() if "relaxed" in line] == [
+        f"gpualloc slurm: app chat relaxed: {relaxed[0]['why']}"
+    ]
+    assert _reservations(cluster) == []  # nothing is free now: the app's reservation went
+    assert all(_jobs(cluster)[j].state == "RUNNING" for j in jobs)

@@ -373,7 +373,7 @@ def test_a_bug_inside_a_cycle_is_a_traceback_and_slurm_errors_are_lines(monkeypa
     def bug(*_args, **_kwargs):
         raise ImportError("cannot import name 'x' from 'agents.greedy'")
 
-    monkeypatch.setattr(loop.snapshot_module, "take", lambda client, config, now=None: _snap())
+    monkeypatch.setattr(loop.snapshot_module, "take", lambda *_args: _snap())
     monkeypatch.setattr(loop, "run_scheduler", bug)
     with pytest.raises(ImportError):
         loop.run_loop(config, FakeClient(), "greedy", 0.001, budget=0, cycles=1, out=Out(), sleep=lambda s: None)

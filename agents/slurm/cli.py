@@ -3,7 +3,7 @@
     gpualloc slurm snapshot --config slurm.yaml -o now.yaml
     gpualloc slurm cycle --config slurm.yaml --scheduler greedy --dry-run -o plan.png
     gpualloc slurm cycle --config slurm.yaml --scheduler greedy
-    gpualloc slurm run --config slurm.yaml --scheduler greedy --every 60 --log cycles.jsonl
+    gpualloc slurm run --config slurm.yaml --scheduler greedy --every 60 --poll 5 --log cycles.jsonl
 
 Every command talks to the cluster that ``SLURM_CONF`` (or Slurm's default)
 names. Decisions are printed as one JSON line each on stdout; notes for the
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import os
 import signal
 import sys
@@ -25,6 +26,19 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_CONFIG = "/etc/gpualloc/slurm.yaml"
+DEFAULT_POLL = 5.0  # seconds between reads of the queue in `run`
+DEFAULT_DEBOUNCE = 2.0  # seconds from the poll that saw a change to the cycle it starts
+
+
+def _seconds(text: str) -> float:
+    """Argparse type: a finite number of seconds, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {text!r}")
+    return value
 
 
 def arguments(p: argparse.ArgumentParser) -> None:
@@ -54,10 +68,26 @@ def arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("-o", "--output", type=Path, metavar="PLAN.png|PLAN.json", help="draw the plan or write it")
     add_plan_options(c)
 
-    r = sub.add_parser("run", help="repeat the cycle every --every minutes")
+    r = sub.add_parser("run", help="repeat the cycle every --every minutes and when a job ends or is submitted")
     common(r)
     r.add_argument("--scheduler", "-s", default="greedy", metavar="NAME", help="the fast mode (default: greedy)")
     r.add_argument("--every", type=positive_float, required=True, metavar="MINUTES", help="minutes between cycles")
+    r.add_argument(
+        "--poll",
+        type=_seconds,
+        default=DEFAULT_POLL,
+        metavar="S",
+        help=f"read the queue every S seconds; a job ended or submitted starts a cycle (0: the clock only; "
+        f"default {DEFAULT_POLL:g})",
+    )
+    r.add_argument(
+        "--debounce",
+        type=_seconds,
+        default=DEFAULT_DEBOUNCE,
+        metavar="S",
+        help=f"start that cycle S seconds after the poll that saw the change: the changes meanwhile make one cycle "
+        f"(default {DEFAULT_DEBOUNCE:g})",
+    )
     r.add_argument(
         "--budget",
         type=float,
@@ -119,7 +149,7 @@ def _snapshot(args: argparse.Namespace) -> int:
     _check_output(args.output, (".yaml", ".yml", ".json"))
     config, client = _setup(args)
     snap = snapshot.take(client, config)
-    _print_notes(snap.notes)
+    _print_notes([*snap.relaxed, *snap.notes])
     if args.output is None:
         sys.stdout.write(dump_scenario(snap.scenario))
     else:
@@ -128,8 +158,8 @@ def _snapshot(args: argparse.Namespace) -> int:
     running = len(snap.running)
     print(
         f"slurm now: {len(snap.nodes)} nodes x {snap.node_size} GPUs ({', '.join(snap.nodes)}), {running} running, "
-        f"{len(snap.owned)} owned pending, {len(snap.notes)} left alone; {sc.slots} slots of {sc.slot_minutes:g} min"
-        + (f" -> {args.output}" if args.output is not None else ""),
+        f"{len(snap.owned)} owned pending, {len(snap.notes)} left alone, {len(snap.relaxed)} relaxed; "
+        f"{sc.slots} slots of {sc.slot_minutes:g} min" + (f" -> {args.output}" if args.output is not None else ""),
         file=sys.stderr,
     )
     return 0
@@ -149,7 +179,7 @@ def _cycle(args: argparse.Namespace) -> int:
         result = cycle(config, client, args.scheduler, plan_options(args), dry_run=args.dry_run)
     for line in result.lines:
         print(json.dumps(line))
-    _print_notes(result.snapshot.notes)
+    _print_notes([*result.snapshot.relaxed, *result.snapshot.notes])
     if args.output is not None:
         if args.output.suffix.lower() == ".json":
             result.decision.plan.save(args.output)
@@ -193,6 +223,8 @@ def _run(args: argparse.Namespace) -> int:
                 cycles=args.cycles,
                 log=args.log,
                 out=sys.stdout,
+                poll_seconds=args.poll,
+                debounce_seconds=args.debounce,
                 should_stop=lambda: stop["now"],
             )
     finally:

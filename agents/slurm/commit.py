@@ -259,7 +259,7 @@ def _confirm(
 
 
 def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> list[dict[str, Any]]:
-    """One dict per owned job, app and note: the plan's decision, planned start, and why others wait."""
+    """One dict per owned job, app, relaxation and note: the plan's decision, planned start, and why others wait."""
     scenario = snapshot.scenario
     slot = snapshot.config.slot_seconds
     failed = {c.target: why for c, why in (commit.failed if commit else [])}
@@ -312,6 +312,7 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
         if problems:
             line["failed"] = problems
         lines.append(line)
+    lines.extend(n.to_dict() for n in snapshot.relaxed)
     lines.extend(n.to_dict() for n in snapshot.notes)
     return lines
 

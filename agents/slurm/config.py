@@ -72,7 +72,7 @@ class RealtimeApp:
             the UTC day (``anchor: day``, read cyclically by the clock).
         ramp: Most GPUs added or removed between slots.
         penalty: Cost of one unserved GPU-slot.
-        initial: GPUs serving it now when it has no reservation yet (default: demand now).
+        initial: GPUs serving it now when it holds no reservation (None: 0, what Slurm says).
         anchor: ``now`` or ``day``.
         users: Users allowed into the reservation.
     """

@@ -5,14 +5,16 @@ which of the allocator's jobs are held, the apps' reservations), so running it
 twice on an unchanged cluster changes nothing the second time, and the loop can
 be stopped and started again at any point. A cycle that cannot reach Slurm (a
 controller restarting) fails with one line, and the loop tries again at the
-next cycle.
+next cycle. Between cycles the loop polls the queue, and a job that ends or is
+submitted starts a cycle (:mod:`agents.slurm.events`) besides the clock's.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -24,6 +26,7 @@ from agents.slurm import commit as commit_module
 from agents.slurm import snapshot as snapshot_module
 from agents.slurm.config import SlurmConfig
 from agents.slurm.errors import SlurmError
+from agents.slurm.events import Events, Watch
 from gpu_env.validation import validate
 
 FULL_MIN_SECONDS = 2.0  # the loop runs ``full`` when a cycle's budget leaves at least this long to plan
@@ -68,18 +71,21 @@ def cycle(
     dry_run: bool = False,
     now: float | None = None,
     confirm_seconds: float | None = None,
+    slot_start: Mapping[str, int] | None = None,
 ) -> CycleResult:
     """Snapshot, plan with ``scheduler``, validate, and commit the plan's slot 0 (nothing when ``dry_run``).
 
     ``confirm_seconds`` (default: the configuration's ``slurm.confirm``) is how long a released
-    job may take to start before it is held again.
+    job may take to start before it is held again. ``slot_start`` (per app, the GPUs it held when
+    the current slot began) makes a second cycle within a slot plan the apps' ramps from there
+    (:func:`agents.slurm.snapshot.build`).
 
     Raises:
         SlurmError: Slurm cannot be read (nothing changed), or the plan breaks a rule (nothing changed).
         UnknownSchedulerError: No scheduler has this name.
     """
     started = time.perf_counter()
-    snap = snapshot_module.take(client, config, now)
+    snap = snapshot_module.take(client, config, now, slot_start)
     t_snap = time.perf_counter()
     plan = run_scheduler(scheduler, snap.scenario, options)
     violations = validate(snap.scenario, plan)
@@ -127,46 +133,106 @@ def run_loop(
     cycles: int | None = None,
     log: Path | None = None,
     out: IO[str] | None = None,
+    poll_seconds: float = 0.0,
+    debounce_seconds: float = 0.0,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> int:
-    """Repeat :func:`cycle` every ``every_minutes``; returns the number of cycles that failed.
+    """Repeat :func:`cycle` every ``every_minutes`` and when a job ends or is submitted; returns the failed cycles.
+
+    The clock's cycles start at the loop's start and every ``every_minutes`` after
+    it (a start that a long cycle overran is skipped). With ``poll_seconds`` > 0
+    the queue is read (one ``squeue``) that often between cycles; a change
+    (:mod:`agents.slurm.events`) starts a cycle ``debounce_seconds`` after the poll
+    that saw it, so that the events of that window make one cycle. Each cycle's
+    summary line names its ``trigger`` (``clock``, ``ended`` or ``submitted``) and
+    its ``events``. A poll that fails is one ``{"poll": "failed", ...}`` line (once
+    until a poll succeeds again) and the loop goes on. An event cycle plans the apps'
+    ramps from what they held at the clock's last cycle, so that an app moves at most
+    its ramp a slot however many events come (``slot_start`` of :func:`cycle`).
 
     Each cycle plans with ``scheduler`` (the fast mode), or with ``full`` seeded by it when
     ``budget`` (seconds of planning per cycle; default a tenth of the interval, at most 60)
     is at least :data:`FULL_MIN_SECONDS`. Every cycle's lines go to ``out`` and, appended,
     to ``log``; a cycle that fails is one ``{"cycle": "failed", "error": ...}`` line.
+    ``sleep`` and ``clock`` (monotonic seconds) are the loop's only sense of time.
     """
     options = options or PlanOptions()
     interval = every_minutes * 60.0
     budget = min(interval / 10.0, 60.0) if budget is None else budget
+    watch = Watch(client)
     failures = 0
     n = 0
+    due = clock()  # the clock's next cycle
+    slot_start: dict[str, int] | None = None  # per app, the GPUs it held when the clock's last cycle began the slot
+    trigger, found = "clock", Events()
     while cycles is None or n < cycles:
         if should_stop():
             break
         n += 1
-        began = time.monotonic()
         use = "full" if budget >= FULL_MIN_SECONDS and scheduler != "full" else scheduler
         opts = replace(options, time_limit=budget) if use == "full" else options
         try:
-            result = cycle(config, client, use, opts)
+            result = cycle(config, client, use, opts, slot_start=None if trigger == "clock" else slot_start)
+            watch.saw(result.snapshot.jobs)  # what happens from here on is the next poll's news
+            if trigger == "clock":  # a slot begins: the apps' ramps count from what they hold now
+                slot_start = {a.name: a.initial for a in result.snapshot.scenario.apps}
             lines = result.lines
-            lines[-1]["n"] = n
             if result.failed:
                 failures += 1
         except SlurmError as exc:
             failures += 1
-            lines = [{"cycle": "failed", "n": n, "time": _now(), "error": str(exc)}]
+            lines = [{"cycle": "failed", "time": _now(), "error": str(exc)}]
+            if trigger == "clock":
+                slot_start = None
+        lines[-1].update(n=n, trigger=trigger)
+        if found:
+            lines[-1]["events"] = found.to_dict()
         _emit(lines, out, log)
         if cycles is not None and n >= cycles:
             break
-        wait = interval - (time.monotonic() - began)
-        while wait > 0 and not should_stop():
-            step = min(wait, 1.0)
-            sleep(step)
-            wait -= step
+        if trigger == "clock":
+            due += interval * max(1, math.ceil((clock() - due) / interval))
+        waited = _wait(watch, due, poll_seconds, debounce_seconds, sleep, clock, should_stop, out, log)
+        if waited is None:
+            break
+        trigger, found = waited
     return failures
+
+
+def _wait(
+    watch: Watch,
+    due: float,
+    poll: float,
+    debounce: float,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+    should_stop: Callable[[], bool],
+    out: IO[str] | None,
+    log: Path | None,
+) -> tuple[str, Events] | None:
+    """Poll until the clock's cycle is due or a debounced event fires: its trigger and events (None: stopped)."""
+    found = Events()
+    fire = math.inf  # when the events found so far start a cycle
+    next_poll = clock() + poll if poll > 0 else math.inf
+    while not should_stop():
+        now = clock()
+        if now >= due:
+            return "clock", found
+        if now >= fire:
+            return found.kind, found
+        if now >= next_poll:
+            new, error = watch.poll()
+            next_poll = clock() + poll
+            if error is not None:
+                _emit([{"poll": "failed", "time": _now(), "error": error}], out, log)
+            if new and not found:
+                fire = clock() + debounce
+            found = found.merge(new)
+            continue
+        sleep(min(min(due, fire, next_poll) - now, 1.0))  # at most 1 s: a stop is seen within a second
+    return None
 
 
 def _now() -> str:

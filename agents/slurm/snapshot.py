@@ -17,11 +17,18 @@
   from ``--begin``, deadline from ``--deadline``, type and priority from the
   configuration's mapping.
 - **Real-time apps** come from the configuration; each app's ``initial`` is
-  what its reservation holds now.
+  what its reservations hold now: 0 without one, unless the configuration
+  gives an ``initial`` (the operator's word for an app served outside Slurm).
 
 Whatever cannot be read is never guessed: a :class:`Note` names the job or node
 and why, and it is left out (a node that holds something unreadable is left out
 of the plan entirely, so that nothing is ever planned onto its GPUs).
+
+What is read but breaks a rule in slot 0 never stops a cycle: the scenario is
+relaxed to what is there, and a :class:`Relaxed` says how. An app that holds
+more than its ramp can shed into what the running jobs leave is planned as
+holding the most that fits (SPEC rules 6 and 7); a job running past its time
+limit holds its GPUs for one more slot.
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from agents.slurm.config import SlurmConfig
 from agents.slurm.errors import UnreadableError
 from agents.slurm.jsonread import SlurmJob, SlurmNode, SlurmReservation, parse_gres
+from gpu_env.rules import ramp_floor
 from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, Scenario, scenario_from_dict
 
 USABLE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "ALLOC", "MIX", "COMPLETING"})
@@ -83,6 +93,22 @@ class Note:
         return f"{self.kind} {self.id} left alone: {self.why}"
 
 
+@dataclass(frozen=True)
+class Relaxed:
+    """A state that the rules call infeasible in slot 0, planned from as it is: an app or a job, and how."""
+
+    kind: str  # "app", "job"
+    id: str
+    why: str
+
+    def to_dict(self) -> dict[str, str]:
+        """One JSON line's worth."""
+        return {"relaxed": f"{self.kind} {self.id}", "why": self.why}
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} relaxed: {self.why}"
+
+
 @dataclass
 class Snapshot:
     """The cluster now, as a scenario, with the maps back to Slurm.
@@ -99,6 +125,9 @@ class Snapshot:
         reservations: The apps' current reservations on usable nodes, by app name, then node.
         app_now: GPUs each app's reservation holds now on each usable node.
         notes: What was left alone and why.
+        relaxed: Where slot 0 was relaxed to what is there (an app holding more than the ramp lets fit,
+            a job running past its time limit), and by how much.
+        jobs: Every job Slurm listed, as read (the loop compares successive reads).
         version: Slurm's (major, minor) when the JSON says.
     """
 
@@ -113,6 +142,8 @@ class Snapshot:
     reservations: dict[str, dict[str, SlurmReservation]] = field(default_factory=dict)
     app_now: dict[str, dict[str, int]] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
+    relaxed: list[Relaxed] = field(default_factory=list)
+    jobs: tuple[SlurmJob, ...] = ()
     version: tuple[int, int] = (0, 0)
 
     def node_of(self, gpu: int) -> str:
@@ -131,12 +162,14 @@ class Snapshot:
         return out
 
 
-def take(client: Any, config: SlurmConfig, now: float | None = None) -> Snapshot:
+def take(
+    client: Any, config: SlurmConfig, now: float | None = None, slot_start: Mapping[str, int] | None = None
+) -> Snapshot:
     """Read Slurm through ``client`` (a :class:`~agents.slurm.client.SlurmClient`) and build the snapshot."""
     nodes = client.nodes()
     jobs = client.jobs()
     reservations = client.reservations()
-    return build(config, nodes, jobs, reservations, time.time() if now is None else now)
+    return build(config, nodes, jobs, reservations, time.time() if now is None else now, slot_start)
 
 
 # ----------------------------------------------------------------------------- building
@@ -148,8 +181,15 @@ def build(
     jobs: Sequence[SlurmJob],
     reservations: Sequence[SlurmReservation],
     now: float,
+    slot_start: Mapping[str, int] | None = None,
 ) -> Snapshot:
-    """The snapshot from what Slurm said (pure: no Slurm call; the unit tests feed it fixtures)."""
+    """The snapshot from what Slurm said (pure: no Slurm call; the unit tests feed it fixtures).
+
+    ``slot_start`` gives, per app, the GPUs it held when the current slot began: a cycle that runs
+    again within a slot (the loop's event cycles) plans the app's ramp from there, so that it moves
+    at most its ramp a slot however many cycles run. Without it, an app starts from what its
+    reservations hold now.
+    """
     notes: list[Note] = []
     gpu_nodes, node_size = _gpu_nodes(config, nodes, notes)
     horizon_end = now + config.slots * config.slot_seconds
@@ -194,6 +234,14 @@ def build(
                 bad_nodes.setdefault(n, f"holds job {job.id}, which {reason.split(';')[0][5:]}")
             continue
         running_gpus[job.id] = per_node
+    # two running jobs on one GPU (a shared gres, oversubscription): the node cannot be planned as one job per GPU
+    owner: dict[tuple[str, int], str] = {}
+    for jid, per_node in running_gpus.items():
+        for n, indices in per_node.items():
+            for i in indices:
+                other = owner.setdefault((n, i), jid)
+                if other != jid:
+                    bad_nodes.setdefault(n, f"jobs {other} and {jid} both hold its GPU {i}")
     # a node left out takes the nodes of every job that spans it along (to a fixed point)
     changed = True
     while changed:
@@ -219,9 +267,20 @@ def build(
     outside: dict[str, SlurmJob] = {}
     entries: list[dict[str, Any]] = []
     running: dict[str, SlurmJob] = {}
+    relaxed: list[Relaxed] = []
     for jid, gpus in placed.items():
         job = by_id[jid]
-        remaining = max(1, math.ceil((job.end_time - now) / config.slot_seconds - 1e-9))  # type: ignore[operator]
+        left = job.end_time - now  # type: ignore[operator]
+        remaining = max(1, math.ceil(left / config.slot_seconds - 1e-9))
+        if left <= 0 and job.state != "COMPLETING":
+            relaxed.append(
+                Relaxed(
+                    "job",
+                    jid,
+                    f"runs {_span(-left)} past its time limit (end time {_iso(job.end_time)}): planned to hold its "
+                    f"{len(gpus)} GPUs for 1 more slot",
+                )
+            )
         job_type, priority = _workload(config, job, strict=False)
         entries.append(
             {
@@ -261,13 +320,13 @@ def build(
             continue
         entries.append(entry)
         owned[job.id] = job
-    # real-time apps: the forecast from the configuration, the current allocation from the reservation
+    # real-time apps: the forecast from the configuration, what each holds now from its reservations
     by_name = {r.name: r for r in reservations}
     current: dict[str, dict[str, SlurmReservation]] = {}
     app_now: dict[str, dict[str, int]] = {}
     apps = []
+    starts: list[tuple[int, str]] = []  # per app: GPUs it holds now, and where that number comes from
     for app in config.apps:
-        demand = _demand(app, config, now)
         mine: dict[str, SlurmReservation] = {}
         held: dict[str, int] = {}
         for n in order:
@@ -278,21 +337,34 @@ def build(
             held[n] = (res.cores.get(n) or res.core_count) // config.cpus_per_gpu
         current[app.name] = mine
         app_now[app.name] = held
-        if mine:
-            initial = sum(held.values())
-        elif app.initial is not None:
-            initial = app.initial
-        else:
-            initial = demand[0]
+        if slot_start is not None and app.name in slot_start:
+            starts.append((slot_start[app.name], "it held at the start of this slot"))
+        elif mine:
+            starts.append((sum(held.values()), "its reservations hold"))
+        else:  # what Slurm says it holds: nothing, unless the operator configured an initial
+            starts.append((app.initial or 0, "it holds no reservation and its configured initial is"))
         apps.append(
             {
                 "name": app.name,
-                "demand": list(demand),
+                "demand": list(_demand(app, config, now)),
                 "ramp": app.ramp,
-                "initial": min(initial, max(gpus_total, 0)),
                 "penalty": app.penalty,
             }
         )
+    load = _inherited_load(entries, config.slots)
+    initials = _relax_initials([s for s, _ in starts], [a.ramp for a in config.apps], load, gpus_total)
+    for app, (start, source), initial in zip(apps, starts, initials, strict=True):
+        app["initial"] = initial
+        if initial < start:
+            relaxed.append(
+                Relaxed(
+                    "app",
+                    app["name"],
+                    f"{source} {start} GPUs, but the running jobs leave {max(gpus_total - int(load[0]), 0)} of "
+                    f"{gpus_total} free in slot 0 and its ramp sheds at most {app['ramp']} a slot: planned as "
+                    f"holding {initial} ({start - initial} over)",
+                )
+            )
     if not order:
         raise UnreadableError("no usable GPU node: " + ("; ".join(str(n) for n in notes[:5]) or "none in sinfo"))
     data = {
@@ -315,6 +387,8 @@ def build(
         reservations=current,
         app_now=app_now,
         notes=notes,
+        relaxed=relaxed,
+        jobs=tuple(jobs),
     )
 
 
@@ -554,6 +628,47 @@ def _comment_tags(comment: str) -> dict[str, str]:
         if sep and key in ("type", "priority"):
             tags[key] = value
     return tags
+
+
+def _inherited_load(entries: Sequence[dict[str, Any]], slots: int) -> np.ndarray:
+    """GPUs the running jobs hold in each slot of the horizon, shape (slots,)."""
+    load = np.zeros(slots, dtype=np.int64)
+    for e in entries:
+        if "running_on" in e:
+            load[: min(e["duration"], slots)] += e["gpus"]
+    return load
+
+
+def _relax_initials(starts: Sequence[int], ramps: Sequence[int], load: np.ndarray, gpus: int) -> list[int]:
+    """The apps' GPUs now, lowered (least first where it is most) until the ramps' floors fit beside ``load``.
+
+    SPEC rule 6 lets an app shed at most its ramp a slot, so an app that holds
+    more than the running jobs leave forces GPUs that do not exist (rule 7 in
+    slot 0 or later). Each app's start is lowered until, in every slot, the
+    running jobs plus the least allocation the ramps allow fit in ``gpus``; an
+    app that fits keeps what it holds.
+    """
+    initials = [min(s, gpus) for s in starts]
+    free = np.maximum(gpus - load, 0)
+    while True:
+        floors = [ramp_floor(i, r, load.size) for i, r in zip(initials, ramps, strict=True)]
+        total = np.sum(floors, axis=0) if floors else np.zeros_like(free)
+        over = np.flatnonzero(total > free)
+        if not over.size:
+            return initials
+        t = int(over[0])
+        a = max(range(len(floors)), key=lambda k: (floors[k][t], -k))  # the app with most there, first in order
+        initials[a] -= int(min(total[t] - free[t], floors[a][t]))
+
+
+def _span(seconds: float) -> str:
+    """``95`` -> ``"1 min 35 s"``."""
+    m, s = divmod(round(seconds), 60)
+    return f"{m} min {s} s" if m else f"{s} s"
+
+
+def _iso(epoch: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch))
 
 
 def _demand(app: Any, config: SlurmConfig, now: float) -> tuple[int, ...]:
