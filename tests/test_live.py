@@ -10,7 +10,7 @@ import pytest
 from agents.rolling import simulation
 from agents.rolling.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand
-from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, load_history
+from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, history_error_level, load_history
 from agents.rolling.runtimes import TRACE_RUNTIMES, draw_runtimes
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.scenario import App, Job, JobType, Scenario, load_scenario, save_scenario
@@ -105,6 +105,16 @@ def test_history_forecaster_profile_and_level() -> None:
     low = fc.forecast(None, np.array([[1, 1, 0, 0]]), 2, 8)
     assert high.shape == (1, 2)
     assert (high > low).all()
+
+
+def test_history_error_level_hand_worked() -> None:
+    """Past curves at 2 and 4: the profile is 3, each deviates by a third of it."""
+    days = [_day((), demand=(2, 2, 2, 2)), _day((), demand=(4, 4, 4, 4))]
+    assert history_error_level(days, days[0]) == pytest.approx(1 / 3)
+    assert history_error_level(days[:1], days[0]) == 0.0
+    assert history_error_level([days[0]] * 3, days[0]) == 0.0
+    planner = live_planner(history=days, day=days[0])
+    assert planner.forecaster.prior_sigma == pytest.approx(1 / 3)
 
 
 def test_history_forecaster_identical_days_has_no_margin() -> None:

@@ -35,7 +35,7 @@ from agents.options import PlanOptions
 from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
 from agents.rolling.forecast import Corrector
-from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
+from agents.rolling.history import ArrivalModel, HistoryForecaster, history_error_level, stable_seed
 from gpu_env.plan import Plan
 from gpu_env.scenario import Job, Scenario
 
@@ -59,8 +59,8 @@ DEFAULT_THRESHOLD = 0.5
 FUTURE_PREFIX = "~future"
 LIVE_FORECAST = Corrector()
 """The live planner's demand forecast: the day's forecast corrected as rolling does (:class:`Corrector`'s
-defaults). With :func:`fill_idle` a larger margin, a prior error level or rounding up all measured worse
-(docs/rolling.md)."""
+defaults); with a history, the prior error level is the past curves' spread (docs/rolling.md: measured
+against a 1.5-SD margin, the forecaster fitted from the history, and the larger of the two)."""
 LIVE_PLANNERS = ("anticipate", "anticipate-ppo")
 """The live planners by name: consensus over sampled futures with greedy, or with ppo, as the base planner."""
 
@@ -191,7 +191,8 @@ def live_planner(
         runtimes: The runtime / limit distribution the planner assumes (None: jobs run to their limit).
         samples: Futures per cycle.
         seed: Seed of every draw.
-        forecast: ``corrector`` (:data:`LIVE_FORECAST` on the day's forecast) or ``history`` (each app's
+        forecast: ``corrector`` (:data:`LIVE_FORECAST` on the day's forecast; with a history, its prior
+            error level is :func:`agents.rolling.history.history_error_level`) or ``history`` (each app's
             curve fitted from its past days, :class:`HistoryForecaster`; needs ``history`` and ``day``).
 
     Raises:
@@ -206,6 +207,8 @@ def live_planner(
     arrivals = ArrivalModel.fit(history) if history else None
     if forecast == "corrector":
         forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
+        if history and day is not None:
+            forecaster = replace(LIVE_FORECAST, prior_sigma=history_error_level(history, day))
     elif forecast == "history":
         if not history or day is None:
             raise ValueError("forecast 'history' needs past days (--history)")
