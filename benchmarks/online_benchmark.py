@@ -35,6 +35,8 @@ and their hindsight optima, over :mod:`agents.fanout`; ``--parallel N`` or ``--r
 
 Writes ``benchmarks/results/online.md`` (tables and the targets, each met or missed), ``online.json``
 (every row) and ``online.png``; ``--quick`` writes them to the temporary directory unless ``--out`` says.
+Each finished day's rows are kept in ``online.partial.jsonl`` until the end: ``--resume`` after a killed run
+plays only the days it had not finished.
 """
 
 from __future__ import annotations
@@ -382,7 +384,8 @@ def day_tasks(
                 options = PlanOptions(
                     time_limit=settings.hindsight_time_limit, seed=seed, deterministic_time=settings.hindsight_dtime
                 )
-                tasks.append(Task.make(day, "online", options, family=family, num_jobs=None, settings=asdict(settings)))
+                params = {"family": family, "gpus": day.gpus, "num_jobs": None, "settings": asdict(settings)}
+                tasks.append(Task.make(day, "online", options, **params))
     return tasks
 
 
@@ -770,7 +773,13 @@ def plot(rows: Sequence[Mapping[str, Any]], settings: Settings) -> Figure:
     models = list(settings.runtimes)
     bar_sigma = 0.3 if 0.3 in settings.sigmas else max(settings.sigmas)
     families = list(dict.fromkeys(r["family"] for r in seed))
-    low = min((r["ratio"] for r in seed), default=0.5)
+    bars = [
+        mean_of(seed, planner=p, family=f, sigma=bar_sigma, runtime=m)
+        for p in planners
+        for f in families
+        for m in models
+    ]
+    low = min((x for x in bars if not math.isnan(x)), default=0.5)  # the bars' scale: the lowest family mean
     with plt.rc_context(_STYLE):
         fig = plt.figure(figsize=(7.5 * len(models), 9.5), layout="constrained")
         grid = fig.add_gridspec(2, len(models), height_ratios=(1, 1.05))
@@ -814,7 +823,7 @@ def plot(rows: Sequence[Mapping[str, Any]], settings: Settings) -> Figure:
             if bar_sigma == 0.3:
                 ax.axhline(0.85, color="black", ls=":", lw=1.2, label="target for every family (σ 0.3)")
             ax.set_xticks(x, families, rotation=15, ha="right")
-            ax.set_ylim(max(0.0, min(low, 1.0) - 0.05), 1.02)
+            ax.set_ylim(max(0.0, min(low, 1.0) - 0.05), 1.01)
             ax.set_ylabel("mean executed / hindsight optimum")
             ax.set_title(f"per family at σ {bar_sigma:g}, {m} runtimes")
             ax.grid(axis="y", alpha=0.3)
@@ -833,6 +842,20 @@ def plot(rows: Sequence[Mapping[str, Any]], settings: Settings) -> Figure:
 
 
 # ----------------------------------------------------------------------------- the report
+
+
+def commit() -> str:
+    """The checkout's commit (``unknown`` outside a git work tree), with ``+changes`` when it has uncommitted ones."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + (" +changes" if dirty.stdout.strip() else "")
 
 
 def machine() -> str:
@@ -869,7 +892,7 @@ def report(
         "# The live regime against hindsight",
         "",
         f"- Command: `{command}`",
-        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}; commit {commit()}",
         f"- Machine: {started_on} (at the start); {machine()} (at the end)",
         f"- Tasks: {backend}; {wall_s / 60:.1f} min wall.",
         "",
@@ -993,6 +1016,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--full-time-limit", type=float, default=0.3, metavar="S", help="full's seconds per re-plan")
     parser.add_argument("--quick", action="store_true", help="2 families x 2 days, σ 0 and 0.3")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the days a killed run finished (STEM.partial.jsonl)"
+    )
     parser.add_argument("--out", type=Path, default=None, metavar="STEM", help=f"output stem ({OUT.relative_to(ROOT)})")
     add_fanout_options(parser)
     return parser
@@ -1006,12 +1032,42 @@ def check_planners(planners: Sequence[str]) -> None:
         raise FanoutError(f"--planners: unknown or unavailable {unknown or list(planners)} (expected: {known})")
 
 
-def progress(total: int, started: float) -> Callable[[int, TaskResult], None]:
-    """A line on stderr per finished task: the day, its time, and a few ratios."""
+def task_key(task: Task) -> tuple[str, int, int]:
+    """(family, GPUs, day seed): what names a day's task in the partial file."""
+    return (task.params["family"], int(task.params["gpus"]), int(task.seed))
+
+
+def read_partial(path: Path, settings: Settings) -> dict[tuple[str, int, int], list[dict[str, Any]]]:
+    """The rows of the days a killed run finished (``--resume``), by task key; refused if played otherwise.
+
+    Raises:
+        FanoutError: A day of the file was played with other settings.
+    """
+    done: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if Settings.from_dict(record["settings"]) != settings:
+            raise FanoutError(f"--resume: {path} holds days played with other settings; remove it or run without")
+        done[tuple(record["key"])] = record["rows"]
+    return done
+
+
+def progress(
+    total: int, started: float, tasks: Sequence[Task], partial: Path, settings: Settings
+) -> Callable[[int, TaskResult], None]:
+    """Per finished task: a line on stderr (the day, its time, a few ratios), and its rows kept in ``partial``."""
     done = [0]
 
     def report_one(index: int, result: TaskResult) -> None:
         done[0] += 1
+        if result.error is None:  # kept at once: a run killed later is resumed from here (--resume)
+            record = {"key": task_key(tasks[index]), "settings": asdict(settings), "rows": result.values["rows"]}
+            with partial.open("a") as file:
+                file.write(json.dumps(record, separators=(",", ":")) + "\n")
         rows = result.values.get("rows", [])
         means = []
         for p in ("greedy", "backfill", LIVE_PLANNER):
@@ -1078,11 +1134,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.sizes:
         large_seeds = [args.seed_base + i for i in range(args.large_days or args.days)]
         tasks = day_tasks(args.large_families or args.families, args.sizes, large_seeds, settings) + tasks
-    print(f"{len(tasks)} tasks (family x size x day), {backend.describe()}", file=sys.stderr, flush=True)
-    run = run_tasks(
-        tasks, backend, timeout=args.task_timeout, function=day_task, on_result=progress(len(tasks), started)
+    partial = out.with_suffix(".partial.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        kept = read_partial(partial, settings) if args.resume else {}
+    except FanoutError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    if not args.resume:
+        partial.unlink(missing_ok=True)
+    todo = [t for t in tasks if task_key(t) not in kept]
+    print(
+        f"{len(tasks)} tasks (family x size x day), {len(tasks) - len(todo)} done before (--resume); "
+        f"{backend.describe()}",
+        file=sys.stderr,
+        flush=True,
     )
-    rows = [row for r in run.results for row in r.values.get("rows", [])]
+    run = run_tasks(
+        todo,
+        backend,
+        timeout=args.task_timeout,
+        function=day_task,
+        on_result=progress(len(todo), started, todo, partial, settings),
+    )
+    fresh = {task_key(t): r.values.get("rows", []) for t, r in zip(todo, run.results, strict=True)}
+    rows = [row for t in tasks for row in kept.get(task_key(t), fresh.get(task_key(t), []))]
     failed_tasks = [line for r, line in zip(run.failures, run.failure_lines(), strict=True) if r.error is not None]
     for r in run.results:
         if r.error is not None:
@@ -1102,19 +1177,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings,
         command=command,
         started_on=started_on,
-        backend=run.backend,
+        backend=run.backend + (f"; {len(kept)} day tasks kept from a killed run (--resume)" if kept else ""),
         wall_s=time.perf_counter() - started,
         failed_tasks=failed_tasks,
         families=args.families,
         seeds=seeds,
         sizes=sizes,
     )
-    out.parent.mkdir(parents=True, exist_ok=True)
     save_figure(plot(rows, settings), out.with_suffix(".png"))
     document = {
         "command": command,
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
         "machine": started_on,
+        "commit": commit(),
         "backend": run.backend,
         "wall_s": round(time.perf_counter() - started, 1),
         "settings": asdict(settings),
@@ -1127,6 +1202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     write_text_atomic(out.with_suffix(".json"), json.dumps(document, indent=None, separators=(",", ":")) + "\n")
     write_text_atomic(out.with_suffix(".md"), text)
+    partial.unlink(missing_ok=True)  # everything is in the JSON now
     bad = sum(not r["valid"] for r in rows)
     print(
         f"wrote {out.with_suffix('.md')}, .json, .png: {len(rows)} executed days, {bad} invalid, "
