@@ -313,7 +313,6 @@ def _simulate(args: argparse.Namespace) -> int:
     from agents.report.rolling import write_simulation
     from agents.rolling.anticipate import DEFAULT_SAMPLES, LIVE_PLANNERS, live_planner
     from agents.rolling.history import load_history
-    from agents.rolling.runtimes import TRACE_RUNTIMES
 
     scenario = load_scenario(args.scenario)
     history = load_history(args.history, scenario)
@@ -326,7 +325,6 @@ def _simulate(args: argparse.Namespace) -> int:
             name,
             history=history,
             day=scenario,
-            runtimes=TRACE_RUNTIMES if args.runtime_model == "trace" else None,
             samples=args.samples or DEFAULT_SAMPLES,
             seed=args.seed,
             forecast=args.forecast,

@@ -20,8 +20,7 @@ day is played at every forecast error of ``--sigmas`` and runtime model of ``--r
    (``anticipate``), without it (``anticipate-nohist``), and with the demand forecaster fitted from the
    history (``anticipate-histfc``). The history is ``--history-days`` other days of the same family
    (seeds never played), each with its **realized** demand drawn at the same sigma: what happened on
-   those days, never the played day. With trace runtimes the live planner assumes the trace's
-   runtime distribution.
+   those days, never the played day. The live planners see only the time limits, as shipped.
 
 Each executed day is scored as ``objective / reference`` and validated against the realized day (a
 failure is a bug: it is printed on stderr and listed in the report). The live planners' cycle times are
@@ -69,7 +68,7 @@ from agents.registry import SCHEDULERS, available_schedulers, run_scheduler  # n
 from agents.report.statistics import mean_ci  # noqa: E402
 from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER, live_planner  # noqa: E402
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand  # noqa: E402
-from agents.rolling.runtimes import TRACE_RUNTIMES, draw_runtimes  # noqa: E402
+from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
@@ -214,7 +213,6 @@ def live_scheduler(
             "anticipate",
             history=past if with_history else (),
             day=day,
-            runtimes=TRACE_RUNTIMES if model == "trace" else None,
             samples=settings.samples,
             seed=seed,
             forecast=forecast,
@@ -908,8 +906,8 @@ def report(
         f"({settings.samples} futures per cycle) with its own forecaster, fitted from {settings.history_days} past "
         "days of the same family (other seeds, their demand as it happened at the same σ); "
         "`anticipate-nohist`: the same without history; `anticipate-histfc`: with the demand forecaster fitted "
-        "from the past days instead of the corrected forecast. With trace runtimes the live planners assume the "
-        "trace's runtime distribution.",
+        "from the past days instead of the corrected forecast. The live planners see only the time limits, "
+        "as shipped (sampling runtimes in the futures measured worse: docs/rolling.md).",
         "",
         "Score: the executed objective over the hindsight optimum of the realized day: CP-SAT "
         f"(one worker, seed 0, {dtime} deterministic time, {settings.hindsight_time_limit:g} s wall guard) on the "
