@@ -73,8 +73,8 @@ class AnticipatingPlanner:
         base: The scheduler that plans the state and every future (any name of ``agents.registry``).
         arrivals: The history's arrival model (None: no arrivals are sampled).
         runtimes: The distribution of runtime / limit (an object with ``sample_remaining(limit,
-            elapsed, rng)`` and ``runtime_slots(limit, u)``, :mod:`agents.rolling.runtimes`; None: jobs
-            run to their limit in every future).
+            elapsed, rng)`` and ``runtime_slots(limit, u)``, :mod:`agents.rolling.runtimes`; None, as
+            shipped: jobs run to their limit in every future, which measured better, docs/rolling.md).
         samples: Futures per cycle.
         threshold: Share of the futures in which a candidate start must also start now.
         seed: Seed of every draw.
