@@ -240,6 +240,44 @@ def fifo_replay(scenario: Scenario, inst: ListInstance) -> Decoded:
     return decode(reserved, order[None, :], np.array([MODE_OFF]))
 
 
+@dataclass(frozen=True)
+class CompileStats:
+    """What numba did in this process for the decoder's entry point (the compiled call :func:`decode` makes).
+
+    numba compiles the decoder on first use and writes it to its disk cache (``__pycache__`` beside this file,
+    or ``NUMBA_CACHE_DIR``); a later process with the same source, numba and CPU loads it from there.
+
+    Attributes:
+        compiled: Whether numba is on (off with ``GPUALLOC_NUMBA=0``: plain Python, nothing to compile).
+        cache_dir: Where the compiled code is cached (None with numba off).
+        loaded: Specialisations loaded from the disk cache in this process.
+        built: Specialisations compiled in this process (and written to the cache).
+    """
+
+    compiled: bool
+    cache_dir: str | None
+    loaded: int
+    built: int
+
+    def describe(self) -> str:
+        """One line for people: compiled, loaded from the cache, or not yet used."""
+        if not self.compiled:
+            return "numba is off (GPUALLOC_NUMBA=0): the decoder runs as plain Python, nothing to compile"
+        if self.built:
+            return f"the decoder was compiled and cached in {self.cache_dir}; later processes load it from there"
+        if self.loaded:
+            return f"the decoder was loaded from numba's cache in {self.cache_dir} (nothing to compile)"
+        return f"the decoder has not run in this process (numba's cache: {self.cache_dir})"
+
+
+def compile_stats() -> CompileStats:
+    """The decoder's :class:`CompileStats` in this process (numba's dispatcher statistics)."""
+    stats = getattr(_decode_all, "stats", None)
+    if stats is None:  # GPUALLOC_NUMBA=0: a plain function
+        return CompileStats(False, None, 0, 0)
+    return CompileStats(True, stats.cache_path, sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+
+
 def decode(
     inst: ListInstance,
     orders: np.ndarray,
