@@ -38,7 +38,8 @@ if _MISSING:
 HANG_GUARD = HANG_GUARD_S  # how long a poll or a command may wait for Slurm: a hang guard, never a speed check
 
 CONFIG = """\
-slurm: {partitions: [gpu], gres: gpu, gpu_type: h100, cpus_per_gpu: 4, retries: 4, timeout: 900, confirm: 900}
+slurm: {partitions: [gpu], gres: gpu, gpu_type: h100, cpus_per_gpu: 4, retries: 4, timeout: 900, confirm: 900,
+        state_dir: STATE_DIR}
 owned: {partitions: [gpu]}
 horizon: {slots: 24, slot_minutes: 60, decay: 0.99}
 workloads:
@@ -81,8 +82,7 @@ def fresh(cluster: LocalCluster, tmp_path: Path):
     cluster.scontrol("update", "NodeName=gpu[01-04]", "State=RESUME", check=False)
     _wait(lambda: not _jobs(cluster), "an empty queue")
     cluster.wait_idle()
-    path = tmp_path / "slurm.yaml"
-    path.write_text(CONFIG)
+    path = _write(tmp_path / "slurm.yaml", CONFIG)
     config = load_config(path)
     client = SlurmClient(env=cluster.env, timeout=HANG_GUARD_S, retries=4, retry_delay=0.5)
     return cluster, config, client, path
@@ -238,7 +238,7 @@ def test_bad_config_is_one_line_and_changes_nothing(fresh, tmp_path: Path, capsy
     cluster, _, _, _ = fresh
     cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 600")
     bad = tmp_path / "bad.yaml"
-    bad.write_text(CONFIG.replace("ramp: 2", "ramp: -1"))
+    _write(bad, CONFIG.replace("ramp: 2", "ramp: -1"))
     before = _state(cluster)
     assert main(["slurm", "cycle", "--config", str(bad)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -361,7 +361,8 @@ EVENT_SLACK_S = 120  # seconds beyond poll + debounce for a cycle (snapshot, pla
 
 
 def _write(path: Path, text: str) -> Path:
-    path.write_text(text)
+    """A configuration file whose writers' lock files lie beside it (``slurm.state_dir``)."""
+    path.write_text(text.replace("STATE_DIR", str(path.parent / "state")))
     return path
 
 
