@@ -107,6 +107,7 @@ def solve(
     use_cutoff: bool = False,
     mode: Mode | str = Mode.AUTO,
     max_moves: int | None = None,
+    hint_plan: Plan | None = None,
 ) -> cpsat.Result:
     """Plan with ``hint_source``, then improve its plan with CP-SAT until ``time_limit`` (hint time included).
 
@@ -125,6 +126,8 @@ def solve(
         mode: ``"whole"`` (one CP-SAT model of everything), ``"lns"`` (large-neighbourhood search,
             :mod:`agents.lns`) or ``"auto"``: LNS above :data:`agents.lns.LNS_ABOVE_JOBS` jobs.
         max_moves: With LNS, stop after this many sub-solves.
+        hint_plan: The hint itself, planned already by ``hint_source`` (the Slurm loop's fast plan):
+            nothing is planned for the hint, and the whole time limit goes to the search.
 
     Returns:
         The result; its plan is the better of CP-SAT's best plan and the hint, and
@@ -142,10 +145,14 @@ def solve(
     search = mode is Mode.LNS or (mode is Mode.AUTO and lns.use_lns(scenario))
     # Above the switch the learned plan is planned beside the search, except under a deterministic budget,
     # where the hint waits for it (as at the seed's sizes) so that the run repeats.
-    beside = search and hint_source == DEFAULT_HINT_SOURCE and deterministic_time is None
+    beside = search and hint_source == DEFAULT_HINT_SOURCE and deterministic_time is None and hint_plan is None
     sources = LNS_AUTO_HINT_SOURCES if beside else AUTO_HINT_SOURCES
-    lp = _Background("full-lp-bound", lambda: lp_bound(scenario))
-    chosen = _bounded_hint(scenario, hint_source, options, sources, started, time_limit)
+    if hint_plan is not None:
+        objective = round(compute_metrics(scenario, hint_plan).objective, 6)
+        chosen = hint_plan, {"scheduler": hint_source, "candidates": {hint_source: objective}, "info": hint_plan.info}
+    else:
+        chosen = _bounded_hint(scenario, hint_source, options, sources, started, time_limit)
+    lp = _lp_beside(scenario, chosen[1]) if chosen[0] is not None else None  # after the hint: not to slow it
     if chosen[0] is None:
         return _late(scenario, search, chosen[1], lp, started, time_limit)
     hint, record = chosen
@@ -218,12 +225,27 @@ class _Background:
         return self.box["value"]
 
 
-def _bound(background: _Background, scenario: Scenario, until: float, record: dict[str, Any] | None) -> Bound:
-    """The LP bound when it is ready by ``until``, else the weaker bound of prices 0 (``record`` says it was late)."""
-    if background.wait(until):
-        return background.result()
-    if record is not None:
+_LP_LEFT_BEHIND: list[_Background] = []
+"""LP bounds that a call left running at its deadline; while one runs, the next call takes the bound of prices 0."""
+
+
+def _lp_beside(scenario: Scenario, record: dict[str, Any]) -> _Background | None:
+    """The LP bound (:func:`agents.relaxation.lp_bound`) in a thread; None while one left behind still runs."""
+    _LP_LEFT_BEHIND[:] = [b for b in _LP_LEFT_BEHIND if b.thread.is_alive()]
+    if _LP_LEFT_BEHIND:
         record.setdefault("late", []).append("lp-bound")
+        return None
+    return _Background("full-lp-bound", lambda: lp_bound(scenario))
+
+
+def _bound(background: _Background | None, scenario: Scenario, until: float, record: dict[str, Any] | None) -> Bound:
+    """The LP bound when it is ready by ``until``, else the weaker bound of prices 0 (``record`` says it was late)."""
+    if background is not None:
+        if background.wait(until):
+            return background.result()
+        _LP_LEFT_BEHIND.append(background)
+        if record is not None:
+            record.setdefault("late", []).append("lp-bound")
     return Bound(lagrangian_bound(scenario, np.zeros(scenario.slots)), "lp-dual")
 
 
@@ -239,7 +261,7 @@ def _whole(
     use_cutoff: bool,
     started: float,
     formulation: cpsat.Formulation | None,
-    lp: _Background,
+    lp: _Background | None,
     record: dict[str, Any],
 ) -> cpsat.Result:
     """The seed's full mode: CP-SAT on the whole model from the hint; the LP bound when it proves nothing.
@@ -348,7 +370,7 @@ def _search(
         deterministic_time=deterministic_time,
         max_moves=max_moves,
         started=started,
-        bound=None if lp is None else _bound(lp, scenario, deadline, record),
+        bound=_bound(lp, scenario, deadline, record),
         formulation=formulation,
         stop=stop.event,
         incoming=lambda: whole.pop("plan", None) or (learned[1].pop("plan", None) if learned else None),
@@ -742,7 +764,7 @@ def _late(
     scenario: Scenario,
     search: bool,
     record: dict[str, Any],
-    bound: _Background,
+    bound: _Background | None,
     started: float,
     time_limit: float,
 ) -> cpsat.Result:
@@ -784,11 +806,17 @@ def fallback_plan(scenario: Scenario) -> Plan:
     return steady if not validate(scenario, steady) else floor
 
 
-def plan(scenario: Scenario, options: PlanOptions | None = None, hint_source: str = DEFAULT_HINT_SOURCE) -> Plan:
+def plan(
+    scenario: Scenario,
+    options: PlanOptions | None = None,
+    hint_source: str = DEFAULT_HINT_SOURCE,
+    hint_plan: Plan | None = None,
+) -> Plan:
     """Full mode as a scheduler: ``hint_source``'s plan improved by CP-SAT within ``options.time_limit``.
 
     ``plan.info`` holds the solver status, the proven bound and the optimality gap,
     and under ``"hint"`` which scheduler's plan was the hint and why (:func:`choose_hint`).
+    ``hint_plan``: that plan, planned already (see :func:`solve`).
     """
     options = options or PlanOptions()
     result = solve(
@@ -799,6 +827,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None, hint_source: st
         hint_source=hint_source,
         options=options,
         deterministic_time=options.deterministic_time,
+        hint_plan=hint_plan,
     )
     if result.plan is None:  # solve returns at least the hint; this is a bug
         raise RuntimeError("full mode returned no plan")

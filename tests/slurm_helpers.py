@@ -80,6 +80,7 @@ class FakeSlurm:
         polls: How many times ``squeue`` was read.
         squeue_error: When set, ``squeue`` fails with this message.
         sinfo_error: When set, ``sinfo`` fails with this message.
+        scontrol_error: When set, ``scontrol show reservation`` fails with this message.
         start_released: A released job starts at once on its planned nodes (as Slurm would).
         faults: Per change, as ``(kind, target)`` (``("create", name)``, ``("delete", name)``,
             ``("release", job)``, ``("hold", job)``), how its next call fails: :data:`LOST`,
@@ -102,6 +103,7 @@ class FakeSlurm:
         self.polls = 0
         self.squeue_error: str | None = None
         self.sinfo_error: str | None = None
+        self.scontrol_error: str | None = None
         self.start_released = True
         self.faults: dict[tuple[str, str], str] = {}
         self.bad_gres: set[str] = set()
@@ -133,6 +135,8 @@ class FakeSlurm:
         return out
 
     def reservations(self) -> list[SlurmReservation]:
+        if self.scontrol_error is not None:
+            raise CommandError(f"scontrol show reservation: failed 3 times: {self.scontrol_error}", unreachable=True)
         return list(self.held_reservations)
 
     def _used(self, node: str) -> list[int]:

@@ -122,6 +122,8 @@ class Commit:
             already, started already), with why.
         calls: Every change made in Slurm, in order, one line each (``create gpualloc-chat.gpu01~2 (1 GPU)``).
         confirmed: Changes whose answer was lost and that Slurm, read back, showed as made.
+        below_plan: Where an app held less than the plan for a moment (a shrink with no room on its node
+            for the new reservation beside the old: the old went first), one line each.
     """
 
     planned: list[Change]
@@ -130,6 +132,7 @@ class Commit:
     skipped: list[tuple[Change, str]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     confirmed: list[str] = field(default_factory=list)
+    below_plan: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- the plan's slot 0
@@ -535,6 +538,8 @@ def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -
         name, why = create(g)
         if name is not None:
             keep = [name]
+        elif not held or not _no_room(why):
+            return f"not made: {why}"
         elif g > held:
             name, why = create(g - held)
             if name is None:
@@ -543,8 +548,17 @@ def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -
         else:
             base = _below(pieces, g)
             rest = g - sum(pieces[n] for n in base)
-            name, why = create(rest)
+            name = None
+            if base:  # the rest beside what it keeps
+                name, why = create(rest)
+                if name is None and not _no_room(why):
+                    return f"not made: {why}"
             if name is None:  # no room beside what it holds: the others go first (the app below its plan meanwhile)
+                made.result.below_plan.append(
+                    f"{change.target}: {_gpus(sum(pieces[n] for n in base))} of the plan's {g} on {node} between "
+                    f"deleting {', '.join(n for n in pieces if n not in base)} and the new reservation (no room "
+                    f"beside: {why})"
+                )
                 for old in [n for n in pieces if n not in base]:
                     gone = made.delete(old)
                     if gone is not None:
@@ -564,6 +578,14 @@ def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -
             if why is not None:
                 problems.append(f"renew {name}: {why}")
     return "; ".join(problems) or None
+
+
+NO_ROOM = "nodes are busy"  # Slurm's answer to a reservation whose cores are taken ("Requested nodes are busy")
+
+
+def _no_room(why: str | None) -> bool:
+    """Whether Slurm refused a reservation for want of free cores (the one refusal another layout may avoid)."""
+    return why is not None and NO_ROOM in why.lower()
 
 
 def _subset(pieces: Mapping[str, int], g: int) -> list[str] | None:

@@ -32,6 +32,7 @@ from agents.slurm.events import Events, Watch
 from gpu_env.validation import validate
 
 FULL_MIN_SECONDS = 2.0  # the loop runs ``full`` when a cycle's budget leaves at least this long to plan
+FULL_LEAST_SECONDS = 0.1  # with less of the budget left after the fast plan, that plan is the cycle's
 LOCK_WAIT_MOST = 600.0  # seconds a loop's cycle waits for another writer's lock, at most (else its interval)
 
 Lock = Callable[[], AbstractContextManager[Any]]
@@ -135,7 +136,7 @@ def _cycle(
         {
             "cycle": "dry-run" if dry_run else "commit",
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.now)),
-            "scheduler": scheduler,
+            "scheduler": plan.scheduler,
             **_full_info(plan),
             "objective": round(metrics.objective, 6) if metrics else None,
             "utilization": round(metrics.utilization, 6) if metrics else None,
@@ -145,6 +146,7 @@ def _cycle(
             "failed": [f"{c.summary()}: {why}" for c, why in done.failed] if done else [],
             **({"skipped": [f"{c.summary()}: {why}" for c, why in done.skipped]} if done and done.skipped else {}),
             **({"confirmed": done.confirmed} if done and done.confirmed else {}),
+            **({"below_plan": done.below_plan} if done and done.below_plan else {}),
             "ms": {k: round(v, 1) for k, v in timings.items()},
         }
     )
@@ -152,14 +154,26 @@ def _cycle(
 
 
 def plan_with(scheduler: str, scenario: Any, options: PlanOptions | None, hint: str | None = None) -> Any:
-    """Plan with ``scheduler``; ``full`` seeded by ``hint``'s plan when given (else its own choice of hint)."""
+    """Plan with ``scheduler``; ``full`` seeded by ``hint``'s plan when given (else full's own choice of hint).
+
+    With ``hint``, its plan comes first (the fast mode's own time), and full improves it within what
+    is left of ``options.time_limit`` (plus :data:`agents.full.GRACE_SECONDS`); when nothing is left,
+    the fast plan is the cycle's, and ``plan.info["full"]`` says why. A cycle never plans nothing.
+    """
     if scheduler != "full" or hint is None or hint == "full":
         return run_scheduler(scheduler, scenario, options)
     from agents import full
     from gpu_env.metrics import compute_metrics
 
+    options = options or PlanOptions()
     started = time.perf_counter()
-    plan = full.plan(scenario, options, hint_source=hint)
+    fast = run_scheduler(hint, scenario, options)
+    left = options.time_limit - (time.perf_counter() - started)
+    if left < FULL_LEAST_SECONDS:
+        fast.info = {**(fast.info or {}), "full": f"not run: {hint} took {options.time_limit - left:.2f} s of the "
+                     f"{options.time_limit:g} s budget"}  # fmt: skip
+        return fast
+    plan = full.plan(scenario, replace(options, time_limit=left), hint_source=hint, hint_plan=fast)
     plan.solve_ms = (time.perf_counter() - started) * 1000.0
     plan.scheduler = "full"
     plan.metrics = compute_metrics(scenario, plan)
@@ -167,13 +181,19 @@ def plan_with(scheduler: str, scenario: Any, options: PlanOptions | None, hint: 
 
 
 def _full_info(plan: Any) -> dict[str, Any]:
-    """For a ``full`` plan: the scheduler that seeded it, its status, and why a fallback was used (if one was)."""
-    if plan.scheduler != "full" or not isinstance(plan.info, dict):
+    """For a ``full`` plan: the scheduler that seeded it, its status, what was late; or why full did not run."""
+    if not isinstance(plan.info, dict):
+        return {}
+    if "full" in plan.info:
+        return {"full": plan.info["full"]}
+    if plan.scheduler != "full":
         return {}
     record = plan.info.get("hint") or {}
     out: dict[str, Any] = {"hint": record.get("scheduler"), "status": plan.info.get("status")}
     if record.get("fallback"):
         out["fallback"] = record["fallback"]
+    if record.get("late"):
+        out["late"] = record["late"]
     return out
 
 
