@@ -402,3 +402,156 @@ def test_a_full_node_and_an_app_without_a_reservation_plans(fresh, tmp_path: Pat
     ]
     assert _reservations(cluster) == []  # nothing is free now: the app's reservation went
     assert all(_jobs(cluster)[j].state == "RUNNING" for j in jobs)
+
+
+# ----------------------------------------------------------------------------- issue 25: reservations, one writer
+
+
+def _raw_reservation(cluster: LocalCluster, name: str) -> dict[str, str]:
+    """``scontrol -d -o show reservation NAME`` as key -> value (CoreIDs included when Slurm gives them)."""
+    out = cluster.scontrol("-d", "-o", "show", "reservation", name).stdout
+    return dict(token.split("=", 1) for token in out.split() if "=" in token)
+
+
+def test_slurm_cannot_resize_a_core_reservation_and_moves_its_end_in_place(fresh) -> None:
+    """The facts docs/slurm.md records: Slurm 22.05 refuses to change a core reservation's cores or nodes; its end
+    moves in place, with Flags=IGNORE_JOBS while a job runs on the node (without: "Requested nodes are busy"),
+    and it keeps its cores."""
+    from agents.slurm.errors import CommandError
+
+    cluster, _, client, _ = fresh
+    job = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
+    _wait(lambda: _jobs(cluster)[job].state == "RUNNING", "a job on gpu01")
+    name = "gpualloc-chat.gpu01"
+    client.create_reservation(name, {"gpu01": 8}, 60, ["root"], "gpu")
+    for change in ("CoreCnt=12", "Nodes=gpu02", "Nodes=gpu01 CoreCnt=4"):
+        with pytest.raises(CommandError, match="Core-based reservation can not be updated"):
+            client.call(["scontrol", "update", f"ReservationName={name}", *change.split()], tries=1)
+    with pytest.raises(CommandError, match="Requested nodes are busy"):
+        client.call(["scontrol", "update", f"ReservationName={name}", "EndTime=now+120minutes"], tries=1)
+    before = _raw_reservation(cluster, name)
+    client.renew_reservation(name, 120)
+    after = _raw_reservation(cluster, name)
+    assert after["EndTime"] > before["EndTime"] and after["CoreCnt"] == before["CoreCnt"] == "8"
+    assert after.get("CoreIDs") == before.get("CoreIDs")
+
+
+class _Watching:
+    """A client whose every reservation change is followed by a read of the app's GPUs on one node."""
+
+    def __init__(self, client: SlurmClient, cluster: LocalCluster, node: str) -> None:
+        self._client, self._cluster, self._node = client, cluster, node
+        self.seen: list[int] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+    def _after(self, call, *args) -> None:
+        try:
+            call(*args)
+        finally:
+            held = [r for r in _reservations(self._cluster) if r.name.startswith(f"gpualloc-chat.{self._node}")]
+            self.seen.append(sum(r.cores.get(self._node, r.core_count) // 4 for r in held))
+
+    def create_reservation(self, *args) -> None:
+        self._after(self._client.create_reservation, *args)
+
+    def delete_reservation(self, *args) -> None:
+        self._after(self._client.delete_reservation, *args)
+
+
+def test_an_app_grows_and_shrinks_on_a_full_node_without_dropping_below_its_plan(fresh) -> None:
+    """On gpu01 with 4 GPUs of another user's job: each step's capacity, read from Slurm after every change, never
+    falls below the smaller of before and after, but for the one case Slurm leaves no way around (reported)."""
+    from agents.slurm import commit, snapshot
+
+    cluster, config, client, _ = fresh
+    cluster.scontrol("update", "NodeName=gpu[02-04]", "State=DRAIN", "Reason=test")
+    busy = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:4", "-t", "60", "--wrap", "sleep 3600")
+    _wait(lambda: _jobs(cluster)[busy].state == "RUNNING", "4 GPUs of gpu01 busy")
+    watch = _Watching(client, cluster, "gpu01")
+
+    def step(gpus: int) -> commit.Commit:
+        snap = snapshot.take(client, config)
+        found = snap.reservations.get("chat", {}).get("gpu01", ())
+        change = commit.Change(
+            "reserve", "gpualloc-chat.gpu01", nodes=("gpu01",), gpus=(("gpu01", gpus),), users=("root",),
+            app="chat", pieces=tuple((r.name, snapshot.piece_gpus(config, r, "gpu01")) for r in found),
+        )  # fmt: skip
+        watch.seen.clear()
+        done = commit.apply(snap, [change], watch, confirm_seconds=0)
+        assert not done.failed, done.failed
+        return done
+
+    # what the app holds after every change (a refused one too), step by step: never below min(before, after)
+    step(2)
+    assert watch.seen == [2]
+    done = step(4)  # 4 more beside the 2 do not fit beside the job (refused): 2 more beside the 2
+    assert watch.seen == [2, 4] and not done.below_plan
+    assert sorted(r.name for r in _reservations(cluster)) == ["gpualloc-chat.gpu01", "gpualloc-chat.gpu01~2"]
+    step(2)  # a whole reservation goes
+    assert watch.seen == [2] and len(_reservations(cluster)) == 1
+    step(1)  # 1 fits beside the 2, then the 2 goes
+    assert watch.seen == [3, 1]
+    step(2)
+    assert min(watch.seen) >= 1
+    other = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
+    _wait(lambda: _jobs(cluster)[other].state == "RUNNING", "gpu01 full")
+    done = step(1)  # full: nothing fits beside (refused), the 2 go first and the 1 follows; said so
+    assert watch.seen == [2, 0, 1] and len(done.below_plan) == 1 and "no room beside" in done.below_plan[0]
+    per_node = sum(sum(_gpus_per_node(j).values()) for j in _jobs(cluster).values() if j.state == "RUNNING")
+    assert per_node + 1 <= 8
+
+
+def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:
+    """A running loop holds run.lock: a second loop is refused in one line. A manual cycle goes ahead between the
+    loop's cycles, and waits while another writer commits (here the test, holding writer.lock as a commit does)."""
+    import signal
+    import subprocess
+    import sys
+
+    from agents.slurm.lock import WRITER, Lock
+
+    cluster, config, _, path = fresh
+    root = Path(__file__).resolve().parents[1]
+    env = {**cluster.env, "PYTHONPATH": str(root)}
+    cli = [sys.executable, "-m", "agents.cli", "slurm"]
+    log = tmp_path / "loop.jsonl"
+    run = [*cli, "run", "--config", str(path), "--every", "600", "--poll", "0.5", "--debounce", "0", "--budget", "0"]
+    with open(tmp_path / "loop.err", "w") as err:
+        loop = subprocess.Popen(
+            [*run, "--log", str(log)], env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
+    try:
+        _wait(lambda: log.exists() and '"cycle"' in log.read_text(), "the loop's first cycle")
+        second = subprocess.run(run, env=env, capture_output=True, text=True, timeout=HANG_GUARD)
+        lines = second.stderr.strip().splitlines()
+        assert second.returncode == 2 and len(lines) == 1, second.stderr
+        assert "another writer holds" in lines[0] and "run.lock" in lines[0] and "gpualloc slurm run" in lines[0]
+
+        first = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
+        manual = subprocess.run(
+            [*cli, "cycle", "--config", str(path)], env=env, capture_output=True, timeout=HANG_GUARD
+        )
+        assert manual.returncode == 0, manual.stderr
+        _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the job to start (by the cycle or the loop)")
+
+        with Lock(Path(config.state_dir) / WRITER, "the test, as a writer mid-commit"):
+            held = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
+            waiting = subprocess.Popen(
+                [*cli, "cycle", "--config", str(path), "--wait", str(HANG_GUARD)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            said = waiting.stderr.readline()
+            assert "another writer commits (pid" in said and "the test, as a writer mid-commit" in said, said
+            assert _jobs(cluster)[held].held  # nobody commits while the lock is held
+        assert waiting.wait(timeout=HANG_GUARD) == 0, waiting.stderr.read()
+        _wait(lambda: _jobs(cluster)[held].state == "RUNNING", "the waiting cycle (or the loop) to start the job")
+    finally:
+        loop.send_signal(signal.SIGTERM)
+        try:
+            loop.wait(timeout=HANG_GUARD)
+        except subprocess.TimeoutExpired:
+            loop.kill()
+            loop.wait()
+    assert loop.returncode in (0, 1), (tmp_path / "loop.err").read_text()
