@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -555,3 +559,352 @@ def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:
             loop.kill()
             loop.wait()
     assert loop.returncode in (0, 1), (tmp_path / "loop.err").read_text()
+
+
+# ----------------------------------------------------------------------------- issue 25: faults injected into commits
+#
+# Each test breaks a commit at a chosen point (the process killed, slurmctld stopped, a node drained or down, a
+# node's gres unreadable, a foreign job just before a release), lets the allocator start again, and checks from
+# squeue and scontrol show reservation: no GPU holds two jobs; every owned job runs, is held, or is named in the
+# cycle's report; each app's reservations are the plan's after one cycle. A kill is made in the test's process by
+# a client that stops dead at its n-th change (nothing after it runs: what Slurm sees of a SIGKILL); one test kills
+# a real `gpualloc slurm run` with SIGKILL from inside its n-th scontrol.
+
+CHANGES = ("hold", "release", "set_nodes", "create_reservation", "delete_reservation", "renew_reservation")
+KILL_POINTS_LEAST = 20  # issue 25: at least this many points spread over a commit
+
+
+class Killed(BaseException):
+    """The process stops dead here (what Slurm sees of a SIGKILL): no handler of the driver catches it."""
+
+
+class Faulty:
+    """A client whose ``at``-th change (hold, release, NodeList, create, delete, renew) meets ``fault``.
+
+    ``when`` is ``before`` (the change is not made) or ``after`` (it is made, its answer never read).
+    ``nodes_hook`` may rewrite each ``sinfo`` answer (the n-th read, counting from 1).
+    """
+
+    def __init__(
+        self,
+        client: SlurmClient,
+        at: int = 0,
+        when: str = "before",
+        fault: Callable[[], None] | None = None,
+        nodes_hook: Callable[[int, list], list] | None = None,
+    ) -> None:
+        self._client = client
+        self.at, self.when = at, when
+        self.fault = fault or self._kill
+        self.nodes_hook = nodes_hook
+        self.count = 0
+        self.reads = 0
+        self.hit = False
+
+    @staticmethod
+    def _kill() -> None:
+        raise Killed
+
+    def nodes(self) -> list:
+        self.reads += 1
+        answer = self._client.nodes()
+        return self.nodes_hook(self.reads, answer) if self.nodes_hook else answer
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._client, name)
+        if name not in CHANGES:
+            return attr
+
+        def change(*args):
+            self.count += 1
+            here = self.count == self.at
+            if here and self.when == "before":
+                self.hit = True
+                self.fault()
+            out = attr(*args)
+            if here and self.when == "after":
+                self.hit = True
+                self.fault()
+            return out
+
+        return change
+
+
+def _owned(ids: dict[str, str]) -> set[str]:
+    return {v for k, v in ids.items() if not k.startswith("foreign")}
+
+
+def _check(cluster, owned: set[str], result, config) -> None:
+    """The invariants after a cycle: GPUs held once, owned jobs running, held or reported, reservations = plan."""
+    jobs = _jobs(cluster)
+    taken: dict[tuple[str, int], str] = {}
+    for job in jobs.values():
+        if job.state != "RUNNING":
+            continue
+        for node, detail in zip(job.nodes, job.gres_detail, strict=True):
+            for g in jsonread.parse_gres(detail, job.id):
+                for i in g.indices or ():
+                    other = taken.setdefault((node, i), job.id)
+                    assert other == job.id, f"GPU {i} of {node} held by jobs {other} and {job.id}"
+    reported = {c.target for c, _ in result.commit.failed} if result.commit else set()
+    for jid in owned:
+        job = jobs.get(jid)
+        if job is None:
+            continue  # ended (or killed with its node): nothing of it is left to double-book
+        assert job.state == "RUNNING" or job.held or jid in reported, (jid, job.state, job.reason)
+    app = next(line for line in result.lines if line.get("app") == "chat")
+    reserved: dict[str, int] = {}
+    for r in _reservations(cluster):
+        node = r.name.split(".", 1)[1].split("~")[0]
+        reserved[node] = reserved.get(node, 0) + r.cores.get(node, r.core_count) // config.cpus_per_gpu
+    assert {n: g for n, g in reserved.items() if g} == app["nodes"], (reserved, app)
+
+
+def _counted(config, client) -> int:
+    """How many changes (counted as :class:`Faulty` counts them) a commit of the mix makes on a fresh cluster."""
+    probe = Faulty(client)
+    result = cycle(config, probe, "greedy", confirm_seconds=0)
+    assert not result.commit.failed, result.commit.failed
+    return probe.count
+
+
+def _reset(cluster) -> None:
+    cluster.run("scancel", "--full", "-u", "root", check=False)
+    for r in _reservations(cluster):
+        cluster.scontrol("delete", f"ReservationName={r.name}", check=False)
+    cluster.scontrol("update", "NodeName=gpu[01-04]", "State=RESUME", check=False)
+    _wait(lambda: not _jobs(cluster), "an empty queue")
+    cluster.wait_idle()
+
+
+def test_a_commit_killed_at_any_point_is_completed_by_the_next_cycle(fresh) -> None:
+    cluster, config, client, _ = fresh
+    _submit_mix(cluster)
+    changes = _counted(config, client)
+    points = [(n, when) for n in range(1, changes + 1) for when in ("before", "after")]
+    assert len(points) >= KILL_POINTS_LEAST, f"a commit of the mix makes {changes} changes"
+    killed = 0
+    for at, when in points:
+        _reset(cluster)
+        ids = _submit_mix(cluster)
+        faulty = Faulty(client, at, when)
+        with pytest.raises(Killed):
+            cycle(config, faulty, "greedy", confirm_seconds=0)
+        killed += faulty.hit
+        again = cycle(config, client, "greedy")  # the loop started again: one cycle
+        assert not again.commit.failed, (at, when, again.commit.failed)
+        _wait(lambda ids=ids: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+        _check(cluster, _owned(ids), again, config)
+    assert killed == len(points) >= KILL_POINTS_LEAST
+    print(f"{killed} kill points over a commit of {changes} changes, each completed by the next cycle")
+
+
+def test_sigkill_of_a_running_loop_inside_its_commit(fresh, tmp_path: Path) -> None:
+    """A real ``gpualloc slurm run`` killed by SIGKILL from inside its third ``scontrol`` change; a new loop
+    starts at once (the kernel dropped its lock) and its first cycle completes the commit."""
+    cluster, config, _, path = fresh
+    ids = _submit_mix(cluster)
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    count = tmp_path / "count"
+    real = subprocess.run(["sh", "-c", "command -v scontrol"], env=cluster.env, capture_output=True, text=True)
+    scontrol = real.stdout.strip() or "/usr/bin/scontrol"
+    (tools / "scontrol").write_text(
+        "#!/bin/sh\n"
+        'case "$1" in hold|release|update|create|delete)\n'
+        f"  n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}\n"
+        '  if [ "$n" = 3 ]; then kill -9 $PPID; exit 1; fi;;\n'
+        "esac\n"
+        f'exec {scontrol} "$@"\n'
+    )
+    (tools / "scontrol").chmod(0o755)
+    for tool in ("squeue", "sinfo"):
+        found = subprocess.run(["sh", "-c", f"command -v {tool}"], env=cluster.env, capture_output=True, text=True)
+        os.symlink(found.stdout.strip(), tools / tool)
+    dying = _write(tmp_path / "dying.yaml", path.read_text().replace("slurm: {", f"slurm: {{bin: {tools}, "))
+    env = {**cluster.env, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    run = [sys.executable, "-m", "agents.cli", "slurm", "run", "--every", "600", "--poll", "0", "--budget", "0"]
+    first = subprocess.run([*run, "--config", str(dying)], env=env, capture_output=True, timeout=HANG_GUARD)
+    assert first.returncode == -signal.SIGKILL and count.read_text().strip() == "3"
+    log = tmp_path / "after.jsonl"
+    second = subprocess.run(
+        [*run, "--config", str(path), "--cycles", "1", "--log", str(log)],
+        env=env,
+        capture_output=True,
+        timeout=HANG_GUARD,
+    )
+    assert second.returncode == 0, second.stderr
+    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    result = cycle(config, SlurmClient(env=cluster.env, timeout=HANG_GUARD, retries=4, retry_delay=0.5), "greedy")
+    assert [c for c in result.changes if c.kind != "reserve"] == [], result.changes  # the app may ramp on
+    _check(cluster, _owned(ids), result, config)
+
+
+def test_slurmctld_stopped_in_the_middle_of_a_commit(fresh) -> None:
+    """The controller goes down at the commit's third change and comes back a moment later: the changes meanwhile
+    are retried or fail (a non-repeatable one whose read-back fails too is reported as unknown); the loop never
+    exits, and a cycle finds nothing left to change."""
+    cluster, config, client, _ = fresh
+    ids = _submit_mix(cluster)
+    restarted = threading.Event()
+
+    def stop_controller() -> None:
+        cluster.stop_controller()
+
+        def later() -> None:
+            cluster.start_controller()
+            _wait(lambda: cluster.run("scontrol", "ping", check=False).returncode == 0, "slurmctld back")
+            restarted.set()
+
+        threading.Thread(target=later, daemon=True).start()
+
+    faulty = Faulty(client, at=3, when="before", fault=stop_controller)
+    lines: list[dict] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            import json
+
+            lines.extend(json.loads(t) for t in text.splitlines())
+
+        def flush(self) -> None:
+            pass
+
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def loop() -> None:
+        try:
+            run_loop(config, faulty, "greedy", 0.02, budget=0, out=Out(), should_stop=stop.is_set)
+        except BaseException as exc:  # the test reports it; the loop must not raise
+            errors.append(exc)
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        _wait(lambda: faulty.hit and restarted.is_set(), "the controller stopped mid-commit and back")
+        n = len(lines)
+        _wait(
+            lambda: any(line.get("cycle") == "commit" and line["changes"] == [] for line in lines[n:]),
+            "a cycle that finds nothing left to change",
+        )
+    finally:
+        stop.set()
+        thread.join(timeout=HANG_GUARD)
+    assert not errors and not thread.is_alive()
+    # the commit's retries may outlast the restart, or its last changes fail and the next cycle makes them
+    print(
+        "cycles while slurmctld was away:",
+        [line.get("failed") or line.get("error") for line in lines if "cycle" in line],
+    )
+    result = cycle(config, client, "greedy")
+    assert [c for c in result.changes if c.kind != "reserve"] == [], result.changes  # the app may ramp on
+    _check(cluster, _owned(ids), result, config)
+
+
+def test_a_drained_node_and_a_node_down_with_jobs_on_it(fresh) -> None:
+    """gpu04 drained, gpu03 set DOWN under a running job (Slurm kills it; with ReturnToService=2 the node comes back
+    when its slurmd registers again, so the snapshot may find it down or back): nothing starts on a node that is
+    not usable, and the invariants hold; once both are resumed they are planned again."""
+    cluster, config, client, _ = fresh
+    on_three = cluster.sbatch("-p", "batch", "-w", "gpu03", "--gres=gpu:4", "-t", "60", "--wrap", "sleep 3600")
+    _wait(lambda: _jobs(cluster)[on_three].state == "RUNNING", "a job on gpu03")
+    ids = _submit_mix(cluster)
+    cluster.scontrol("update", "NodeName=gpu04", "State=DRAIN", "Reason=test")
+    cluster.scontrol("update", "NodeName=gpu03", "State=DOWN", "Reason=test")
+    result = cycle(config, client, "greedy")
+    left = {n.id for n in result.snapshot.notes if n.kind == "node"}
+    assert "gpu04" in left and "gpu04" not in result.snapshot.nodes
+    assert ("gpu03" in left) != ("gpu03" in result.snapshot.nodes)  # down and left alone, or back and planned
+    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    _check(cluster, _owned(ids), result, config)
+    jobs = _jobs(cluster)
+    for p in result.decision.start_now:
+        assert not set(jobs[p.job].nodes) & left, (p.job, jobs[p.job].nodes, left)
+    cluster.scontrol("update", "NodeName=gpu[03-04]", "State=RESUME", check=False)
+    _wait(lambda: _up(cluster, "gpu03,gpu04"), "gpu03 and gpu04 up")
+    again = cycle(config, client, "greedy")
+    assert {"gpu03", "gpu04"} <= set(again.snapshot.nodes), [str(n) for n in again.snapshot.notes]
+    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    _check(cluster, _owned(ids), again, config)
+
+
+def _up(cluster, nodes: str) -> bool:
+    states = cluster.run("sinfo", "-h", "-N", "-n", nodes, "-o", "%T", check=False).stdout.split()
+    return bool(states) and all(s in ("idle", "mixed", "allocated") for s in states)  # "*": not responding
+
+
+def test_a_node_whose_gres_turns_unreadable_at_the_commit(fresh) -> None:
+    """gpu02's gres reads fine at the snapshot and unreadably at the commit's own read: only gpu02's changes are
+    dropped (named), the others are made; the next cycle, reading gpu02 unreadable, leaves it out."""
+    cluster, config, client, _ = fresh
+    ids = _submit_mix(cluster)
+
+    def garble(read: int, nodes: list) -> list:
+        from dataclasses import replace
+
+        return [replace(n, gres="gpu:(IDX:?") if n.name == "gpu02" and read >= 2 else n for n in nodes]
+
+    faulty = Faulty(client, nodes_hook=garble)
+    result = cycle(config, faulty, "greedy")
+    on_two = [c for c in result.changes if "gpu02" in c.nodes]
+    for change, why in result.commit.failed:
+        assert "gpu02" in change.nodes and "node gpu02 is left alone now" in why, (change, why)
+    assert {c.target for c, _ in result.commit.failed} == {c.target for c in on_two}
+    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    jobs = _jobs(cluster)
+    assert all(jobs[c.target].held for c in on_two if c.kind == "place")
+    after = cycle(config, faulty, "greedy")
+    assert "gpu02" not in after.snapshot.nodes and any(n.id == "gpu02" for n in after.snapshot.notes)
+    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    _check(cluster, _owned(ids), after, config)
+
+
+def test_a_foreign_job_between_the_read_and_a_release(fresh) -> None:
+    """Just before the first release, another user's job takes its node: Slurm does not start the released job on
+    GPUs another holds; after the confirmation it is held again and reported; nothing shares a GPU."""
+    cluster, config, client, _ = fresh
+    ids = _submit_mix(cluster)
+    taken: dict[str, str] = {}
+
+    def fill(node: str) -> str:
+        """Another user's job on every GPU of ``node`` that neither a job nor the app's reservations hold."""
+        used = sum(
+            sum(_gpus_per_node(j).get(node, 0) for _ in [0]) for j in _jobs(cluster).values() if j.state == "RUNNING"
+        )
+        reserved = sum(r.cores.get(node, r.core_count) // 4 for r in _reservations(cluster) if node in r.nodes)
+        jid = cluster.sbatch(
+            "-p", "batch", "-w", node, f"--gres=gpu:{8 - used - reserved}", "-t", "60", "--wrap", "sleep 3600"
+        )
+        _wait(lambda: _jobs(cluster)[jid].state == "RUNNING", "the foreign job to run")
+        return jid
+
+    class Racing(Faulty):
+        def __getattr__(self, name: str):
+            if name == "release" and not taken:
+                real = self._client.release
+
+                def release(job: str) -> None:
+                    taken[job] = fill(self.last_nodes[job][0])
+                    real(job)
+
+                return release
+            if name == "set_nodes":
+                real_nodes = self._client.set_nodes
+
+                def set_nodes(job: str, nodes) -> None:
+                    self.last_nodes[job] = tuple(nodes)
+                    real_nodes(job, nodes)
+
+                return set_nodes
+            return super().__getattr__(name)
+
+    racing = Racing(client)
+    racing.last_nodes = {}
+    result = cycle(config, racing, "greedy", confirm_seconds=10)
+    ((job, foreign),) = taken.items()
+    whole_node = [c for c in result.changes if c.target == job]
+    assert whole_node and dict(result.commit.failed).get(whole_node[0], "").startswith("released but not started")
+    jobs = _jobs(cluster)
+    assert jobs[job].held and jobs[foreign].state == "RUNNING"
+    _check(cluster, _owned(ids), result, config)
