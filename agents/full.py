@@ -152,10 +152,10 @@ def solve(
         chosen = hint_plan, {"scheduler": hint_source, "candidates": {hint_source: objective}, "info": hint_plan.info}
     else:
         chosen = _bounded_hint(scenario, hint_source, options, sources, started, time_limit)
-    lp = _lp_beside(scenario, chosen[1]) if chosen[0] is not None else None  # after the hint: not to slow it
     if chosen[0] is None:
-        return _late(scenario, search, chosen[1], lp, started, time_limit)
+        return _late(scenario, search, chosen[1], None, started, time_limit)
     hint, record = chosen
+    lp = _lp_beside(scenario, record)  # after the hint, which it would only slow down
     learned = _learned_beside(scenario, options, record) if beside else None
     problems = validate(scenario, hint)
     if problems:

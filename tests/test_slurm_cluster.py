@@ -510,10 +510,6 @@ def test_an_app_grows_and_shrinks_on_a_full_node_without_dropping_below_its_plan
 def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:
     """A running loop holds run.lock: a second loop is refused in one line. A manual cycle goes ahead between the
     loop's cycles, and waits while another writer commits (here the test, holding writer.lock as a commit does)."""
-    import signal
-    import subprocess
-    import sys
-
     from agents.slurm.lock import WRITER, Lock
 
     cluster, config, _, path = fresh
@@ -634,8 +630,8 @@ def _owned(ids: dict[str, str]) -> set[str]:
     return {v for k, v in ids.items() if not k.startswith("foreign")}
 
 
-def _check(cluster, owned: set[str], result, config) -> None:
-    """The invariants after a cycle: GPUs held once, owned jobs running, held or reported, reservations = plan."""
+def _check(cluster, owned: set[str], result, config, *, reservations: bool = True) -> None:
+    """The invariants after a cycle: GPUs held once, owned jobs running, held or reported; reservations = plan."""
     jobs = _jobs(cluster)
     taken: dict[tuple[str, int], str] = {}
     for job in jobs.values():
@@ -652,6 +648,8 @@ def _check(cluster, owned: set[str], result, config) -> None:
         if job is None:
             continue  # ended (or killed with its node): nothing of it is left to double-book
         assert job.state == "RUNNING" or job.held or jid in reported, (jid, job.state, job.reason)
+    if not reservations:
+        return
     app = next(line for line in result.lines if line.get("app") == "chat")
     reserved: dict[str, int] = {}
     for r in _reservations(cluster):
@@ -683,7 +681,7 @@ def test_a_commit_killed_at_any_point_is_completed_by_the_next_cycle(fresh) -> N
     changes = _counted(config, client)
     points = [(n, when) for n in range(1, changes + 1) for when in ("before", "after")]
     assert len(points) >= KILL_POINTS_LEAST, f"a commit of the mix makes {changes} changes"
-    killed = 0
+    killed = second = 0
     for at, when in points:
         _reset(cluster)
         ids = _submit_mix(cluster)
@@ -691,12 +689,19 @@ def test_a_commit_killed_at_any_point_is_completed_by_the_next_cycle(fresh) -> N
         with pytest.raises(Killed):
             cycle(config, faulty, "greedy", confirm_seconds=0)
         killed += faulty.hit
-        again = cycle(config, client, "greedy")  # the loop started again: one cycle
+        # The loop started again. Its first cycle completes the commit, unless a job the dead commit released
+        # starts while it plans: that node then waits a cycle (reported), and the second completes it.
+        for attempt in (1, 2):
+            second += attempt == 2
+            again = cycle(config, client, "greedy")
+            _wait(lambda ids=ids: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+            _check(cluster, _owned(ids), again, config, reservations=not again.commit.failed)
+            if not again.commit.failed:
+                break
+            assert all("since the snapshot" in why for _, why in again.commit.failed), again.commit.failed
         assert not again.commit.failed, (at, when, again.commit.failed)
-        _wait(lambda ids=ids: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
-        _check(cluster, _owned(ids), again, config)
     assert killed == len(points) >= KILL_POINTS_LEAST
-    print(f"{killed} kill points over a commit of {changes} changes, each completed by the next cycle")
+    print(f"{killed} kill points over a commit of {changes} changes; {second} needed a second cycle")
 
 
 def test_sigkill_of_a_running_loop_inside_its_commit(fresh, tmp_path: Path) -> None:

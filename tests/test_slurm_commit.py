@@ -138,7 +138,35 @@ def test_a_foreign_job_that_took_the_gpus_since_the_snapshot_stops_the_release()
     snap = _snap(fake, NO_APPS)
     fake.queue.append(running("9", "n1", 0, 4, partition="batch"))  # between the snapshot and the commit
     done = commit.apply(snap, [commit.Change("place", "1", nodes=("n1",), gpus=(("n1", 6),))], fake, confirm_seconds=0)
-    assert done.failed[0][1] == "not released: n1 has 4 free, needs 6" and fake.calls == []
+    assert done.failed[0][1] == "not released: 4 GPUs of node n1 taken since the snapshot; the next cycle plans from it"
+    assert fake.calls == []
+
+
+def test_a_job_slurm_started_since_the_snapshot_makes_its_node_wait_a_cycle() -> None:
+    """Found by the kill tests on the live cluster: a job released by a commit that was killed starts while the next
+    cycle plans, on GPUs that plan gives to others. Its hold fails (it runs), and its node's starts and growths wait
+    for the next cycle instead of overbooking it; the shrinks and the other nodes go ahead."""
+    fake = FakeSlurm(nodes=("n1", "n2"))
+    fake.queue = [pending("1", 4, held=False, required_nodes=("n1",)), pending("2", 4), pending("3", 4)]
+    snap = _snap(fake)
+    planned = [
+        commit.Change("hold", "1"),
+        _reserve(snap, "n1", 2),
+        commit.Change("place", "2", nodes=("n1",), gpus=(("n1", 4),)),
+        commit.Change("place", "3", nodes=("n2",), gpus=(("n2", 4),)),
+    ]
+    fake.set_nodes("1", ("n1",))
+    fake.release("1")  # Slurm starts it now, between the snapshot and the commit
+    fake.calls.clear()
+    done = commit.apply(snap, planned, fake, confirm_seconds=0)
+    failed = {c.target: why for c, why in done.failed}
+    assert failed["1"].startswith("not held: Slurm started it since the snapshot")
+    assert (
+        failed["gpualloc-chat.n1"]
+        == "not grown: 4 GPUs of node n1 taken since the snapshot; the next cycle plans from it"
+    )
+    assert failed["2"].startswith("not released: 4 GPUs of node n1 taken")
+    assert [c[:2] for c in fake.calls] == [("nodes", "3"), ("release", "3")]
 
 
 def test_a_foreign_job_between_the_check_and_the_release_never_shares_a_gpu() -> None:

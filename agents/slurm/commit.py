@@ -300,15 +300,31 @@ def read_fresh(snapshot: Snapshot, client: Any) -> Fresh:
 
 
 def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: Commit) -> list[Change]:
-    """The changes still to make on what ``fresh`` read; each dropped one goes to ``result`` with why."""
+    """The changes still to make on what ``fresh`` read; each dropped one goes to ``result`` with why.
+
+    A node where more GPUs are in use than the snapshot's running jobs held (a job started there
+    since: another user's, an owned one Slurm started, an app's replica) has a stale slot 0: the jobs
+    planned to start there and the apps planned to grow there wait for the next cycle, which plans
+    from it. What the apps give up there, and holds, still go.
+    """
     config = snapshot.config
     free = dict(fresh.free)
+    held_then = dict.fromkeys(snapshot.nodes, 0)
+    for job in snapshot.scenario.jobs:
+        for g in job.running_on or ():
+            held_then[snapshot.node_of(g)] += 1
+    taken = {
+        n: snapshot.node_size - f - held_then[n] for n, f in fresh.free.items() if snapshot.node_size - f > held_then[n]
+    }
     out: list[Change] = []
     for change in planned:
         if change.kind == "reserve":
             node = change.nodes[0]
             if node in fresh.left_alone:
                 result.failed.append((change, f"not changed: node {node} is left alone now: {fresh.left_alone[node]}"))
+                continue
+            if node in taken and change.wanted > change.held_now:
+                result.failed.append((change, f"not grown: {_stale(node, taken[node])}"))
                 continue
             now = tuple((r.name, piece_gpus(config, r, node)) for r in fresh.pieces.get(change.app, {}).get(node, ()))
             if now != change.pieces:
@@ -335,6 +351,7 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
             result.skipped.append((change, f"{job.state.lower()} already"))
             continue
         gone = [f"node {n} is left alone now: {fresh.left_alone[n]}" for n in change.nodes if n in fresh.left_alone]
+        gone += [_stale(n, taken[n]) for n in change.nodes if n in taken]
         if gone:
             result.failed.append((change, "not released: " + "; ".join(gone)))
             continue
@@ -346,6 +363,10 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
             free[n] -= g
         out.append(change)
     return out
+
+
+def _stale(node: str, gpus: int) -> str:
+    return f"{_gpus(gpus)} of node {node} taken since the snapshot; the next cycle plans from it"
 
 
 def _pieces_text(pieces: Sequence[tuple[str, int]]) -> str:
