@@ -16,9 +16,10 @@ Every phase works on *labels*: for each training instance, the best job order
    decodes them all in one compiled call per instance, and replaces a label
    when a draw beats it (SLIM's self-labelling). The draws are stored with
    their log-probabilities (:func:`draw_log_prob`) and their advantages: the
-   reward less the mean of the instance's K draws (POMO's shared baseline),
-   normalised over the round (:func:`collect_draws`). Then several epochs of
-   PPO over them (:func:`ppo_round`): ListMLE on the labels plus the clipped
+   reward less the mean of the instance's K draws (POMO's shared baseline)
+   (:func:`collect_draws`). Then several epochs of PPO over them in batches of
+   instances of similar length, the advantages normalised over each batch
+   (:func:`ppo_round`): ListMLE on the labels plus the clipped
    surrogate (:func:`clipped_surrogate`), the old log-probabilities fixed.
    :func:`self_label_round` is the former step, kept for the comparison
    (``rl.algorithm: pomo``): one REINFORCE step per batch against the same
@@ -275,7 +276,8 @@ class Draws:
         orders: (k, m) the drawn orders.
         after: (k,) 1.0 where the draw's mode is :data:`~gpu_env.listsched.MODE_AFTER`.
         reward: (k,) objective / scale of each draw.
-        advantage: (k,) reward less the group's mean, divided by the round's standard deviation of those.
+        advantage: (k,) reward less the group's mean (POMO's shared baseline); :func:`ppo_round` divides it by
+            the standard deviation of those over each batch.
         old_log_prob: (k,) log-probability of each draw (order and mode) under the policy that drew it,
             per job where ``RLConfig.ratio`` is ``job``.
     """
@@ -359,8 +361,8 @@ def collect_draws(
 ) -> list[Draws]:
     """Draw and decode k orders per instance with the current policy; a draw beating its label replaces it.
 
-    The draws' rewards, advantages (against the instance's group, normalised over the round) and log-probabilities
-    are stored for :func:`ppo_round`'s epochs; ``stats`` counts the improved labels.
+    The draws' rewards, advantages (against the instance's group) and log-probabilities are stored for
+    :func:`ppo_round`'s epochs; ``stats`` counts the improved labels.
     """
     dev = _device(model)
     model.eval()
@@ -400,10 +402,6 @@ def collect_draws(
             for d, row in zip(drawn, logp.view(len(chunk), k).cpu().numpy(), strict=True):
                 d.old_log_prob = row
             out += drawn
-    centred = np.concatenate([d.advantage for d in out]) if out else np.zeros(0)
-    spread = float(centred.std()) + 1e-6
-    for d in out:
-        d.advantage = d.advantage / spread
     stats.mean_gain = float(np.mean(gains)) if gains else 0.0
     return out
 
@@ -470,7 +468,10 @@ def ppo_round(
                 per_job,
             )
             old = torch.from_numpy(np.concatenate([draws[i].old_log_prob for i in idx])).to(dev)
-            adv = torch.from_numpy(np.concatenate([draws[i].advantage for i in idx]).astype(np.float32)).to(dev)
+            centred = np.concatenate([draws[i].advantage for i in idx])
+            # Normalised over the batch, whose instances have similar lengths: over the whole round, the small
+            # instances' spread would drown the large ones' (POMO's step normalised over its batch too).
+            adv = torch.from_numpy((centred / (centred.std() + 1e-6)).astype(np.float32)).to(dev)
             log_ratio = new - old
             ratio = log_ratio.exp()
             surrogate = clipped_surrogate(log_ratio, adv, rl.clip)
