@@ -313,7 +313,6 @@ def _simulate(args: argparse.Namespace) -> int:
     from agents.report.rolling import write_simulation
     from agents.rolling.anticipate import DEFAULT_SAMPLES, LIVE_PLANNERS, live_planner
     from agents.rolling.history import load_history
-    from agents.rolling.runtimes import TRACE_RUNTIMES
 
     scenario = load_scenario(args.scenario)
     history = load_history(args.history, scenario)
@@ -326,7 +325,6 @@ def _simulate(args: argparse.Namespace) -> int:
             name,
             history=history,
             day=scenario,
-            runtimes=TRACE_RUNTIMES if args.runtime_model == "trace" else None,
             samples=args.samples or DEFAULT_SAMPLES,
             seed=args.seed,
             forecast=args.forecast,
@@ -670,6 +668,31 @@ def _serve(args: argparse.Namespace) -> int:
         raise CliError(str(exc)) from None
 
 
+# ----------------------------------------------------------------------------- warm-up (docs/learned-mode.md#install)
+
+
+def _warm_up_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", type=Path, metavar="PATH", help="exported policy to load (default: the shipped one)")
+
+
+def _warm_up(args: argparse.Namespace) -> int:
+    """Compile the learned planner's decoder into numba's disk cache (or find it there), so no first plan waits."""
+    import time
+
+    from agents import ppo
+    from gpu_env import listsched
+
+    if args.policy is not None and not args.policy.is_file():
+        raise CliError(f"{args.policy}: --policy: no such file")
+    started = time.perf_counter()
+    try:
+        ppo.warm_up(args.policy)  # loads the policy and plans one small scenario: every compiled path runs
+    except PolicyError as exc:
+        raise CliError(f"--policy: {exc}") from None
+    print(f"gpualloc warm-up: {listsched.compile_stats().describe()} ({time.perf_counter() - started:.1f} s)")
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------------------- the table and main
 
 COMMANDS: list[Command] = [
@@ -682,6 +705,9 @@ COMMANDS: list[Command] = [
     Command("convert-2kp", "turn a 2D-knapsack instance into a scenario", _convert_2kp_arguments, _convert_2kp),
     Command("slurm", "drive a Slurm cluster: snapshot, cycle (plan, commit now), run", _slurm_arguments, _slurm),
     Command("serve", "run the allocator as an HTTP service with a what-if page", _serve_arguments, _serve),
+    Command(
+        "warm-up", "compile the learned planner's decoder now, so no first plan waits", _warm_up_arguments, _warm_up
+    ),
 ]
 
 

@@ -23,6 +23,17 @@ policy for ``ppo``), one line on stderr says which hint was used and why, and
 ``plan.info["hint"]`` records the hint's scheduler, every candidate's objective
 and the ``fallback`` reason.
 
+**The time limit is a bound.** Full mode returns within ``time_limit`` plus
+:data:`GRACE_SECONDS` at every size: the hint, the learned plan beside the search
+and the LP bound are each planned in a thread and waited for until the deadline,
+never after; the whole model's search is stopped before it starts and while it
+runs. Whatever is late is named in ``plan.info["hint"]["late"]``: a late learned
+plan or LP bound is left out (the bound is then the weaker one of prices 0); a hint
+that no source finished in time gives the fallback plan (the running jobs, each app
+held at what it holds now where that fits, else at its ramp floor) with status
+``unknown``. A thread left behind runs to its end in the background, and at most one
+learned plan beside the search runs at a time.
+
 >>> from gpu_env.generators import generate
 >>> plan(generate("training-heavy", seed=0)).info["status"]
 'optimal'
@@ -34,15 +45,18 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from enum import StrEnum
 from typing import Any
+
+import numpy as np
 
 from agents import cpsat, lns
 from agents.options import Guard, PlanOptions
 from agents.ppo import PolicyError
 from agents.registry import SchedulerUnavailableError, get_scheduler
-from agents.relaxation import lp_bound
+from agents.relaxation import Bound, lagrangian_bound, lp_bound
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
@@ -53,6 +67,15 @@ AUTO_HINT_SOURCES = ("ppo", "greedy")
 LNS_AUTO_HINT_SOURCES = ("greedy",)
 """``"auto"`` above the LNS switch starts from greedy at once (0.1-0.4 s) and plans with the learned policy beside
 the search, in a thread (docs/exact-mode.md); its plan joins the search when it is worth more."""
+
+GRACE_SECONDS = 1.0
+"""Full mode returns within its time limit plus this: the work after the deadline is the final check of the plan
+(validation, metrics: 0.07 s at 1,024 GPUs and 1,331 jobs), CP-SAT's own stop, and the model of a whole-model
+search begun just before the deadline (0.2 s at 166 jobs). Measured overruns in docs/exact-mode.md."""
+HINT_SHARE = 0.5
+"""``"auto"`` waits for its last hint candidates until this share of the time limit once one is ready (so that
+CP-SAT keeps the rest), until the deadline while none is."""
+SEARCH_LEAST = 0.05  # seconds: with less left at the hint, CP-SAT on the whole model is not started
 
 
 class Mode(StrEnum):
@@ -84,6 +107,7 @@ def solve(
     use_cutoff: bool = False,
     mode: Mode | str = Mode.AUTO,
     max_moves: int | None = None,
+    hint_plan: Plan | None = None,
 ) -> cpsat.Result:
     """Plan with ``hint_source``, then improve its plan with CP-SAT until ``time_limit`` (hint time included).
 
@@ -102,6 +126,8 @@ def solve(
         mode: ``"whole"`` (one CP-SAT model of everything), ``"lns"`` (large-neighbourhood search,
             :mod:`agents.lns`) or ``"auto"``: LNS above :data:`agents.lns.LNS_ABOVE_JOBS` jobs.
         max_moves: With LNS, stop after this many sub-solves.
+        hint_plan: The hint itself, planned already by ``hint_source`` (the Slurm loop's fast plan):
+            nothing is planned for the hint, and the whole time limit goes to the search.
 
     Returns:
         The result; its plan is the better of CP-SAT's best plan and the hint, and
@@ -119,9 +145,18 @@ def solve(
     search = mode is Mode.LNS or (mode is Mode.AUTO and lns.use_lns(scenario))
     # Above the switch the learned plan is planned beside the search, except under a deterministic budget,
     # where the hint waits for it (as at the seed's sizes) so that the run repeats.
-    beside = search and hint_source == DEFAULT_HINT_SOURCE and deterministic_time is None
-    hint, record = choose_hint(scenario, hint_source, options, LNS_AUTO_HINT_SOURCES if beside else AUTO_HINT_SOURCES)
-    learned = _learned_beside(scenario, options) if beside else None
+    beside = search and hint_source == DEFAULT_HINT_SOURCE and deterministic_time is None and hint_plan is None
+    sources = LNS_AUTO_HINT_SOURCES if beside else AUTO_HINT_SOURCES
+    if hint_plan is not None:
+        objective = round(compute_metrics(scenario, hint_plan).objective, 6)
+        chosen = hint_plan, {"scheduler": hint_source, "candidates": {hint_source: objective}, "info": hint_plan.info}
+    else:
+        chosen = _bounded_hint(scenario, hint_source, options, sources, started, time_limit)
+    if chosen[0] is None:
+        return _late(scenario, search, chosen[1], None, started, time_limit)
+    hint, record = chosen
+    lp = _lp_beside(scenario, record)  # after the hint, which it would only slow down
+    learned = _learned_beside(scenario, options, record) if beside else None
     problems = validate(scenario, hint)
     if problems:
         raise InvalidHintError(f"{record['scheduler']} returned an invalid plan: {problems[0]}")
@@ -140,6 +175,7 @@ def solve(
             formulation,
             learned,
             record,
+            lp,
         )
     else:
         result = _whole(
@@ -154,11 +190,63 @@ def solve(
             use_cutoff,
             started,
             formulation,
+            lp,
+            record,
         )
     if result.plan is not None:
         result.plan.info["hint"] = record
     result.runtime = time.perf_counter() - started
     return result
+
+
+class _Background:
+    """One piece of work in a daemon thread, waited for until a deadline and left behind when late."""
+
+    def __init__(self, name: str, work: Callable[[], Any]) -> None:
+        self.box: dict[str, Any] = {}
+        self.thread = threading.Thread(target=self._run, args=(work,), name=name, daemon=True)
+        self.thread.start()
+
+    def _run(self, work: Callable[[], Any]) -> None:
+        try:
+            self.box["value"] = work()
+        except BaseException as exc:  # raised again in the caller's thread by result(): never lost here
+            self.box["error"] = exc
+
+    def wait(self, until: float) -> bool:
+        """Wait until the work is done or ``time.perf_counter()`` reaches ``until``; whether it is done."""
+        self.thread.join(timeout=max(0.0, until - time.perf_counter()))
+        return not self.thread.is_alive()
+
+    def result(self) -> Any:
+        """The work's value (its exception raised again)."""
+        if "error" in self.box:
+            raise self.box["error"]
+        return self.box["value"]
+
+
+_LP_LEFT_BEHIND: list[_Background] = []
+"""LP bounds that a call left running at its deadline; while one runs, the next call takes the bound of prices 0."""
+
+
+def _lp_beside(scenario: Scenario, record: dict[str, Any]) -> _Background | None:
+    """The LP bound (:func:`agents.relaxation.lp_bound`) in a thread; None while one left behind still runs."""
+    _LP_LEFT_BEHIND[:] = [b for b in _LP_LEFT_BEHIND if b.thread.is_alive()]
+    if _LP_LEFT_BEHIND:
+        record.setdefault("late", []).append("lp-bound")
+        return None
+    return _Background("full-lp-bound", lambda: lp_bound(scenario))
+
+
+def _bound(background: _Background | None, scenario: Scenario, until: float, record: dict[str, Any] | None) -> Bound:
+    """The LP bound when it is ready by ``until``, else the weaker bound of prices 0 (``record`` says it was late)."""
+    if background is not None:
+        if background.wait(until):
+            return background.result()
+        _LP_LEFT_BEHIND.append(background)
+        if record is not None:
+            record.setdefault("late", []).append("lp-bound")
+    return Bound(lagrangian_bound(scenario, np.zeros(scenario.slots)), "lp-dual")
 
 
 def _whole(
@@ -173,20 +261,30 @@ def _whole(
     use_cutoff: bool,
     started: float,
     formulation: cpsat.Formulation | None,
+    lp: _Background | None,
+    record: dict[str, Any],
 ) -> cpsat.Result:
-    """The seed's full mode: CP-SAT on the whole model from the hint; the LP bound when it proves nothing."""
+    """The seed's full mode: CP-SAT on the whole model from the hint; the LP bound when it proves nothing.
+
+    With less than :data:`SEARCH_LEAST` seconds left after the hint, CP-SAT is not started (the hint
+    comes back, ``"search"`` late); the LP bound is the one ``lp`` has ready by the deadline.
+    """
     hint_point = cpsat.TracePoint(time.perf_counter() - started, hint_objective, float("inf"))
-    result = cpsat.solve(
-        scenario,
-        time_limit=time_limit,
-        workers=workers,
-        seed=seed,
-        deterministic_time=deterministic_time,
-        hint=hint if use_hint else None,
-        cutoff=hint if use_cutoff else None,
-        formulation=formulation,
-        started=started,
-    )
+    if time_limit - (time.perf_counter() - started) < SEARCH_LEAST:
+        record.setdefault("late", []).append("search")
+        result = cpsat.Result(cpsat.Status.UNKNOWN, None, None, None, 0.0, [])
+    else:
+        result = cpsat.solve(
+            scenario,
+            time_limit=time_limit,
+            workers=workers,
+            seed=seed,
+            deterministic_time=deterministic_time,
+            hint=hint if use_hint else None,
+            cutoff=hint if use_cutoff else None,
+            formulation=formulation,
+            started=started,
+        )
     result.trace.insert(0, hint_point)
     if result.objective is None or result.objective < hint_objective - _EPS:
         proved = result.status is cpsat.Status.OPTIMAL and (
@@ -201,7 +299,7 @@ def _whole(
     bounds: dict[str, float | None] = {"cpsat": None if result.bound is None else round(result.bound, 6)}
     source = "cpsat"
     if result.status is not cpsat.Status.OPTIMAL:  # CP-SAT proved nothing: the LP relaxation may do better
-        relaxed = lp_bound(scenario)
+        relaxed = _bound(lp, scenario, started + time_limit, record)
         bounds["lp-dual"] = round(relaxed.value, 6)
         if result.bound is None or relaxed.value < result.bound:
             result.bound, source = max(relaxed.value, result.objective), "lp-dual"
@@ -230,12 +328,15 @@ def _search(
     formulation: cpsat.Formulation | None,
     learned: tuple[threading.Thread, dict[str, Any]] | None = None,
     record: dict[str, Any] | None = None,
+    lp: _Background | None = None,
 ) -> cpsat.Result:
     """LNS from the hint (:func:`agents.lns.search`); with 2 workers or more, CP-SAT on the whole model beside it.
 
     ``learned`` is :func:`_learned_beside`'s thread: the learned policy's plan, planned beside the
     search; LNS continues from it when it arrives and is worth more, and it is returned when it is
-    worth more than the search's plan (the call waits for it: never below today's ``auto`` hint).
+    worth more than the search's plan (the call waits for it until the deadline, never after: late,
+    it is left out and ``record["late"]`` says so). ``lp`` is the LP bound planned in a thread since
+    the call began: the search waits for it until the deadline (late: the bound of prices 0).
 
     The portfolio (up to :data:`PORTFOLIO_MAX_JOBS` jobs): one thread runs CP-SAT on the whole model
     with ``workers - 1`` workers in :data:`WHOLE_ROUNDS` rounds, each hinted with the best plan either
@@ -244,8 +345,9 @@ def _search(
     whole model finds. Whichever proves the optimum first stops the other; the better plan is
     returned. With one worker, or above the portfolio's size, LNS runs alone (with one worker: repeatable).
     """
+    deadline = started + time_limit
     whole: dict[str, Any] = {"results": []}
-    stop = threading.Event()
+    stop = _Stop()
     thread = None
     if workers >= 2 and len(scenario.jobs) <= PORTFOLIO_MAX_JOBS:
         thread = threading.Thread(
@@ -268,8 +370,9 @@ def _search(
         deterministic_time=deterministic_time,
         max_moves=max_moves,
         started=started,
+        bound=_bound(lp, scenario, deadline, record),
         formulation=formulation,
-        stop=stop,
+        stop=stop.event,
         incoming=lambda: whole.pop("plan", None) or (learned[1].pop("plan", None) if learned else None),
         outgoing=lambda found: whole.__setitem__("lns_plan", found),
     )
@@ -279,14 +382,16 @@ def _search(
     bound, source = outcome.bound.value, outcome.bound.source
     portfolio: dict[str, Any] = {"lns": round(objective, 6), "adopted": outcome.adopted}
     if thread is not None:
-        stop.set()  # LNS is done (time, moves or a proof): the whole model stops too
-        solver = whole.get("solver")
-        if solver is not None and thread.is_alive():
-            solver.stop_search()
-        thread.join()
+        stop.set()  # LNS is done (time, moves or a proof): the whole model stops too, started or not
+        if not stop.join(thread, max(deadline, time.perf_counter() + JOIN_SLACK)):
+            portfolio["left_behind"] = (
+                "the whole model's search did not stop by the deadline; its last round is left out"
+            )
+            if record is not None:
+                record.setdefault("late", []).append("whole-model")
         if "bug" in whole:
             raise whole["bug"]
-        results: list[cpsat.Result] = whole["results"]
+        results: list[cpsat.Result] = list(whole["results"])
         portfolio["whole"] = [
             {"objective": None if r.objective is None else round(r.objective, 6), "status": r.status.value}
             for r in results
@@ -300,8 +405,16 @@ def _search(
             if result.plan is not None and result.objective is not None and result.objective > objective + _EPS:
                 plan, objective = result.plan, result.objective
     if learned is not None:
-        learned[0].join()
+        learned[0].join(timeout=max(0.0, deadline - time.perf_counter()))
         box = learned[1]
+        if learned[0].is_alive():
+            _LEFT_BEHIND.append(learned[0])
+            box = {}  # not finished by the deadline: left out
+            if record is not None:
+                record.setdefault("late", []).append("ppo")
+                print(
+                    "full: the learned plan beside the search was not ready by the deadline; left out", file=sys.stderr
+                )
         if "bug" in box:
             raise box["bug"]
         if record is not None and "objective" in box:
@@ -365,7 +478,7 @@ def _whole_rounds(
     scenario: Scenario,
     hint: Plan,
     shared: dict[str, Any],
-    stop: threading.Event,
+    stop: _Stop,
     time_limit: float,
     workers: int,
     seed: int,
@@ -397,7 +510,7 @@ def _whole_rounds(
             hint=best,
             formulation=formulation,
             started=started,
-            on_solver=lambda solver: shared.__setitem__("solver", solver),
+            on_solver=stop.attach,
             on_plan=lambda found: shared.__setitem__("plan", found),
         )
         shared["results"].append(result)
@@ -406,6 +519,52 @@ def _whole_rounds(
         if result.status is cpsat.Status.OPTIMAL:
             stop.set()
             return
+
+
+JOIN_SLACK = 0.1  # seconds a stopped thread may take beyond the deadline to end, before it is left behind
+
+
+class _Stop:
+    """A stop for a CP-SAT search in another thread that reaches it before the search starts and while it runs.
+
+    :meth:`attach` is ``cpsat.solve``'s ``on_solver``, called just before the search: a stop set by
+    then leaves the search no time at all. :meth:`set` stops a search already attached; since CP-SAT's
+    ``stop_search`` does nothing in the moment between ``on_solver`` and the search's start,
+    :meth:`join` repeats it while it waits for the thread.
+    """
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._solver: Any = None
+
+    def is_set(self) -> bool:
+        """Whether the stop was set."""
+        return self.event.is_set()
+
+    def attach(self, solver: Any) -> None:
+        """The search about to start (``on_solver``); none at all when the stop is already set."""
+        with self._lock:
+            self._solver = solver
+            if self.event.is_set():
+                solver.parameters.max_time_in_seconds = 0.001
+                solver.parameters.max_deterministic_time = 0.0
+
+    def set(self) -> None:
+        """Stop: no search starts from now on, the one attached stops."""
+        with self._lock:
+            self.event.set()
+            if self._solver is not None:
+                self._solver.stop_search()
+
+    def join(self, thread: threading.Thread, until: float) -> bool:
+        """Wait for ``thread`` until ``until`` (``perf_counter``), stopping its search again; whether it ended."""
+        while thread.is_alive() and time.perf_counter() < until:
+            with self._lock:
+                if self.event.is_set() and self._solver is not None:
+                    self._solver.stop_search()
+            thread.join(timeout=min(0.05, max(0.0, until - time.perf_counter())))
+        return not thread.is_alive()
 
 
 def _skip_reason(name: str, exc: BaseException) -> str:
@@ -422,14 +581,28 @@ def _captured(box: dict[str, Any], function: Any, *args: Any) -> None:
         box["bug"] = exc
 
 
-def _learned_beside(scenario: Scenario, options: PlanOptions) -> tuple[threading.Thread, dict[str, Any]]:
+_LEFT_BEHIND: list[threading.Thread] = []
+"""Learned plans beside the search that a call left running at its deadline; while one runs, no other starts."""
+
+
+def _learned_beside(
+    scenario: Scenario, options: PlanOptions, record: dict[str, Any] | None = None
+) -> tuple[threading.Thread, dict[str, Any]] | None:
     """Start the learned policy (``ppo``, no guard) in a thread; its valid plan lands in the returned dict.
 
     Above the LNS switch the ``auto`` hint is greedy's, at once, and the learned plan joins when it
     is ready (measured: 2-7 s at 256 GPUs, 21-32 s at 1,024, and better than greedy's by 0.1-1.8 %
     on the priority-inversion, uniform-priority and scale-64x30 families). The dict gets
     ``"plan"`` (taken by LNS), ``"final"`` and ``"objective"``, or ``"error"`` (``"ppo: reason"``).
+    None, and ``record["late"]`` says so, while one left behind by an earlier call still runs:
+    threads are never stacked up by calls that each stop at their deadline.
     """
+    _LEFT_BEHIND[:] = [t for t in _LEFT_BEHIND if t.is_alive()]
+    if _LEFT_BEHIND:
+        if record is not None:
+            record.setdefault("late", []).append("ppo")
+            record["beside"] = "ppo: not started, the one an earlier call left behind still runs"
+        return None
     box: dict[str, Any] = {}
 
     def run() -> None:
@@ -484,41 +657,166 @@ def choose_hint(
     Raises:
         PolicyError, SchedulerUnavailableError: No source could run (the last one's error).
     """
+    found: dict[str, Any] = {}
+    _run_sources(scenario, hint_source, options, sources, found)
+    hint, record = _pick(scenario, hint_source, sources, found, [], 0.0)
+    assert hint is not None  # every source ran: a plan, or the last source's error raised
+    return hint, record
+
+
+def _run_sources(
+    scenario: Scenario, hint_source: str, options: PlanOptions, sources: tuple[str, ...], found: dict[str, Any]
+) -> None:
+    """Plan with the hint source, or each of ``sources`` for ``"auto"`` (greedy first: it is ready soonest).
+
+    ``found[name]`` gets each plan, or the error that made a source skip (a bug propagates).
+    """
     if hint_source != "auto":
-        hint = get_scheduler(hint_source)(scenario, options)
-        objective = compute_metrics(scenario, hint).objective
-        return hint, {"scheduler": hint_source, "candidates": {hint_source: round(objective, 6)}, "info": hint.info}
-    best: tuple[float, str, Plan] | None = None
-    candidates: dict[str, float] = {}
-    failures: list[str] = []
-    for name in sources:
+        found[hint_source] = get_scheduler(hint_source)(scenario, options)
+        return
+    for name in sorted(sources, key=lambda n: n != "greedy"):
         # The learned candidate without its guard: greedy is a candidate of its own (not run twice).
         source_options = replace(options, guard=Guard.NONE) if name == "ppo" else options
         try:
-            candidate = get_scheduler(name)(scenario, source_options)
+            found[name] = get_scheduler(name)(scenario, source_options)
         except (PolicyError, SchedulerUnavailableError) as exc:  # no usable policy file or runtime; a bug propagates
-            if name == sources[-1] and best is None:
-                raise
-            failures.append(_skip_reason(name, exc))
+            found[name] = exc
+
+
+def _pick(
+    scenario: Scenario,
+    hint_source: str,
+    sources: tuple[str, ...],
+    found: dict[str, Any],
+    late: list[str],
+    waited: float,
+) -> tuple[Plan | None, dict[str, Any]]:
+    """The best plan found (the first of ``sources`` on a tie) and its record; None when no source was ready.
+
+    Raises:
+        PolicyError, SchedulerUnavailableError: Every source ran and none could (the last one's error).
+    """
+    names = (hint_source,) if hint_source != "auto" else sources
+    best: tuple[float, str, Plan] | None = None
+    candidates: dict[str, float] = {}
+    failures: list[str] = []
+    for name in names:
+        if name not in found:
+            failures.append(f"{name}: not ready within {waited:.3g} s")
             continue
-        objective = compute_metrics(scenario, candidate).objective
+        got = found[name]
+        if isinstance(got, BaseException):
+            failures.append(_skip_reason(name, got))
+            continue
+        objective = compute_metrics(scenario, got).objective
         candidates[name] = round(objective, 6)
         if best is None or objective > best[0] + _EPS:
-            best = (objective, name, candidate)
-    assert best is not None  # the last source either ran or raised
+            best = (objective, name, got)
+    if best is None:
+        if not late:
+            raise found[names[-1]]  # every source ran and none could: the last one's error
+        return None, {"scheduler": None, "candidates": candidates, "fallback": "; ".join(failures), "late": late}
     objective, name, hint = best
     record: dict[str, Any] = {"scheduler": name, "candidates": candidates, "info": hint.info}
     if failures:
         record["fallback"] = "; ".join(failures)
         print(f"full: hint from {name} (objective {objective:.2f}), fallback: {record['fallback']}", file=sys.stderr)
+    if late:
+        record["late"] = list(late)
     return hint, record
 
 
-def plan(scenario: Scenario, options: PlanOptions | None = None, hint_source: str = DEFAULT_HINT_SOURCE) -> Plan:
+def _bounded_hint(
+    scenario: Scenario,
+    hint_source: str,
+    options: PlanOptions,
+    sources: tuple[str, ...],
+    started: float,
+    time_limit: float,
+) -> tuple[Plan | None, dict[str, Any]]:
+    """:func:`choose_hint` in a thread, waited for until the deadline (``"auto"``: see :data:`HINT_SHARE`).
+
+    Returns:
+        The hint and its record, naming the sources that were not ready in time (``"late"``); no hint
+        (None) when none was.
+
+    Raises:
+        As :func:`choose_hint`, when its thread ended in time.
+    """
+    found: dict[str, Any] = {}
+    work = _Background("full-hint", lambda: _run_sources(scenario, hint_source, options, sources, found))
+    deadline = started + time_limit
+    if hint_source == "auto" and len(sources) > 1:
+        done = work.wait(started + HINT_SHARE * time_limit)
+        if not done and not any(isinstance(v, Plan) for v in dict(found).values()):
+            done = work.wait(deadline)
+    else:
+        done = work.wait(deadline)
+    if done:
+        work.result()  # a bug in a source, or the named source's own error, is raised here
+    ready = dict(found)
+    names = (hint_source,) if hint_source != "auto" else sources
+    late = [n for n in names if n not in ready]
+    return _pick(scenario, hint_source, sources, ready, late, time.perf_counter() - started)
+
+
+def _late(
+    scenario: Scenario,
+    search: bool,
+    record: dict[str, Any],
+    bound: _Background | None,
+    started: float,
+    time_limit: float,
+) -> cpsat.Result:
+    """No hint by the deadline: the fallback plan (:func:`fallback_plan`), status ``unknown``, said on stderr."""
+    plan = fallback_plan(scenario)
+    objective = compute_metrics(scenario, plan).objective
+    relaxed = _bound(bound, scenario, started + time_limit, record)
+    value = max(relaxed.value, objective)
+    gap = cpsat.optimality_gap(objective, value)
+    seconds = time.perf_counter() - started
+    trace = [cpsat.TracePoint(seconds, objective, value)]
+    plan.metrics = compute_metrics(scenario, plan)
+    plan.info = {
+        **cpsat.plan_info(cpsat.Status.UNKNOWN, value, gap),
+        "bound_source": relaxed.source,
+        "bounds": {relaxed.source: round(relaxed.value, 6)},
+        "mode": (Mode.LNS if search else Mode.WHOLE).value,
+        "trace": cpsat.trace_info(trace),
+        "hint": record,
+    }
+    print(
+        f"full: no hint within the {time_limit:g} s time limit ({record['fallback']}); returning the fallback plan "
+        "(nothing new starts)",
+        file=sys.stderr,
+    )
+    return cpsat.Result(cpsat.Status.UNKNOWN, plan, objective, value, seconds, trace)
+
+
+def fallback_plan(scenario: Scenario) -> Plan:
+    """What full mode returns without a hint: the running jobs, nothing new, each app where it is if that fits.
+
+    Each app is held at its ``initial`` for the whole horizon when the running jobs leave room for
+    that; otherwise each goes down its ramp floor (:func:`agents.cpsat.fallback_plan`).
+    """
+    floor = cpsat.fallback_plan(scenario, "full")
+    steady = Plan(
+        floor.scenario, "full", list(floor.placements), {a.name: [a.initial] * scenario.slots for a in scenario.apps}
+    )
+    return steady if not validate(scenario, steady) else floor
+
+
+def plan(
+    scenario: Scenario,
+    options: PlanOptions | None = None,
+    hint_source: str = DEFAULT_HINT_SOURCE,
+    hint_plan: Plan | None = None,
+) -> Plan:
     """Full mode as a scheduler: ``hint_source``'s plan improved by CP-SAT within ``options.time_limit``.
 
     ``plan.info`` holds the solver status, the proven bound and the optimality gap,
     and under ``"hint"`` which scheduler's plan was the hint and why (:func:`choose_hint`).
+    ``hint_plan``: that plan, planned already (see :func:`solve`).
     """
     options = options or PlanOptions()
     result = solve(
@@ -529,6 +827,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None, hint_source: st
         hint_source=hint_source,
         options=options,
         deterministic_time=options.deterministic_time,
+        hint_plan=hint_plan,
     )
     if result.plan is None:  # solve returns at least the hint; this is a bug
         raise RuntimeError("full mode returned no plan")

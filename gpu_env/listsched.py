@@ -240,6 +240,44 @@ def fifo_replay(scenario: Scenario, inst: ListInstance) -> Decoded:
     return decode(reserved, order[None, :], np.array([MODE_OFF]))
 
 
+@dataclass(frozen=True)
+class CompileStats:
+    """What numba did in this process for the decoder's entry point (the compiled call :func:`decode` makes).
+
+    numba compiles the decoder on first use and writes it to its disk cache (``__pycache__`` beside this file,
+    or ``NUMBA_CACHE_DIR``); a later process with the same source, numba and CPU loads it from there.
+
+    Attributes:
+        compiled: Whether numba is on (off with ``GPUALLOC_NUMBA=0``: plain Python, nothing to compile).
+        cache_dir: Where the compiled code is cached (None with numba off).
+        loaded: Specialisations loaded from the disk cache in this process.
+        built: Specialisations compiled in this process (and written to the cache).
+    """
+
+    compiled: bool
+    cache_dir: str | None
+    loaded: int
+    built: int
+
+    def describe(self) -> str:
+        """One line for people: compiled, loaded from the cache, or not yet used."""
+        if not self.compiled:
+            return "numba is off (GPUALLOC_NUMBA=0): the decoder runs as plain Python, nothing to compile"
+        if self.built:
+            return f"the decoder was compiled and cached in {self.cache_dir}; later processes load it from there"
+        if self.loaded:
+            return f"the decoder was loaded from numba's cache in {self.cache_dir} (nothing to compile)"
+        return f"the decoder has not run in this process (numba's cache: {self.cache_dir})"
+
+
+def compile_stats() -> CompileStats:
+    """The decoder's :class:`CompileStats` in this process (numba's dispatcher statistics)."""
+    stats = getattr(_decode_all, "stats", None)
+    if stats is None:  # GPUALLOC_NUMBA=0: a plain function
+        return CompileStats(False, None, 0, 0)
+    return CompileStats(True, stats.cache_path, sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+
+
 def decode(
     inst: ListInstance,
     orders: np.ndarray,
@@ -303,7 +341,20 @@ def decode(
 # ----------------------------------------------------------------------------- compiled
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
+def _copy(dst: np.ndarray, src: np.ndarray) -> None:  # pragma: no cover - compiled
+    """``dst[...] = src`` for two C-contiguous arrays of one size, as a loop.
+
+    numba's broadcasting assignment compiles a formatted shape-error message per statement, which cost
+    more compile time than the decoder's own loops.
+    """
+    d = dst.reshape(dst.size)
+    s = src.reshape(src.size)
+    for i in range(d.size):
+        d[i] = s[i]
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _lowest_bit(m: np.uint64) -> int:  # pragma: no cover - compiled
     i = 0
     while ((m >> np.uint64(i)) & _ONE) == 0:
@@ -352,7 +403,7 @@ def _find_block(inst: ListInstance, j: int, t: int, busy: np.ndarray, span: np.n
     return -1
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _fits(k: int, t: int, d: int, T: int, room: np.ndarray) -> bool:  # pragma: no cover - compiled
     for s in range(t, min(t + d, T)):
         if room[s] < k:
@@ -411,7 +462,7 @@ class _Scratch(NamedTuple):
     work: np.ndarray  # (4, T) int64
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _set_room(
     inst: ListInstance, load: np.ndarray, curves: np.ndarray, sc: _Scratch, excess: np.ndarray
 ) -> None:  # pragma: no cover
@@ -468,7 +519,7 @@ def _decide(
         return t0, a0, False, penalty
     # The best few by bound, largest first (ties: earlier start), evaluated exactly.
     best_gain = 0.0
-    best_t = -1
+    best_t = np.int64(-1)  # not the literal -1: _find_block below would be compiled for Literal[int](-1) too
     best_penalty = penalty
     for _ in range(min(trade_candidates, n_rows)):
         r = -1
@@ -504,13 +555,13 @@ def _decide(
             best_gain = gain
             best_t = t
             best_penalty = new_penalty
-            sc.best_curves[:] = sc.trial[:]
+            _copy(sc.best_curves, sc.trial)
     if best_t < 0:
         return t0, a0, False, penalty
     return best_t, _find_block(inst, j, best_t, busy, sc.span), True, best_penalty
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _mark(busy: np.ndarray, t: int, d: int, a: int, k: int) -> None:  # pragma: no cover - compiled
     """Mark GPUs a..a+k-1 busy over slots [t, t + d)."""
     for s in range(t, t + d):
@@ -518,7 +569,7 @@ def _mark(busy: np.ndarray, t: int, d: int, a: int, k: int) -> None:  # pragma: 
             busy[s, g >> 6] |= _ONE << np.uint64(g & 63)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _place(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray, load: np.ndarray) -> None:  # pragma: no cover
     k, d = inst.k[j], inst.d[j]
     _mark(busy, t, d, a, k)
@@ -606,7 +657,7 @@ def _turn(
     live.start[j] = t
     live.first[j] = a
     if traded:
-        live.curves[:] = sc.best_curves[0]
+        _copy(live.curves, sc.best_curves[0])
         live.money[1] = new_penalty
     _set_room(inst, live.load, live.curves, sc, live.excess)
     return True
@@ -647,7 +698,7 @@ def _second_turn(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scr
     kept = 0
     for i in range(n_left):
         j = left[i]
-        if not _turn(inst, live, j, True, trade_candidates, sc):
+        if not _turn(inst, live, j, np.bool_(True), trade_candidates, sc):  # np.bool_: not a literal, one compile
             left[kept] = j
             kept += 1
     live.count[0] = kept
@@ -695,9 +746,9 @@ def _decode_one(
     inst: ListInstance, live: Live, order: np.ndarray, mode: int, trade_candidates: int, sc: _Scratch
 ) -> float:  # pragma: no cover - compiled
     """Decode one order into ``live`` (reset first); returns the plan's objective."""
-    live.busy[:] = inst.busy
-    live.load[:] = inst.load
-    live.curves[:] = inst.curves
+    _copy(live.busy, inst.busy)
+    _copy(live.load, inst.load)
+    _copy(live.curves, inst.curves)
     live.money[0] = inst.value0
     live.money[1] = inst.penalty0
     live.count[0] = 0
@@ -745,9 +796,9 @@ def _decode_all(
     best = -1
     for c in range(K):
         objective[c] = _decode_one(inst, live, orders[c], modes[c], trade_candidates, sc)
-        start[c] = live.start
-        first[c] = live.first
-        curves_out[c] = live.curves
+        _copy(start[c], live.start)
+        _copy(first[c], live.first)
+        _copy(curves_out[c], live.curves)
         if best < 0 or objective[c] > objective[best]:
             best = c
     if best < 0 or promote_rounds == 0:
@@ -797,10 +848,10 @@ def _decode_all(
             value = _decode_one(inst, live, trial, mode, trade_candidates, sc)
             if value > objective[best] + _EPS:
                 objective[best] = value
-                start[best] = live.start
-                first[best] = live.first
-                curves_out[best] = live.curves
-                order[:] = trial
+                _copy(start[best], live.start)
+                _copy(first[best], live.first)
+                _copy(curves_out[best], live.curves)
+                _copy(order, trial)
                 promoted[0] += 1
                 improved = True
         if not improved:

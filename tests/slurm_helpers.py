@@ -61,28 +61,56 @@ def core_reservation(name: str, node: str, cores: int) -> SlurmReservation:
     return SlurmReservation(name, (node,), {node: cores}, cores, int(NOW - 3600), int(NOW + 86400), ())
 
 
+LOST = "lost"  # a fault of FakeSlurm.faults: the change is made, but its answer is lost (a timeout)
+UNANSWERED = "unanswered"  # a fault: no answer and no change (the controller unreachable)
+
+
 class FakeSlurm:
     """Slurm's answers from lists the test edits; every change is recorded in :attr:`calls`.
 
+    Cores are counted as Slurm would: a running job takes ``cores_per_gpu`` cores per GPU, a
+    reservation its cores, and a reservation is made only where its cores are free ("Requested
+    nodes are busy" otherwise).
+
     Attributes:
-        node_names: The nodes, each with ``size`` GPUs and 32 cores.
+        node_names: The nodes, each with ``size`` GPUs and ``cores`` cores.
         queue: What ``squeue`` lists.
         held_reservations: What ``scontrol show reservation`` lists.
         calls: Every change made, as tuples.
         polls: How many times ``squeue`` was read.
         squeue_error: When set, ``squeue`` fails with this message.
+        sinfo_error: When set, ``sinfo`` fails with this message.
+        scontrol_error: When set, ``scontrol show reservation`` fails with this message.
         start_released: A released job starts at once on its planned nodes (as Slurm would).
+        faults: Per change, as ``(kind, target)`` (``("create", name)``, ``("delete", name)``,
+            ``("release", job)``, ``("hold", job)``), how its next call fails: :data:`LOST`,
+            :data:`UNANSWERED`, or any other text: Slurm refuses with it. Each fault is used once.
+        bad_gres: Nodes whose used gres ``sinfo`` gives unreadable.
+        node_states: Nodes whose state ``sinfo`` gives as this (``DOWN``, ``DRAIN`` ...).
+        in_use: Reservations Slurm refuses to delete ("Requested reservation is in use").
+        before_change: Called with each change's tuple just before it is made (a foreign job, say).
+        retries: Tries per change (what the commit reads from a client).
     """
 
-    def __init__(self, nodes: tuple[str, ...] = ("n1",), size: int = 8) -> None:
+    def __init__(self, nodes: tuple[str, ...] = ("n1",), size: int = 8, cores: int = 32) -> None:
         self.node_names = nodes
         self.size = size
+        self.cores = cores
+        self.cores_per_gpu = cores // size
         self.queue: list[SlurmJob] = []
         self.held_reservations: list[SlurmReservation] = []
         self.calls: list[tuple] = []
         self.polls = 0
         self.squeue_error: str | None = None
+        self.sinfo_error: str | None = None
+        self.scontrol_error: str | None = None
         self.start_released = True
+        self.faults: dict[tuple[str, str], str] = {}
+        self.bad_gres: set[str] = set()
+        self.node_states: dict[str, str] = {}
+        self.in_use: set[str] = set()
+        self.before_change = None
+        self.retries = 3
         self._node_list: dict[str, tuple[str, ...]] = {}
 
     # ---------------------------------------------------------------- reading
@@ -90,35 +118,67 @@ class FakeSlurm:
     def jobs(self) -> list[SlurmJob]:
         self.polls += 1
         if self.squeue_error is not None:
-            raise CommandError(f"squeue --all --json: failed 3 times: {self.squeue_error}")
+            raise CommandError(f"squeue --all --json: failed 3 times: {self.squeue_error}", unreachable=True)
         return list(self.queue)
 
     def nodes(self) -> list[SlurmNode]:
+        if self.sinfo_error is not None:
+            raise CommandError(f"sinfo --all --json: failed 3 times: {self.sinfo_error}", unreachable=True)
         out = []
         for name in self.node_names:
-            used = sorted(
-                i
-                for j in self.queue
-                if j.state == "RUNNING" and name in j.nodes
-                for i in _indices(j.gres_detail[j.nodes.index(name)])
-            )
+            used = self._used(name)
             state = "IDLE" if not used else ("ALLOCATED" if len(used) == self.size else "MIXED")
             idx = ",".join(map(str, used)) if used else "N/A"
-            out.append(
-                SlurmNode(name, frozenset({state}), ("gpu",), f"gpu:{self.size}", f"gpu:{len(used)}(IDX:{idx})", 32)
-            )
+            gres_used = "gpu:(IDX:?" if name in self.bad_gres else f"gpu:{len(used)}(IDX:{idx})"
+            states = frozenset(self.node_states.get(name, state).split("+"))
+            out.append(SlurmNode(name, states, ("gpu",), f"gpu:{self.size}", gres_used, self.cores))
         return out
 
     def reservations(self) -> list[SlurmReservation]:
+        if self.scontrol_error is not None:
+            raise CommandError(f"scontrol show reservation: failed 3 times: {self.scontrol_error}", unreachable=True)
         return list(self.held_reservations)
+
+    def _used(self, node: str) -> list[int]:
+        return sorted(
+            i
+            for j in self.queue
+            if j.state == "RUNNING" and node in j.nodes
+            for i in _indices(j.gres_detail[j.nodes.index(node)])
+        )
+
+    def free_cores(self, node: str) -> int:
+        """Cores on ``node`` that neither a running job nor a reservation takes."""
+        taken = len(self._used(node)) * self.cores_per_gpu
+        taken += sum(r.cores.get(node, 0) for r in self.held_reservations)
+        return self.cores - taken
 
     # ---------------------------------------------------------------- changing
 
+    def _fault(self, kind: str, target: str, make) -> None:
+        """Make a change, or fail as :attr:`faults` says."""
+        if self.before_change is not None:
+            self.before_change((kind, target))
+        fault = self.faults.pop((kind, target), None)
+        if fault == UNANSWERED:
+            raise CommandError(f"scontrol {kind} {target}: failed once: no answer within 30 s", unreachable=True)
+        if fault is not None and fault != LOST:
+            raise CommandError(f"scontrol {kind} {target}: failed once: {fault}")
+        make()
+        if fault == LOST:
+            raise CommandError(f"scontrol {kind} {target}: failed once: no answer within 30 s", unreachable=True)
+
     def hold(self, job: str) -> None:
-        self.calls.append(("hold", job))
-        self._set(job, reason="JobHeldAdmin")
+        def make() -> None:
+            self.calls.append(("hold", job))
+            self._set(job, reason="JobHeldAdmin")
+
+        self._fault("hold", job, make)
 
     def release(self, job: str) -> None:
+        self._fault("release", job, lambda: self._release(job))
+
+    def _release(self, job: str) -> None:
         self.calls.append(("release", job))
         if not self.start_released:
             self._set(job, reason="Resources")
@@ -126,8 +186,11 @@ class FakeSlurm:
         (node,) = self._node_list[job]
         j = next(j for j in self.queue if j.id == job)
         gpus = int(j.tres_per_node.rsplit(":", 1)[1])
-        used = {i for r in self.queue if r.state == "RUNNING" and node in r.nodes for i in _indices(r.gres_detail[0])}
+        used = set(self._used(node))
         free = [i for i in range(self.size) if i not in used][:gpus]
+        if len(free) < gpus or self.free_cores(node) < gpus * self.cores_per_gpu:  # Slurm waits for room
+            self._set(job, reason="Resources")
+            return
         self._set(
             job,
             state="RUNNING",
@@ -143,16 +206,39 @@ class FakeSlurm:
         self._node_list[job] = tuple(nodes)
 
     def create_reservation(self, name, cores, minutes, users, partition) -> None:
-        self.calls.append(("create", name, tuple(cores.items())))
         ((node, count),) = cores.items()
-        now = int(time.time())
-        self.held_reservations.append(
-            SlurmReservation(name, (node,), {node: count}, count, now, now + 60 * minutes, ())
-        )
+        if any(r.name == name for r in self.held_reservations):
+            raise CommandError(f"scontrol create reservation {name}: failed once: Duplicate reservation name")
+        if count > self.free_cores(node):
+            raise CommandError(f"scontrol create reservation {name}: failed once: Requested nodes are busy")
+
+        def make() -> None:
+            self.calls.append(("create", name, tuple(cores.items())))
+            now = int(time.time())
+            self.held_reservations.append(
+                SlurmReservation(name, (node,), {node: count}, count, now, now + 60 * minutes, ())
+            )
+
+        self._fault("create", name, make)
 
     def delete_reservation(self, name) -> None:
-        self.calls.append(("delete", name))
-        self.held_reservations = [r for r in self.held_reservations if r.name != name]
+        if all(r.name != name for r in self.held_reservations):
+            raise CommandError(f"scontrol delete {name}: failed once: Requested reservation is invalid")
+        if name in self.in_use:
+            raise CommandError(f"scontrol delete {name}: failed once: Requested reservation is in use")
+
+        def make() -> None:
+            self.calls.append(("delete", name))
+            self.held_reservations = [r for r in self.held_reservations if r.name != name]
+
+        self._fault("delete", name, make)
+
+    def renew_reservation(self, name, minutes) -> None:
+        self.calls.append(("renew", name))
+        now = int(time.time())
+        self.held_reservations = [
+            replace(r, end_time=now + 60 * minutes) if r.name == name else r for r in self.held_reservations
+        ]
 
     def _set(self, jid: str, **fields) -> None:
         self.queue = [replace(j, **fields) if j.id == jid else j for j in self.queue]

@@ -15,6 +15,7 @@ from gpu_env.generators import generate
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Scenario
 from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def test_the_shipped_policy_is_package_data():
 
 
 def test_with_the_shipped_policy_nothing_falls_back(scenario, capsys):
-    result = full.solve(scenario, deterministic_time=0.0)
+    result = full.solve(scenario, time_limit=HANG_GUARD_S, deterministic_time=0.0)
     assert capsys.readouterr().err == ""
     hint = result.plan.info["hint"]
     assert set(hint["candidates"]) == {"ppo", "greedy"} and "fallback" not in hint
@@ -79,7 +80,7 @@ def test_no_loadable_policy_falls_back_to_greedy_and_says_so(scenario, tmp_path,
 
 
 def test_an_explicit_hint_source_is_not_a_fallback(scenario, capsys):
-    result = full.solve(scenario, hint_source="greedy", deterministic_time=0.0)
+    result = full.solve(scenario, time_limit=HANG_GUARD_S, hint_source="greedy", deterministic_time=0.0)
     assert capsys.readouterr().err == ""
     assert result.plan.info["hint"]["scheduler"] == "greedy" and "fallback" not in result.plan.info["hint"]
 
@@ -90,7 +91,12 @@ def test_when_no_auto_source_runs_the_error_is_raised(scenario, tmp_path, monkey
 
     monkeypatch.setattr(greedy, "plan", broken)
     with pytest.raises(ValueError, match="greedy is broken too"):
-        full.solve(scenario, options=PlanOptions(policy=tmp_path / "missing.onnx"), deterministic_time=0.0)
+        full.solve(
+            scenario,
+            time_limit=HANG_GUARD_S,
+            options=PlanOptions(policy=tmp_path / "missing.onnx"),
+            deterministic_time=0.0,
+        )
 
 
 # ----------------------------------------------------------------------------- (b) the hint is invalid
@@ -110,7 +116,7 @@ def test_an_invalid_hint_is_refused(scenario, monkeypatch, source):
     assert validate(scenario, _overlapping(scenario, PlanOptions()))  # the patched plan does break a rule
     options = PlanOptions(policy=Path("missing.onnx"))  # with "auto", greedy is then the only source
     with pytest.raises(full.InvalidHintError, match=r"greedy returned an invalid plan: rule 1"):
-        full.solve(scenario, hint_source=source, options=options, deterministic_time=0.0)
+        full.solve(scenario, time_limit=HANG_GUARD_S, hint_source=source, options=options, deterministic_time=0.0)
     with pytest.raises(full.InvalidHintError):
         full.plan(scenario, PlanOptions(policy=Path("missing.onnx"), deterministic_time=0.5), hint_source=source)
 
@@ -149,7 +155,7 @@ def test_cpsat_below_its_hint_returns_the_hint(scenario, monkeypatch, status, wo
     if bound == "worse":
         bound = worse_plan.metrics.objective
     monkeypatch.setattr(cpsat, "solve", _cpsat_returning(status, worse_plan, bound))
-    plan = full.plan(scenario, PlanOptions(time_limit=1.0), hint_source="greedy")
+    plan = full.plan(scenario, PlanOptions(time_limit=HANG_GUARD_S), hint_source="greedy")
     assert plan.scheduler == "full"
     assert plan.placements == hint.placements and plan.curves == hint.curves
     assert validate(scenario, plan) == []

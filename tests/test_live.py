@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
 from agents.rolling import simulation
-from agents.rolling.anticipate import AnticipatingPlanner, live_planner
+from agents.rolling.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand
-from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, load_history
+from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, history_error_level, load_history
 from agents.rolling.runtimes import TRACE_RUNTIMES, draw_runtimes
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.scenario import App, Job, JobType, Scenario, load_scenario, save_scenario
@@ -105,6 +107,16 @@ def test_history_forecaster_profile_and_level() -> None:
     assert (high > low).all()
 
 
+def test_history_error_level_hand_worked() -> None:
+    """Past curves at 2 and 4: the profile is 3, each deviates by a third of it."""
+    days = [_day((), demand=(2, 2, 2, 2)), _day((), demand=(4, 4, 4, 4))]
+    assert history_error_level(days, days[0]) == pytest.approx(1 / 3)
+    assert history_error_level(days[:1], days[0]) == 0.0
+    assert history_error_level([days[0]] * 3, days[0]) == 0.0
+    planner = live_planner(history=days, day=days[0])
+    assert planner.forecaster.prior_sigma == pytest.approx(1 / 3)
+
+
 def test_history_forecaster_identical_days_has_no_margin() -> None:
     days = [_day((), demand=(1, 3, 5, 2))] * 3
     fc = HistoryForecaster.fit(days, days[0])
@@ -147,15 +159,64 @@ def test_anticipation_holds_a_cheap_job_back_for_valuable_arrivals() -> None:
     assert not validate(actual, live.executed)
 
 
-def test_without_history_and_exact_runtimes_it_is_rolling_greedy() -> None:
+def test_without_history_exact_runtimes_and_fill_it_is_rolling_greedy() -> None:
     day = generate("priority-inversion", seed=11)
     actual = with_demand(day, NoiseModel(sigma=0.2).draw(day, 3))
     plain = simulation.rolling(day, "greedy", actual, corrector=Corrector())
-    planner = AnticipatingPlanner("greedy", forecaster=Corrector())
+    planner = AnticipatingPlanner("greedy", forecaster=Corrector(), fill=False)
     live = simulation.rolling(day, planner, actual)
     assert not planner.anticipates
     assert live.executed.placements == plain.executed.placements
     assert live.executed.curves == plain.executed.curves
+
+
+def test_with_an_exact_forecast_fill_stays_under_its_fading_ceiling() -> None:
+    """sigma 0: the observed error is 0, so the ceiling is the prior's, fading as 1 / sqrt(4 + t)."""
+    day = generate("mixed-control", seed=12)
+    live = simulation.rolling(day, AnticipatingPlanner(), day)
+    for r in live.slots:
+        level = 0.2 * math.sqrt(4 / (4 + r.slot))
+        assert r.app_gpus["chat"] <= max(r.forecast["chat"], math.ceil(day.apps[0].demand[r.slot] * (1 + 5 * level)))
+    assert not validate(day, live.executed)
+
+
+# ----------------------------------------------------------------------------- raising apps into idle GPUs
+
+
+def test_fill_idle_hand_worked() -> None:
+    """8 GPUs, ramp 2, initial 2: a 4-GPU job in slots 1-2 leaves 8, 4, 4, 8 GPUs for the app."""
+    job = _job("j", 0, gpus=4, duration=2)
+    day = _day((job,), slots=4, demand=(2, 2, 2, 2))
+    plan = simulation.Plan("day", "x", [simulation.Placement("j", 1, (0, 1, 2, 3))], {"chat": [2, 2, 2, 2]})
+    assert not validate(day, plan)
+    raised = fill_idle(day, plan)
+    # capacity 8, 4, 4, 8; backward ramp pass: u[0] <= u[1] + 2 = 6; forward from initial 2: 4, 4, 4, 6
+    assert raised.curves["chat"] == [4, 4, 4, 6]
+    assert not validate(day, raised)
+    capped = fill_idle(day, plan, np.array([[3, 3, 3, 3]]))
+    assert capped.curves["chat"] == [3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_fill_idle_keeps_plans_valid_and_never_lowers(family: str) -> None:
+    from agents.registry import run_scheduler
+
+    day = generate(family, seed=41)
+    plan = run_scheduler("greedy", day)
+    raised = fill_idle(day, plan)
+    assert not validate(day, raised)
+    for app in day.apps:
+        assert (np.array(raised.curves[app.name]) >= plan.curve(app.name, day.slots)).all()
+    assert raised.placements == plan.placements
+
+
+def test_fill_ceiling_prior_fades() -> None:
+    day = _day((), demand=(10, 10, 10, 10))
+    assert fill_ceiling(day, (), 5.0, 0) is None
+    start = fill_ceiling(day, (0.0,), 5.0, 0)
+    later = fill_ceiling(day, (0.0,), 5.0, 36)
+    assert start.tolist() == [[20, 20, 20, 20]]  # 10 * (1 + 5 * 0.2)
+    assert later.tolist() == [[14, 14, 14, 14]]  # level 0.2 * sqrt(4 / 40) = 0.0632: 10 * 1.316, rounded up
 
 
 def test_live_planner_refuses_unknown_names() -> None:

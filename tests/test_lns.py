@@ -16,6 +16,7 @@ from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Job, JobType, Scenario, save_scenario
 from gpu_env.validation import validate
+from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -254,7 +255,8 @@ def test_the_portfolio_keeps_every_rule_and_the_hint():
 def test_the_learned_plan_is_planned_beside_the_search_and_never_lost():
     """Above the switch the auto hint is greedy's; the learned plan joins when ready and is never lost."""
     sc = generate("uniform-priority", seed=23, gpus=192)  # 192 jobs
-    result = full.solve(sc, time_limit=2.0, workers=1, max_moves=3)
+    # three moves, then the call waits for the learned plan until its deadline: far away
+    result = full.solve(sc, time_limit=HANG_GUARD_S, workers=1, max_moves=3)
     hint = result.plan.info["hint"]
     assert hint["scheduler"] == "greedy" and hint.get("beside") == "ppo"
     assert set(hint["candidates"]) == {"greedy", "ppo"}

@@ -3,7 +3,10 @@
 The test loads ``/`` from a real server, picks a shipped scenario, runs a comparison
 and checks what the page shows against the plans the API returns: one grid per
 scheduler with one block per placed job in the job's colour of the report's
-palette, the metrics table, the legend's words, one demand chart per real-time app.
+palette, the metrics table (ppo's winner in the planner's words: a candidate or
+the guard), the legend's words, one demand chart per real-time app, and one time
+axis for every grid and chart (mixed-control's fifo and greedy plans run past the
+horizon, ppo's does not).
 Skipped, saying why, where Chromium, chromedriver or selenium is missing
 (``.ci/run`` installs Debian's ``chromium`` and ``chromium-driver``). With
 ``GPUALLOC_SCREENSHOT=docs/serve-whatif.png`` it saves the page as that picture.
@@ -27,7 +30,7 @@ from tests.serve_helpers import running_server
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
 SCENARIO = "mixed-control"
-SCHEDULERS = ["fifo", "greedy", "cpsat"]
+SCHEDULERS = ["fifo", "greedy", "ppo", "cpsat"]
 
 
 def _browser():
@@ -80,6 +83,7 @@ def test_the_page_compares_schedulers_and_draws_their_plans(tmp_path):
             colours = palette()
             rows = driver.find_elements(By.CSS_SELECTOR, "#metrics tbody tr")
             assert [r.get_attribute("data-scheduler") for r in rows] == SCHEDULERS
+            made = {}  # the deterministic schedulers' plans, made here
             grids = driver.find_elements(By.CSS_SELECTOR, "svg.grid")
             assert [g.get_attribute("data-scheduler") for g in grids] == SCHEDULERS
             for name, row, grid in zip(SCHEDULERS, rows, grids, strict=True):
@@ -91,11 +95,16 @@ def test_the_page_compares_schedulers_and_draws_their_plans(tmp_path):
                     index = sc.job_index(block.get_attribute("data-job"))
                     assert block.get_attribute("fill") == colours["jobs"][index % len(colours["jobs"])]
                 if name != "cpsat":  # deterministic: the page shows the plan made here
-                    here = run_scheduler(name, sc, PlanOptions())
+                    here = made[name] = run_scheduler(name, sc, PlanOptions())
                     assert objective == pytest.approx(here.metrics.objective, abs=0.005), name
                     assert placed == here.metrics.placed
                 assert grid.find_elements(By.CSS_SELECTOR, "rect.served"), name  # the app's capacity is drawn
-            assert rows[2].find_element(By.CLASS_NAME, "how").text.split(",")[0] in ("optimal", "feasible")
+            how = {r.get_attribute("data-scheduler"): r.find_element(By.CLASS_NAME, "how").text for r in rows}
+            assert how["cpsat"].split(",")[0] in ("optimal", "feasible")
+            winner, samples = made["ppo"].info["winner"], made["ppo"].info["samples"]  # the server's: same seed
+            words = f"candidate {winner} of {samples} won" if isinstance(winner, int) else f"the {winner} guard won"
+            assert how["ppo"] == words
+            assert "rollout" not in driver.find_element(By.ID, "results").text.lower()
             legend = driver.find_element(By.ID, "legend").text
             for app in sc.apps:
                 assert f"{app.name}: {colours['legend']['serving']}" in legend
@@ -103,6 +112,18 @@ def test_the_page_compares_schedulers_and_draws_their_plans(tmp_path):
             assert [c.get_attribute("data-app") for c in charts] == [a.name for a in sc.apps]
             curves = charts[0].find_elements(By.CSS_SELECTOR, "path.curve")
             assert [c.get_attribute("stroke") for c in curves] == [colours["schedulers"][n] for n in SCHEDULERS]
+
+            # one time axis for every panel: as many slots, as wide, the same ticks, however far each plan runs
+            duration = {job.id: job.duration for job in sc.jobs}
+            ends = {n: max([sc.slots] + [p.start + duration[p.job] for p in q.placements]) for n, q in made.items()}
+            assert ends["ppo"] < min(ends["fifo"], ends["greedy"])  # the case this checks: ppo's plan ends sooner
+            panels = grids + charts
+            axes = {(p.get_attribute("data-slots"), p.get_attribute("data-slot-width")) for p in panels}
+            assert len(axes) == 1, axes
+            assert int(axes.pop()[0]) >= max(ends.values())
+            assert len({p.get_attribute("width") for p in panels}) == 1
+            ticks = [[t.text for t in p.find_elements(By.CSS_SELECTOR, "text.tick")] for p in panels]
+            assert ticks[0] and all(t == ticks[0] for t in ticks), ticks
             shot = os.environ.get("GPUALLOC_SCREENSHOT")
             if shot:
                 driver.save_screenshot(shot)

@@ -129,7 +129,8 @@ def test_no_change_is_only_the_clocks_cycles() -> None:
 def test_without_polling_only_the_clock_starts_cycles() -> None:
     fake = _busy_node()
     lines = _run(fake, [(12.0, _end(fake, "1"))], every=1, poll=0, debounce=2, end=100)
-    assert _cycles(lines) == [(0, "clock"), (60, "clock")] and fake.polls == 2  # the two snapshots only
+    # the two snapshots and the read of the second cycle's commit (it starts job 2): no poll in between
+    assert _cycles(lines) == [(0, "clock"), (60, "clock")] and fake.polls == 3
 
 
 def test_a_failing_poll_is_one_line_and_the_loop_goes_on() -> None:
@@ -220,7 +221,8 @@ def test_the_cli_takes_poll_and_debounce(tmp_path, monkeypatch, capsys) -> None:
     from agents.slurm import client
 
     path = tmp_path / "slurm.yaml"
-    path.write_text(yaml.safe_dump({"owned": {"partitions": ["gpu"]}, "workloads": {"default_type": "training"}}))
+    config = {"slurm": {"state_dir": str(tmp_path / "state")}, "owned": {"partitions": ["gpu"]}}
+    path.write_text(yaml.safe_dump({**config, "workloads": {"default_type": "training"}}))
     fake = _busy_node()
     monkeypatch.setattr(client, "SlurmClient", lambda **_kwargs: fake)
     argv = ["slurm", "run", "--config", str(path), "--every", "60", "--cycles", "1", "--budget", "0"]

@@ -232,20 +232,27 @@ def test_non_contiguous_indices_pack_the_node() -> None:
 
 
 class FakeClient:
-    """Records calls; Slurm's answers come from the fixture."""
+    """Records calls; Slurm's answers come from the 22.05 fixture."""
+
+    retries = 3
 
     def __init__(self, version: str = "22.05") -> None:
         self.calls: list[tuple] = []
         self.nodes_data = jsonread.read_nodes(_load("22.05-sinfo.json"))
+        self.jobs_data = jsonread.read_jobs(_load("22.05-squeue.json"))
+        self.reservations_data = jsonread.read_reservations((DATA / "22.05-reservations.txt").read_text())
 
     def nodes(self):
         return self.nodes_data
 
     def jobs(self):
-        return []
+        return self.jobs_data
 
     def reservations(self):
-        return []
+        return self.reservations_data
+
+    def renew_reservation(self, name, minutes):
+        self.calls.append(("renew", name))
 
     def hold(self, job):
         self.calls.append(("hold", job))
@@ -270,7 +277,10 @@ def test_changes_hold_first_then_place_then_reserve() -> None:
     decision = decision_from_plan(snap.scenario, plan)
     planned = commit.changes(snap, decision)
     kinds = [c.kind for c in planned]
-    assert kinds == sorted(kinds, key=["hold", "delete", "place", "create"].index)
+    assert kinds == sorted(kinds, key=["hold", "reserve", "place"].index)
+    reserves = [c for c in planned if c.kind == "reserve"]
+    shrinking = [c.wanted < c.held_now for c in reserves]
+    assert shrinking == sorted(shrinking, reverse=True)  # the apps' shrinks before their growths
     started = {p.job for p in decision.start_now}
     assert {c.target for c in planned if c.kind == "place"} == started - {
         j for j, job in snap.owned.items() if not job.held

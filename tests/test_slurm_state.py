@@ -44,7 +44,8 @@ def _cli(tmp_path: Path, monkeypatch, fake: FakeSlurm, config: dict, *argv: str)
     from agents.slurm import client
 
     path = tmp_path / "slurm.yaml"
-    path.write_text(yaml.safe_dump(config))
+    slurm = {**config.get("slurm", {}), "state_dir": str(tmp_path / "state")}  # the writer's lock: here
+    path.write_text(yaml.safe_dump({**config, "slurm": slurm}))
     monkeypatch.setattr(client, "SlurmClient", lambda **_kwargs: fake)
     code = main(["slurm", *argv, "--config", str(path)])
     return code, path
@@ -106,7 +107,7 @@ def test_an_app_holding_more_than_there_is_is_planned_from_what_fits(cores: int)
     assert line["relaxed"] == "app chat"
     assert f"its reservations hold {cores // 4} GPUs" in line["why"] and f"({cores // 4 - 1} over)" in line["why"]
     assert result.decision.app_gpus_now["chat"] == 0  # nothing is free now: the app's reservation shrinks
-    assert [f"{c.kind} {c.target}" for c in result.changes] == ["delete gpualloc-chat.n1"]
+    assert [c.summary() for c in result.changes] == [f"reserve gpualloc-chat.n1 {cores // 4}->0"]
     assert result.lines[-1]["cycle"] == "dry-run"
 
 

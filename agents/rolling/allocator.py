@@ -73,6 +73,9 @@ class ClusterState:
             scored day passes ``decay**now`` so that the planner's objective is
             the day's objective over the remaining slots.
         name: Name of the derived scenario.
+        error_level: Each app's relative forecast error observed so far (root mean square; empty:
+            unknown). The live planner raises an app into idle GPUs only as far as this says its
+            demand may come above the forecast.
     """
 
     gpus: int
@@ -85,6 +88,7 @@ class ClusterState:
     slot_minutes: float = 60.0
     value_scale: float = 1.0
     name: str = "now"
+    error_level: tuple[float, ...] = ()
 
     def to_scenario(self) -> tuple[Scenario, tuple[str, ...]]:
         """The state as a scenario whose slot 0 is now, checked like any scenario file.

@@ -14,14 +14,18 @@ ICAPS 2004; "Online Stochastic Combinatorial Optimization", 2006). At every cycl
    ``threshold`` of the futures; the others wait for the next cycle. A future in which valuable work
    arrives in an hour keeps its GPUs free for it, and enough such futures hold a long cheap job back.
 
+Before the consensus the plan's real-time curves are raised into the GPUs its jobs leave idle
+(:func:`fill_idle`): an idle GPU serving an app costs nothing, and live demand comes above the forecast.
+
 Holding a job back only frees GPUs, so the decision is always feasible and its plan (the base plan
 without the held jobs) passes the validator. Without a history and with exact runtimes there is nothing
-to sample and the planner is the base planner rolled, unchanged. Every draw is seeded from the
+to sample and the planner is the base planner rolled, its curves raised into idle GPUs. Every draw is seeded from the
 planner's seed and the slot, so the same day gives the same decisions.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -31,7 +35,7 @@ from agents.options import PlanOptions
 from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
 from agents.rolling.forecast import Corrector
-from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
+from agents.rolling.history import ArrivalModel, HistoryForecaster, history_error_level, stable_seed
 from gpu_env.plan import Plan
 from gpu_env.scenario import Job, Scenario
 
@@ -43,13 +47,20 @@ futures stay small enough for a cycle within a second at 1,024 GPUs (docs/rollin
 LARGE_CLUSTER = 128
 """From this many GPUs the live planner's base is ppo (2-4x faster than greedy there; docs/learned-mode.md)
 and it samples half the futures."""
+DEFAULT_FILL_Z = 5.0
+"""An app is raised into idle GPUs up to its forecast plus this many relative error SDs (docs/rolling.md:
+measured against 2, 3 and no ceiling)."""
+FILL_PRIOR = 0.2
+"""The error level assumed for the ceiling before the day shows its own, counted as :data:`FILL_PRIOR_WEIGHT`
+observed slots: with an exact forecast the ceiling falls back to the plan within a few hours."""
+FILL_PRIOR_WEIGHT = 4.0
 DEFAULT_THRESHOLD = 0.5
 """Share of the futures in which a job must start now for it to start now."""
 FUTURE_PREFIX = "~future"
-LIVE_FORECAST = Corrector(margin=2.0, prior_sigma=0.2, round_up=True)
-"""The live planner's demand forecast without a history: the day's forecast corrected as :class:`Corrector`
-does, two observed error SDs of margin, a prior error level of 20 % until the day shows its own, rounded up
-from a quarter GPU (docs/rolling.md: measured against today's one SD, no prior, rounded to nearest)."""
+LIVE_FORECAST = Corrector()
+"""The live planner's demand forecast: the day's forecast corrected as rolling does (:class:`Corrector`'s
+defaults); with a history, the prior error level is the past curves' spread (docs/rolling.md: measured
+against a 1.5-SD margin, the forecaster fitted from the history, and the larger of the two)."""
 LIVE_PLANNERS = ("anticipate", "anticipate-ppo")
 """The live planners by name: consensus over sampled futures with greedy, or with ppo, as the base planner."""
 
@@ -62,8 +73,8 @@ class AnticipatingPlanner:
         base: The scheduler that plans the state and every future (any name of ``agents.registry``).
         arrivals: The history's arrival model (None: no arrivals are sampled).
         runtimes: The distribution of runtime / limit (an object with ``sample_remaining(limit,
-            elapsed, rng)`` and ``runtime_slots(limit, u)``, :mod:`agents.rolling.runtimes`; None: jobs
-            run to their limit in every future).
+            elapsed, rng)`` and ``runtime_slots(limit, u)``, :mod:`agents.rolling.runtimes`; None, as
+            shipped: jobs run to their limit in every future, which measured better, docs/rolling.md).
         samples: Futures per cycle.
         threshold: Share of the futures in which a candidate start must also start now.
         seed: Seed of every draw.
@@ -71,6 +82,8 @@ class AnticipatingPlanner:
         forecaster: The demand forecast the rolling loop gives it (:data:`LIVE_FORECAST`, or one fitted
             from the history, :class:`agents.rolling.history.HistoryForecaster`).
         lookahead: Slots ahead in which arrivals are sampled.
+        fill: Give the GPUs the plan leaves idle to the real-time apps (:func:`fill_idle`).
+        fill_z: ... up to the forecast plus this many observed relative error SDs (:func:`fill_ceiling`).
     """
 
     base: str = "greedy"
@@ -82,6 +95,8 @@ class AnticipatingPlanner:
     name: str = "anticipate"
     forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
     lookahead: int = DEFAULT_LOOKAHEAD
+    fill: bool = True
+    fill_z: float = DEFAULT_FILL_Z
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -111,6 +126,8 @@ class AnticipatingPlanner:
         """
         scenario, expired = state.to_scenario()
         plan = run_scheduler(self.base, scenario, options)
+        if self.fill:
+            plan = fill_idle(scenario, plan, fill_ceiling(scenario, state.error_level, self.fill_z, now))
         decision = decision_from_plan(scenario, plan, expired)
         if not self.anticipates or not decision.start_now:
             return decision
@@ -174,7 +191,8 @@ def live_planner(
         runtimes: The runtime / limit distribution the planner assumes (None: jobs run to their limit).
         samples: Futures per cycle.
         seed: Seed of every draw.
-        forecast: ``corrector`` (:data:`LIVE_FORECAST` on the day's forecast) or ``history`` (each app's
+        forecast: ``corrector`` (:data:`LIVE_FORECAST` on the day's forecast; with a history, its prior
+            error level is :func:`agents.rolling.history.history_error_level`) or ``history`` (each app's
             curve fitted from its past days, :class:`HistoryForecaster`; needs ``history`` and ``day``).
 
     Raises:
@@ -189,6 +207,8 @@ def live_planner(
     arrivals = ArrivalModel.fit(history) if history else None
     if forecast == "corrector":
         forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
+        if history and day is not None:
+            forecaster = replace(LIVE_FORECAST, prior_sigma=history_error_level(history, day))
     elif forecast == "history":
         if not history or day is None:
             raise ValueError("forecast 'history' needs past days (--history)")
@@ -196,3 +216,60 @@ def live_planner(
     else:
         raise ValueError(f"unknown forecast {forecast!r} (expected corrector or history)")
     return AnticipatingPlanner(base, arrivals, runtimes, samples, DEFAULT_THRESHOLD, seed, name, forecaster)
+
+
+def fill_ceiling(scenario: Scenario, error_level: Sequence[float], z: float, observed: int) -> np.ndarray | None:
+    """How far :func:`fill_idle` may raise each app: ``ceil(demand * (1 + z * level))`` per slot.
+
+    ``level`` mixes each app's relative forecast error observed over ``observed`` slots
+    (:attr:`ClusterState.error_level`) with :data:`FILL_PRIOR` counted as :data:`FILL_PRIOR_WEIGHT`
+    slots, as :class:`agents.rolling.Corrector`'s prior does. With an exact forecast the level falls
+    towards 0 and little is raised above the plan: GPUs held by an app are shed only by its ramp and
+    would keep the next jobs waiting. No error level given, or ``z`` infinite: no ceiling (``None``).
+    """
+    if not error_level or not math.isfinite(z):
+        return None
+    err = np.asarray(error_level, dtype=np.float64).reshape(-1, 1)
+    level = np.sqrt((FILL_PRIOR_WEIGHT * FILL_PRIOR**2 + observed * err**2) / (FILL_PRIOR_WEIGHT + observed))
+    return np.ceil(scenario.demand * (1.0 + z * level) - 1e-9).astype(np.int64)
+
+
+def fill_idle(scenario: Scenario, plan: Plan, cap: np.ndarray | None = None) -> Plan:
+    """The plan with each app's curve raised into the GPUs its jobs leave idle, the rules kept.
+
+    An idle GPU given to a real-time app costs nothing in the slot it is given, and a live app's demand
+    may come above its forecast: serving it from GPUs no job uses avoids the penalty. Apps are raised in
+    :func:`gpu_env.objective.serving_order` (highest penalty first), each to the largest curve that fits
+    in the capacity the plan's jobs and the other apps leave in every slot and that keeps its ramp from
+    ``initial`` and between slots: a backward pass (``u[s] <= u[s+1] + R``, so that the plan's later
+    slots can still be reached) and a forward pass (``u[s] <= u[s-1] + R``, ``u[0] <= initial + R``). The
+    plan's own curve satisfies both, so the raised curve is never below it, and the plan stays valid.
+
+    Args:
+        scenario: The state as a scenario (slot 0 = now).
+        plan: A valid plan of it.
+        cap: Optional (apps, T) ceiling per app and slot (never below the plan's curve where given).
+    """
+    from gpu_env.objective import serving_order
+
+    T, G = scenario.slots, scenario.gpus
+    used = np.zeros(T, dtype=np.int64)
+    for p in plan.placements:
+        job = scenario.jobs[scenario.job_index(p.job)]
+        used[p.start : min(T, p.start + job.duration)] += job.gpus
+    curves = {app.name: plan.curve(app.name, T).copy() for app in scenario.apps}
+    for i in serving_order(scenario.apps):
+        app = scenario.apps[int(i)]
+        others = sum((c for name, c in curves.items() if name != app.name), np.zeros(T, dtype=np.int64))
+        u = G - used - others
+        if cap is not None:
+            u = np.minimum(u, np.maximum(cap[int(i)], curves[app.name]))
+        for s in range(T - 2, -1, -1):
+            u[s] = min(u[s], u[s + 1] + app.ramp)
+        for s in range(T):
+            u[s] = min(u[s], (app.initial if s == 0 else u[s - 1]) + app.ramp)
+        curves[app.name] = np.maximum(u, curves[app.name])
+    lists = {name: [int(x) for x in curve] for name, curve in curves.items()}
+    raised = Plan(plan.scenario, plan.scheduler, list(plan.placements), lists)
+    raised.solve_ms = plan.solve_ms
+    return raised

@@ -121,9 +121,6 @@ class Corrector:
         margin: Safety margin in standard deviations of the error (0: none).
         prior_sigma: Relative error level known before the day (0: none).
         prior_weight: How many observed slots the prior counts as.
-        round_up: Round the raised forecast up from a quarter GPU (``ceil(x - 0.25)``) instead of to the
-            nearest GPU: an unserved GPU-slot costs several times an idle one, and with an app of one or
-            two GPUs, rounding to the nearest erases any margin below half a GPU.
     """
 
     method: Correction = Correction.RATIO
@@ -133,12 +130,24 @@ class Corrector:
     margin: float = 1.0
     prior_sigma: float = 0.0
     prior_weight: float = 4.0
-    round_up: bool = False
 
     def __post_init__(self) -> None:
         if self.method not in tuple(Correction):
             raise ValueError(f"unknown correction {self.method!r} (expected ratio, bias or none)")
         object.__setattr__(self, "method", Correction(self.method))
+
+    def error_level(self, forecast: np.ndarray, actual: np.ndarray, now: int) -> np.ndarray:
+        """Each app's root-mean-square relative error, ``(actual - forecast) / max(forecast, 1)`` before ``now``.
+
+        With ``prior_sigma`` the prior counts as ``prior_weight`` observed slots; with nothing observed
+        and no prior it is 0.
+        """
+        F = forecast.astype(np.float64)[:, :now]
+        errors = (actual[:, :now] - F) / np.maximum(F, 1.0)
+        weight = self.prior_weight if self.prior_sigma > 0 else 0.0
+        if weight + now == 0:
+            return np.zeros(forecast.shape[0])
+        return np.sqrt((weight * self.prior_sigma**2 + (errors**2).sum(axis=1)) / (weight + now))
 
     def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
         """Forecast of slots ``now..T-1``, shape (apps, T - now), from the actual demand of slots before ``now``."""
@@ -170,5 +179,4 @@ class Corrector:
         return self._integral(out, gpus)
 
     def _integral(self, values: np.ndarray, gpus: int) -> np.ndarray:
-        whole = np.ceil(values - 0.25) if self.round_up else np.round(values)
-        return np.clip(whole, 0, gpus).astype(np.int64)
+        return np.clip(np.round(values), 0, gpus).astype(np.int64)

@@ -312,6 +312,25 @@ class HistoryForecaster:
         return np.clip(np.round(out), 0, gpus).astype(np.int64)
 
 
+def history_error_level(days: Sequence[Scenario], day: Scenario) -> float:
+    """How far the played day's apps' past curves stray from their own mean: a prior for the forecast's error.
+
+    For each app of ``day`` found in the past days, the root mean square of the relative deviations
+    ``(curve - profile) / max(profile, 1)`` of its past curves from their mean by slot; the mean over
+    those apps (0 when none is found or there is one past day). Past days recorded as they happened
+    carry both the day-to-day variation and the forecast error, so this is what a forecast of the day
+    can be expected to miss by before the day shows its own error.
+    """
+    levels = []
+    for app in day.apps:
+        c = _curves_of(days, app.name, day.slots)
+        if len(c) < 2:
+            continue
+        profile = c.mean(axis=0)
+        levels.append(float(np.sqrt(np.mean(((c - profile) / np.maximum(profile, 1.0)) ** 2))))
+    return float(np.mean(levels)) if levels else 0.0
+
+
 def _curves_of(days: Sequence[Scenario], name: str, T: int) -> np.ndarray:
     rows = [list(app.demand) for d in days for app in d.apps if app.name == name]
     return np.array(rows, dtype=np.float64).reshape(len(rows), T)

@@ -258,6 +258,7 @@ def rolling(
         if replanned:
             ahead = corrector.forecast(forecast, real, t, G)
             state = state_at(scenario, t, started, curves, ahead, reveal, runtime)
+            state = replace(state, error_level=_error_level(forecast, real, t))
             if isinstance(scheduler, str):
                 began = time.perf_counter()
                 decision = decide(state, scheduler, options)
@@ -317,6 +318,11 @@ def rolling(
     metrics = compute_metrics(actual, executed)
     executed.metrics = metrics
     return Simulation("rolling", name, scenario, actual, executed, metrics, records, len(times), times)
+
+
+def _error_level(forecast: np.ndarray, actual: np.ndarray, now: int) -> tuple[float, ...]:
+    """Each app's observed relative forecast error so far (:meth:`Corrector.error_level`, no prior)."""
+    return tuple(float(x) for x in Corrector(prior_sigma=0.0).error_level(forecast, actual, now))
 
 
 def _limit(scenario: Scenario, job_id: str) -> int:

@@ -102,27 +102,37 @@ class Service:
         self.pool: ExactPool | None = None
         self.fast = _Fast(settings.fast_threads, settings.fast_queue)
         self.ready = False
+        self.warm_up = "running" if settings.warm else "off"  # "done" once warm: /readyz says which
         self.warm_error: str | None = None
 
     async def start(self) -> None:
-        """Make the exact pool (in the running loop) and warm up in the background."""
+        """Make the exact pool (in the running loop) and warm up in the background; ready once warm.
+
+        The warm-up runs in a thread while the server already answers (``/healthz`` 200, ``/readyz`` 503): the
+        worker pool's forkserver starts, and the learned planner's decoder is compiled, or loaded from numba's
+        disk cache (``gpualloc warm-up`` fills it), so that no request waits for the compiler.
+        """
         self.pool = ExactPool(self.settings.exact_processes, self.settings.exact_queue, self.settings.grace)
         self.pool.on_change = self.metrics.exact
         if self.settings.warm:
             await anyio.to_thread.run_sync(self._warm)
+            self.warm_up = "done"
         self.ready = True
         log.info("ready")
 
     def _warm(self) -> None:
         from agents import ppo
+        from gpu_env import listsched
 
         assert self.pool is not None
         self.pool.warm_up()
+        log.info("warming up: the learned planner's decoder (numba; compiled once, then loaded from its cache)")
         try:
             ppo.warm_up(self.settings.policy)
         except PolicyError as exc:  # the learned scheduler answers 503 with this reason; the others work
             self.warm_error = str(exc)
             log.warning("ppo cannot run: %s", exc)
+        log.info("warm-up: %s", listsched.compile_stats().describe())
 
     def stop(self) -> None:
         """Refuse new work and kill the workers still running."""
@@ -365,6 +375,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             },
             "schedulers": {name: ("exact" if name in EXACT else "fast") for name in SCHEDULERS},
             "ppo": service.warm_error or "ok",
+            "warm_up": service.warm_up,
         }
         headers = {} if service.ready else {"Retry-After": "1"}
         return JSONResponse(state, status_code=200 if service.ready else 503, headers=headers)

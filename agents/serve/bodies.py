@@ -81,6 +81,7 @@ STATE_KEYS = {
     "slot_minutes",
     "value_scale",
     "name",
+    "error_level",
 }
 """The fields of :class:`agents.rolling.allocator.ClusterState`: the other form of ``/v1/decide``'s ``state``."""
 
@@ -131,6 +132,10 @@ def read_state(value: Any, source: str = "state") -> tuple[Scenario, tuple[str, 
     except ScenarioError as exc:
         raise ScenarioError(source, _state_field(exc.field, len(queue)), exc.reason) from None
     scale = r.number(data.get("value_scale", 1.0), "value_scale", positive=True)
+    levels = data.get("error_level") or []
+    if not isinstance(levels, list):
+        raise r.fail("error_level", f"expected a list, got {type(levels).__name__}")
+    error_level = tuple(r.number(x, f"error_level[{i}]", minimum=0.0) for i, x in enumerate(levels))
     jobs = checked.jobs
     state = ClusterState(
         gpus=checked.gpus,
@@ -150,6 +155,7 @@ def read_state(value: Any, source: str = "state") -> tuple[Scenario, tuple[str, 
         slot_minutes=checked.slot_minutes,
         value_scale=scale,
         name=checked.name,
+        error_level=error_level,
     )
     try:
         return state.to_scenario()

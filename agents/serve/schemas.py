@@ -176,6 +176,9 @@ class ClusterStateDocument(BaseModel):
     slot_minutes: float = Field(60.0, gt=0)
     value_scale: float = Field(1.0, gt=0)
     name: str = "now"
+    error_level: list[float] = Field(
+        default_factory=list, description="each app's relative forecast error observed so far (RMS)"
+    )
 
 
 class DecideRequest(BaseModel):

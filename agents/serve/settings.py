@@ -18,7 +18,7 @@ class Limits:
         max_body_bytes: Bytes of one request body.
         max_time_limit: Seconds of ``options.time_limit``.
         max_workers: CP-SAT threads of ``options.workers``.
-        max_samples: Rollouts of ``options.samples``.
+        max_samples: Largest ``options.samples`` (the learned planner's candidates).
         default_time_limit: ``options.time_limit`` when a request gives none.
     """
 

@@ -8,8 +8,10 @@
 Every command talks to the cluster that ``SLURM_CONF`` (or Slurm's default)
 names. Decisions are printed as one JSON line each on stdout; notes for the
 operator (what was left alone) on stderr. Exit status: 0 ok, 1 a change that
-failed (named on stderr), 2 bad input (the configuration, an unknown scheduler)
-or a cluster that cannot be read: nothing was changed.
+failed (named on stderr), 2 bad input (the configuration, an unknown scheduler),
+a cluster that cannot be read, or another writer on the cluster: nothing was
+changed. One writer at a time (:mod:`agents.slurm.lock`): a ``cycle`` waits up to
+``--wait`` seconds for another writer's commit, a second ``run`` is refused.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 DEFAULT_CONFIG = "/etc/gpualloc/slurm.yaml"
 DEFAULT_POLL = 5.0  # seconds between reads of the queue in `run`
 DEFAULT_DEBOUNCE = 2.0  # seconds from the poll that saw a change to the cycle it starts
+DEFAULT_WAIT = 120.0  # seconds `cycle` waits for another writer's commit (a loop's cycle: budget + confirm + calls)
 
 
 def _seconds(text: str) -> float:
@@ -66,6 +69,13 @@ def arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--scheduler", "-s", default="greedy", metavar="NAME", help="any planner (default: greedy)")
     c.add_argument("--dry-run", action="store_true", help="print the decisions and change nothing (the what-if)")
     c.add_argument("-o", "--output", type=Path, metavar="PLAN.png|PLAN.json", help="draw the plan or write it")
+    c.add_argument(
+        "--wait",
+        type=_seconds,
+        default=DEFAULT_WAIT,
+        metavar="S",
+        help=f"wait up to S seconds while another writer commits (0: refuse at once; default {DEFAULT_WAIT:g})",
+    )
     add_plan_options(c)
 
     r = sub.add_parser("run", help="repeat the cycle every --every minutes and when a job ends or is submitted")
@@ -175,8 +185,9 @@ def _cycle(args: argparse.Namespace) -> int:
     if args.scheduler not in SCHEDULERS:
         raise BadInputError(f"--scheduler: unknown scheduler {args.scheduler!r} (expected: {', '.join(SCHEDULERS)})")
     config, client = _setup(args)
+    lock = _writer_lock(config, "gpualloc slurm cycle", args.wait, _say_waiting)
     with _planner_errors():
-        result = cycle(config, client, args.scheduler, plan_options(args), dry_run=args.dry_run)
+        result = cycle(config, client, args.scheduler, plan_options(args), dry_run=args.dry_run, lock=lock)
     for line in result.lines:
         print(json.dumps(line))
     _print_notes([*result.snapshot.relaxed, *result.snapshot.notes])
@@ -204,7 +215,11 @@ def _run(args: argparse.Namespace) -> int:
         raise BadInputError(f"--budget: expected seconds >= 0, got {args.budget}")
     if args.cycles is not None and args.cycles < 1:
         raise BadInputError(f"--cycles: expected an integer >= 1, got {args.cycles}")
+    from agents.slurm.lock import RUN, Lock
+    from agents.slurm.loop import LOCK_WAIT_MOST
+
     config, client = _setup(args)
+    writer = _writer_lock(config, "gpualloc slurm run", min(args.every * 60.0, LOCK_WAIT_MOST), None)
     stop = {"now": False}
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -212,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
 
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with _planner_errors():
+        with Lock(Path(config.state_dir) / RUN, "gpualloc slurm run"), _planner_errors():
             failures = run_loop(
                 config,
                 client,
@@ -226,11 +241,23 @@ def _run(args: argparse.Namespace) -> int:
                 poll_seconds=args.poll,
                 debounce_seconds=args.debounce,
                 should_stop=lambda: stop["now"],
+                lock=writer,
             )
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     return 1 if failures else 0
+
+
+def _writer_lock(config: Any, what: str, wait: float, on_wait: Any) -> Any:
+    """The single-writer guard of a committing cycle: ``writer.lock`` in the configuration's state folder."""
+    from agents.slurm.lock import WRITER, Lock
+
+    return lambda: Lock(Path(config.state_dir) / WRITER, what, wait=wait, on_wait=on_wait)
+
+
+def _say_waiting(holder: str) -> None:
+    print(f"gpualloc slurm: another writer commits ({holder}); waiting", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

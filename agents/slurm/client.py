@@ -2,11 +2,16 @@
 
 :class:`SlurmClient` reads (``squeue --json``, ``sinfo --json``,
 ``scontrol -d -o show reservation``) and changes (``scontrol hold``, ``release``,
-``update JobId=N NodeList=...``, ``create``/``delete reservation``). Every call
-has a timeout; a call that fails (Slurm's controller restarting, a timeout) is
-tried again after a pause that doubles, and raises :class:`CommandError` naming
-the command and Slurm's last answer when every try failed. Every change is
-recorded in :attr:`SlurmClient.changes` so that a caller can say what it did.
+``update JobId=N NodeList=...``, ``create``/``delete``/``update reservation``).
+Every call has a timeout. A call that can be repeated safely (every read, ``hold``,
+``NodeList``, a reservation's new end) is tried again after a pause that doubles
+when it fails; one that cannot (``release``, ``create`` and ``delete reservation``)
+is tried once here, and the caller reads Slurm back before trying again
+(:mod:`agents.slurm.commit`), so that a change that was made but whose answer was
+lost is never reported as failed nor made twice. Every failure raises
+:class:`CommandError` naming the command and Slurm's last answer, and saying
+whether Slurm answered at all (``unreachable``). Every change is recorded in
+:attr:`SlurmClient.changes` so that a caller can say what it did.
 """
 
 from __future__ import annotations
@@ -52,22 +57,24 @@ class SlurmClient:
         path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin"
         return shutil.which(name, path=path) or name
 
-    def call(self, argv: Sequence[str], *, change: bool = False) -> str:
-        """Run one command with retries; returns its stdout.
+    def call(self, argv: Sequence[str], *, change: bool = False, tries: int | None = None) -> str:
+        """Run one command, up to ``tries`` times (default :attr:`retries`); returns its stdout.
 
         Raises:
             CommandError: Every try failed (exit status, timeout, or the tool is missing).
         """
         command = [self._tool(argv[0]), *argv[1:]]
+        tries = self.retries if tries is None else tries
         delay = self.retry_delay
         last = ""
-        for attempt in range(1, self.retries + 1):
+        unreachable = False
+        for attempt in range(1, tries + 1):
             try:
                 proc = subprocess.run(
                     command, capture_output=True, text=True, timeout=self.timeout, env=dict(self.env or os.environ)
                 )
             except subprocess.TimeoutExpired:
-                last = f"no answer within {self.timeout:g} s"
+                last, unreachable = f"no answer within {self.timeout:g} s", True
             except FileNotFoundError:
                 raise CommandError(f"{argv[0]}: not installed (or slurm.bin is wrong)") from None
             else:
@@ -76,11 +83,13 @@ class SlurmClient:
                         self.changes.append(list(argv))
                     return proc.stdout
                 last = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[-1]
-            self.failures.append(f"{' '.join(argv)}: try {attempt}/{self.retries}: {last}")
-            if attempt < self.retries:
+                unreachable = unanswered(proc.stderr + proc.stdout)
+            self.failures.append(f"{' '.join(argv)}: try {attempt}/{tries}: {last}")
+            if attempt < tries:
                 self.sleep(delay)
                 delay *= 2
-        raise CommandError(f"{' '.join(argv)}: failed {self.retries} times: {last}")
+        times = "once" if tries == 1 else f"{tries} times"
+        raise CommandError(f"{' '.join(argv)}: failed {times}: {last}", unreachable=unreachable)
 
     # ------------------------------------------------------------------ reading
 
@@ -113,8 +122,8 @@ class SlurmClient:
         self.call(["scontrol", "hold", job], change=True)
 
     def release(self, job: str) -> None:
-        """``scontrol release JOB``."""
-        self.call(["scontrol", "release", job], change=True)
+        """``scontrol release JOB``, tried once (the caller reads back before trying again)."""
+        self.call(["scontrol", "release", job], change=True, tries=1)
 
     def set_nodes(self, job: str, nodes: Sequence[str]) -> None:
         """``scontrol update JobId=JOB NodeList=a,b``: the job may run only there, on all of them."""
@@ -138,8 +147,43 @@ class SlurmClient:
         ]
         if partition:
             argv.append(f"PartitionName={partition}")
-        self.call(argv, change=True)
+        self.call(argv, change=True, tries=1)
 
     def delete_reservation(self, name: str) -> None:
-        """``scontrol delete ReservationName=NAME``."""
-        self.call(["scontrol", "delete", f"ReservationName={name}"], change=True)
+        """``scontrol delete ReservationName=NAME``, tried once (the caller reads back before trying again)."""
+        self.call(["scontrol", "delete", f"ReservationName={name}"], change=True, tries=1)
+
+    def renew_reservation(self, name: str, minutes: int) -> None:
+        """A reservation ends ``minutes`` from now, in place: ``scontrol update ReservationName=NAME EndTime=...``.
+
+        ``Flags=IGNORE_JOBS``: Slurm 22.05 refuses to move the end of a core reservation on a node
+        where any job runs ("Requested nodes are busy"), even one that uses none of its cores; the
+        reservation keeps its cores (docs/slurm.md, what Slurm allows).
+        """
+        argv = [
+            "scontrol",
+            "update",
+            f"ReservationName={name}",
+            "Flags=IGNORE_JOBS",
+            f"EndTime=now+{max(1, minutes)}minutes",
+        ]
+        self.call(argv, change=True)
+
+
+UNANSWERED = (
+    "unable to contact slurm controller",
+    "socket timed out",
+    "zero bytes were transmitted or received",
+    "connection refused",
+    "communication connection failure",
+    "slurm_receive_msg",
+    "transport endpoint",
+    "no route to host",
+)
+"""Slurm's words for "no answer from the controller": a command that failed so may have taken effect."""
+
+
+def unanswered(text: str) -> bool:
+    """Whether a failed command's output says that the controller did not answer (:data:`UNANSWERED`)."""
+    low = text.lower()
+    return any(words in low for words in UNANSWERED)

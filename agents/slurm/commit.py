@@ -1,44 +1,70 @@
 """Commit the current slot of a plan to Slurm: what starts now is placed and released, the rest stays held.
 
-:func:`changes` compares the plan's slot 0 with what Slurm holds and lists the
-changes that make them agree, :func:`apply` makes them (or, for ``--dry-run``,
+:func:`changes` compares the plan's slot 0 with what the snapshot read and lists
+the changes that make them agree, :func:`apply` makes them (or, for ``--dry-run``,
 nothing), and :func:`decisions` says per job and per app what the plan decided
 and why, one JSON-able dict each. Only the allocator's own pending jobs and its
 own reservations are ever touched.
 
-The changes come in an order that never lets Slurm start something unplanned:
+**Read and check first.** :func:`apply` reads Slurm again (``sinfo``, ``squeue``,
+``scontrol show reservation``) and checks every change against that read before
+it makes the first one: a read that fails makes no change at all
+(:class:`CommitReadError`), and a change whose ground moved since the snapshot
+(its job left the queue or started, its node went down or its gres became
+unreadable, a foreign job took its GPUs, the app's reservations there changed) is
+dropped and reported, while the others go ahead. A node whose state cannot be read
+is left alone, as the snapshot leaves it.
+
+**The order** never lets Slurm start something unplanned, and never takes an app
+below its plan:
 
 1. hold every owned pending job that the plan does not start now;
-2. delete the reservations whose nodes or size change;
-3. for each job that starts now: check on a fresh ``sinfo`` that its planned
-   nodes have the GPUs free, restrict it to them (``NodeList``) and release it;
-   a job that does not start within the confirmation time is held again;
-4. create the new reservations.
+2. the apps' reservations that shrink (their GPUs go to the jobs that start now),
+   then those that grow or are renewed (:func:`reserve`);
+3. for each job that starts now: restrict it to its planned nodes (``NodeList``)
+   and release it; a job that has not started after the confirmation time is held
+   again, judged on a read of ``squeue`` made after that time.
 
-Slurm 22.05 cannot reserve GPUs (a reservation's TRES holds cores, nodes,
-licenses and burst buffers), so an app's capacity on a node is a core
-reservation ``gpualloc-<app>.<node>`` of ``cpus_per_gpu`` cores for each of its
-GPUs there: when every job on the partition takes that many cores per GPU
-(``DefCpuPerGPU``), those cores keep exactly that many GPUs free for the app.
-One reservation per app and node, because 22.05 does not report the cores per
-node of a multi-node core reservation reliably (``scontrol -d show
-reservation`` leaves them out for some).
+**Reservations.** Slurm 22.05 cannot reserve GPUs (a reservation's TRES holds
+cores, nodes, licenses and burst buffers), so an app's capacity on a node is
+core reservations of ``cpus_per_gpu`` cores for each of its GPUs there: when every
+job on the partition takes that many cores per GPU (``DefCpuPerGPU``), those cores
+keep exactly that many GPUs free for the app. Slurm refuses to change a core
+reservation's size or nodes in place ("Core-based reservation can not be
+updated"), so an app's capacity on a node may be several reservations,
+``gpualloc-<app>.<node>``, ``gpualloc-<app>.<node>~2``, ...: it grows by a new one
+beside the old, and shrinks by deleting whole ones, so that it never drops below
+the plan in between (:func:`reserve` says when it cannot). A reservation's end is
+moved in place when less than a slot is left.
+
+**Changes that cannot be repeated** (release, create and delete a reservation) are
+tried once; when Slurm's answer is lost (a timeout, the controller unreachable),
+Slurm is read back: a change that was made counts as made, one that was not is
+tried again, and one whose read-back fails too is reported as unknown, never
+retried blindly.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agents.rolling.allocator import Decision
-from agents.slurm.errors import CommandError, SlurmError
-from agents.slurm.jsonread import parse_gres
-from agents.slurm.snapshot import Snapshot
+from agents.slurm.errors import CommandError, SlurmError, UnreadableError
+from agents.slurm.jsonread import SlurmJob, SlurmReservation, parse_gres
+from agents.slurm.snapshot import Note, Snapshot, app_pieces, piece_gpus, piece_of, usable_nodes
 
 CONFIRM_SECONDS = 20.0  # default of slurm.confirm: how long a released job may take to start before it is held again
+RETRY_DELAY = 1.0  # seconds before trying a change again whose answer was lost and that read back as not made
+SUBSET_MOST = 12  # pieces of one app on one node searched for a subset that keeps exactly the plan
+
+
+class CommitReadError(SlurmError):
+    """Slurm could not be read before the commit's first change: nothing was changed."""
 
 
 @dataclass(frozen=True)
@@ -46,20 +72,42 @@ class Change:
     """One change to Slurm.
 
     Attributes:
-        kind: ``hold``, ``place`` (NodeList and release), ``delete`` or ``create`` (a reservation).
-        target: Job id or reservation name.
-        nodes: The job's planned nodes (``place``) or the reservation's node (``create``).
-        cores: Cores to reserve on each node (``create``).
-        gpus: GPUs of the job or app on each node, as (node, count) pairs.
-        users: Users allowed into the reservation (``create``).
+        kind: ``hold``, ``place`` (NodeList and release) or ``reserve`` (an app's reservations on one node).
+        target: Job id, or the app's first reservation name on the node (``gpualloc-<app>.<node>``).
+        nodes: The job's planned nodes (``place``) or the reservation's node (``reserve``).
+        gpus: GPUs of the job (``place``) or of the app (``reserve``, what the plan wants) on each node,
+            as (node, count) pairs.
+        users: Users allowed into the reservation (``reserve``).
+        app: The app (``reserve``).
+        pieces: The app's reservations on the node as the snapshot read them, (name, GPUs) each (``reserve``).
+        renew: Those of ``pieces`` that end within a slot (``reserve``): their end is moved on.
     """
 
     kind: str
     target: str
     nodes: tuple[str, ...] = ()
-    cores: tuple[tuple[str, int], ...] = ()
     gpus: tuple[tuple[str, int], ...] = ()
     users: tuple[str, ...] = ()
+    app: str = ""
+    pieces: tuple[tuple[str, int], ...] = ()
+    renew: tuple[str, ...] = ()
+
+    @property
+    def held_now(self) -> int:
+        """GPUs the app's reservations hold on the node now (``reserve``)."""
+        return sum(g for _, g in self.pieces)
+
+    @property
+    def wanted(self) -> int:
+        """GPUs on the change's first node: the job's there (``place``), or what the plan wants (``reserve``)."""
+        return self.gpus[0][1] if self.gpus else 0
+
+    def summary(self) -> str:
+        """One line: ``hold 7``, ``place 7``, ``reserve gpualloc-chat.gpu01 2->3``."""
+        if self.kind == "reserve":
+            renew = " (renew)" if self.renew and self.wanted == self.held_now else ""
+            return f"reserve {self.target} {self.held_now}->{self.wanted}{renew}"
+        return f"{self.kind} {self.target}"
 
 
 @dataclass
@@ -69,12 +117,22 @@ class Commit:
     Attributes:
         planned: Every change the plan asks for.
         done: Changes made.
-        failed: Changes not made, with why (one line each).
+        failed: Changes not made (or made only in part), with why (one line each).
+        skipped: Changes found unneeded on the commit's own read (the job left the queue, was held
+            already, started already), with why.
+        calls: Every change made in Slurm, in order, one line each (``create gpualloc-chat.gpu01~2 (1 GPU)``).
+        confirmed: Changes whose answer was lost and that Slurm, read back, showed as made.
+        below_plan: Where an app held less than the plan for a moment (a shrink with no room on its node
+            for the new reservation beside the old: the old went first), one line each.
     """
 
     planned: list[Change]
     done: list[Change] = field(default_factory=list)
     failed: list[tuple[Change, str]] = field(default_factory=list)
+    skipped: list[tuple[Change, str]] = field(default_factory=list)
+    calls: list[str] = field(default_factory=list)
+    confirmed: list[str] = field(default_factory=list)
+    below_plan: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- the plan's slot 0
@@ -120,7 +178,7 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
     """The changes that make Slurm hold what the plan's slot 0 says, in the order they must be made."""
     config = snapshot.config
     starting = {p.job: p for p in decision.start_now}
-    holds, places, deletes, creates = [], [], [], []
+    holds, places, shrinks, others = [], [], [], []
     for jid, job in snapshot.owned.items():
         if jid in starting:
             p = starting[jid]
@@ -134,31 +192,185 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
     layout = app_layout(snapshot, decision)
     for app in config.apps:
         want = layout.get(app.name, {})
-        now = snapshot.app_now.get(app.name, {})
         current = snapshot.reservations.get(app.name, {})
         for node in snapshot.nodes:
-            name = config.reservation_name(app.name, node)
-            res = current.get(node)
+            found = current.get(node, ())
+            pieces = tuple((r.name, piece_gpus(config, r, node)) for r in found)
             g = want.get(node, 0)
-            expiring = (
-                res is not None and res.end_time is not None and res.end_time - snapshot.now < config.slot_seconds
+            renew = tuple(
+                r.name for r in found if r.end_time is not None and r.end_time - snapshot.now < config.slot_seconds
             )
-            if res is not None and g == now.get(node, 0) and not expiring:
+            held = sum(gp for _, gp in pieces)
+            if g == held and not renew and all(gp > 0 for _, gp in pieces):
                 continue
-            if res is not None:
-                deletes.append(Change("delete", name))
-            if g:
-                creates.append(
-                    Change(
-                        "create",
-                        name,
-                        nodes=(node,),
-                        cores=((node, g * config.cpus_per_gpu),),
-                        gpus=((node, g),),
-                        users=app.users,
-                    )
-                )
-    return [*holds, *deletes, *places, *creates]
+            change = Change(
+                "reserve",
+                config.reservation_name(app.name, node),
+                nodes=(node,),
+                gpus=((node, g),),
+                users=app.users,
+                app=app.name,
+                pieces=pieces,
+                renew=renew,
+            )
+            (shrinks if g < held else others).append(change)
+    return [*holds, *shrinks, *others, *places]
+
+
+# ----------------------------------------------------------------------------- reading before the first change
+
+
+@dataclass
+class Fresh:
+    """Slurm as the commit reads it before its first change.
+
+    Attributes:
+        jobs: Every job, by id.
+        free: Free GPUs now on each node of the snapshot that is still usable and readable.
+        left_alone: Nodes of the snapshot that the commit leaves alone now, with why.
+        pieces: The apps' reservations now, by app and node (as :attr:`Snapshot.reservations`).
+        names: Every reservation's name (the free names for new pieces are chosen outside these).
+    """
+
+    jobs: dict[str, SlurmJob]
+    free: dict[str, int]
+    left_alone: dict[str, str]
+    pieces: dict[str, dict[str, tuple[SlurmReservation, ...]]]
+    names: set[str]
+
+
+def read_fresh(snapshot: Snapshot, client: Any) -> Fresh:
+    """Read nodes, jobs and reservations again; per node, what is free and what is left alone now.
+
+    A node is left alone when it is gone from ``sinfo``, no longer usable (down, drained, another
+    GPU count, unreadable gres: :func:`agents.slurm.snapshot.usable_nodes`), in a reservation that is
+    not the allocator's, or when its used gres cannot be read.
+
+    Raises:
+        CommitReadError: One of the reads failed (nothing may be changed then).
+    """
+    config = snapshot.config
+    try:
+        nodes = client.nodes()
+        jobs = client.jobs()
+        reservations = client.reservations()
+    except SlurmError as exc:
+        raise CommitReadError(f"commit: Slurm could not be read before the first change ({exc})") from None
+    notes: list[Note] = []
+    usable, _ = usable_nodes(config, nodes, notes)
+    why_not = {n.id: n.why for n in notes if n.kind == "node"}
+    by_name = {n.name: n for n in nodes}
+    all_nodes = [n.name for n in nodes]
+    horizon_end = snapshot.now + config.slots * config.slot_seconds
+    foreign: dict[str, str] = {}
+    for r in reservations:
+        if piece_of(config, r.name, all_nodes) is not None:
+            continue
+        if (r.end_time is not None and r.end_time <= snapshot.now) or (
+            r.start_time is not None and r.start_time >= horizon_end
+        ):
+            continue
+        for n in r.nodes:
+            foreign.setdefault(n, f"in reservation {r.name}, which the allocator does not manage")
+    free: dict[str, int] = {}
+    left_alone: dict[str, str] = {}
+    for n in snapshot.nodes:
+        if n not in by_name:
+            left_alone[n] = "no longer in sinfo"
+        elif n not in usable:
+            left_alone[n] = why_not.get(n, "no longer a usable GPU node")
+        elif usable[n] != snapshot.node_size:
+            left_alone[n] = f"{usable[n]} GPUs now, not {snapshot.node_size}"
+        elif n in foreign:
+            left_alone[n] = foreign[n]
+        else:
+            try:
+                used = sum(g.count for g in parse_gres(by_name[n].gres_used, f"node {n}") if g.name == config.gres)
+            except UnreadableError as exc:
+                left_alone[n] = f"its used gres cannot be read now ({exc})"
+                continue
+            free[n] = usable[n] - used
+    return Fresh(
+        jobs={j.id: j for j in jobs},
+        free=free,
+        left_alone=left_alone,
+        pieces=app_pieces(config, reservations, snapshot.nodes, snapshot.now),
+        names={r.name for r in reservations},
+    )
+
+
+def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: Commit) -> list[Change]:
+    """The changes still to make on what ``fresh`` read; each dropped one goes to ``result`` with why.
+
+    A node where more GPUs are in use than the snapshot's running jobs held (a job started there
+    since: another user's, an owned one Slurm started, an app's replica) has a stale slot 0: the jobs
+    planned to start there and the apps planned to grow there wait for the next cycle, which plans
+    from it. What the apps give up there, and holds, still go.
+    """
+    config = snapshot.config
+    free = dict(fresh.free)
+    held_then = dict.fromkeys(snapshot.nodes, 0)
+    for job in snapshot.scenario.jobs:
+        for g in job.running_on or ():
+            held_then[snapshot.node_of(g)] += 1
+    taken = {
+        n: snapshot.node_size - f - held_then[n] for n, f in fresh.free.items() if snapshot.node_size - f > held_then[n]
+    }
+    out: list[Change] = []
+    for change in planned:
+        if change.kind == "reserve":
+            node = change.nodes[0]
+            if node in fresh.left_alone:
+                result.failed.append((change, f"not changed: node {node} is left alone now: {fresh.left_alone[node]}"))
+                continue
+            if node in taken and change.wanted > change.held_now:
+                result.failed.append((change, f"not grown: {_stale(node, taken[node])}"))
+                continue
+            now = tuple((r.name, piece_gpus(config, r, node)) for r in fresh.pieces.get(change.app, {}).get(node, ()))
+            if now != change.pieces:
+                result.failed.append(
+                    (change, f"not changed: its reservations on {node} changed since the snapshot "
+                     f"({_pieces_text(change.pieces)} then, {_pieces_text(now)} now); the next cycle plans from them")
+                )  # fmt: skip
+                continue
+            out.append(change)
+            continue
+        job = fresh.jobs.get(change.target)
+        if job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED"):
+            result.skipped.append((change, "it left the queue since the snapshot"))
+            continue
+        if change.kind == "hold":
+            if job.held:
+                result.skipped.append((change, "held already"))
+            elif job.state != "PENDING":
+                result.failed.append((change, f"not held: Slurm started it since the snapshot ({job.state})"))
+            else:
+                out.append(change)
+            continue
+        if job.state != "PENDING":
+            result.skipped.append((change, f"{job.state.lower()} already"))
+            continue
+        gone = [f"node {n} is left alone now: {fresh.left_alone[n]}" for n in change.nodes if n in fresh.left_alone]
+        gone += [_stale(n, taken[n]) for n in change.nodes if n in taken]
+        if gone:
+            result.failed.append((change, "not released: " + "; ".join(gone)))
+            continue
+        short = [f"{n} has {free.get(n, 0)} free, needs {g}" for n, g in change.gpus if free.get(n, 0) < g]
+        if short:
+            result.failed.append((change, "not released: " + "; ".join(short)))
+            continue
+        for n, g in change.gpus:
+            free[n] -= g
+        out.append(change)
+    return out
+
+
+def _stale(node: str, gpus: int) -> str:
+    return f"{_gpus(gpus)} of node {node} taken since the snapshot; the next cycle plans from it"
+
+
+def _pieces_text(pieces: Sequence[tuple[str, int]]) -> str:
+    return ", ".join(f"{name} {g}" for name, g in pieces) or "none"
 
 
 # ----------------------------------------------------------------------------- making them
@@ -171,44 +383,43 @@ def apply(
     *,
     confirm_seconds: float = CONFIRM_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Commit:
-    """Make the changes through ``client``; every failure is recorded, none stops the others.
+    """Read Slurm again, check every change, then make those that still hold; none that fails stops the others.
 
-    A job is released only when a fresh ``sinfo`` shows its planned nodes with
-    enough free GPUs (counting the jobs released before it in this commit); a
-    released job that has not started after ``confirm_seconds`` is held again.
+    A released job that has not started after ``confirm_seconds`` is held again; whether it started
+    is judged on a read of ``squeue`` made after that time, and a job whose state cannot be read then
+    is reported and left as it is (never held again blindly).
+
+    Raises:
+        CommitReadError: Slurm could not be read before the first change: nothing was changed.
     """
-    config = snapshot.config
     result = Commit(planned)
-    horizon = config.reservation_minutes or config.slots * config.slot_minutes
-    free: dict[str, int] | None = None
+    if not planned:
+        return result
+    fresh = read_fresh(snapshot, client)
+    todo = check(snapshot, planned, fresh, result)
+    tries = max(1, int(getattr(client, "retries", 3)))
+    made = _Maker(client, result, tries, sleep)
+    names = set(fresh.names)
     released: list[Change] = []
-    for change in planned:
+    for change in todo:
         try:
             if change.kind == "hold":
                 client.hold(change.target)
-            elif change.kind == "delete":
-                client.delete_reservation(change.target)
-            elif change.kind == "place":
-                if free is None:
-                    free = _free_gpus(client, config.gres)
-                short = [f"{n} has {free.get(n, 0)} free, needs {g}" for n, g in change.gpus if free.get(n, 0) < g]
-                if short:
-                    result.failed.append((change, "not released: " + "; ".join(short)))
+                result.calls.append(f"hold {change.target}")
+            elif change.kind == "reserve":
+                why = reserve(snapshot, change, made, names)
+                if why is not None:
+                    result.failed.append((change, why))
                     continue
+            elif change.kind == "place":
                 client.set_nodes(change.target, change.nodes)
-                client.release(change.target)
-                for n, g in change.gpus:
-                    free[n] -= g
+                why = made.release(change.target)
+                if why is not None:
+                    result.failed.append((change, f"not released: {why}"))
+                    continue
                 released.append(change)
-            elif change.kind == "create":
-                client.create_reservation(
-                    change.target,
-                    dict(change.cores),
-                    math.ceil(horizon),
-                    [u for u in change.users if u],
-                    config.partitions[0] if config.partitions else None,
-                )
             else:
                 raise ValueError(f"unknown change kind {change.kind!r}")
         except CommandError as exc:
@@ -216,43 +427,272 @@ def apply(
             continue
         result.done.append(change)
     if released and confirm_seconds > 0:
-        _confirm(client, released, result, confirm_seconds, sleep)
+        _confirm(client, released, result, confirm_seconds, sleep, clock)
     return result
 
 
-def _free_gpus(client: Any, gres: str) -> dict[str, int]:
-    """Free GPUs per node now, from a fresh ``sinfo``."""
-    free = {}
-    for node in client.nodes():
-        total = sum(g.count for g in parse_gres(node.gres, f"node {node.name}") if g.name == gres)
-        used = sum(g.count for g in parse_gres(node.gres_used, f"node {node.name}") if g.name == gres)
-        free[node.name] = total - used
-    return free
+class _Maker:
+    """Makes the changes that cannot be repeated blindly, each read back after a lost answer."""
+
+    def __init__(self, client: Any, result: Commit, tries: int, sleep: Callable[[float], None]) -> None:
+        self.client = client
+        self.result = result
+        self.tries = tries
+        self.sleep = sleep
+
+    def _made(self, what: str, make: Callable[[], None], happened: Callable[[], bool]) -> str | None:
+        """Make one change: None when it is made, else why not (one line)."""
+        delay = RETRY_DELAY
+        for attempt in range(1, self.tries + 1):
+            try:
+                make()
+            except CommandError as exc:
+                error = exc
+            else:
+                self.result.calls.append(what)
+                return None
+            try:
+                there = happened()
+            except SlurmError as exc:
+                return (
+                    f"{error}; reading Slurm back failed too ({exc}): unknown whether it was made; "
+                    "the next cycle reads it"
+                )
+            if there:
+                self.result.calls.append(what)
+                self.result.confirmed.append(f"{what}: {error}; read back: made")
+                return None
+            if not error.unreachable or attempt == self.tries:
+                return str(error)
+            self.sleep(delay)
+            delay *= 2
+        raise AssertionError("unreachable")  # the loop returns on its last try
+
+    def release(self, job: str) -> str | None:
+        """``scontrol release``; made when the job, read back, is no longer held."""
+
+        def happened() -> bool:
+            found = {j.id: j for j in self.client.jobs()}.get(job)
+            return found is None or not found.held
+
+        return self._made(f"release {job}", lambda: self.client.release(job), happened)
+
+    def create(self, snapshot: Snapshot, name: str, node: str, gpus: int, users: Sequence[str]) -> str | None:
+        """A reservation of ``gpus`` GPUs' cores on ``node`` from now for the horizon; made when it reads back."""
+        config = snapshot.config
+        minutes = math.ceil(config.reservation_minutes or config.slots * config.slot_minutes)
+
+        def make() -> None:
+            self.client.create_reservation(
+                name,
+                {node: gpus * config.cpus_per_gpu},
+                minutes,
+                [u for u in users if u],
+                config.partitions[0] if config.partitions else None,
+            )
+
+        def happened() -> bool:
+            return any(r.name == name and node in r.nodes for r in self.client.reservations())
+
+        return self._made(f"create {name} ({_gpus(gpus)} on {node})", make, happened)
+
+    def delete(self, name: str) -> str | None:
+        """``scontrol delete ReservationName``; made when it no longer reads back."""
+
+        def happened() -> bool:
+            return all(r.name != name for r in self.client.reservations())
+
+        return self._made(f"delete {name}", lambda: self.client.delete_reservation(name), happened)
+
+    def renew(self, snapshot: Snapshot, name: str) -> str | None:
+        """Move a reservation's end to the horizon's, in place (repeatable: the client retries it)."""
+        config = snapshot.config
+        minutes = math.ceil(config.reservation_minutes or config.slots * config.slot_minutes)
+        try:
+            self.client.renew_reservation(name, minutes)
+        except CommandError as exc:
+            return str(exc)
+        self.result.calls.append(f"renew {name}")
+        return None
+
+
+def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -> str | None:
+    """Bring an app's reservations on one node from ``change.pieces`` to ``change.wanted`` GPUs; None when done.
+
+    Slurm cannot resize a core reservation, so, in this order of preference:
+
+    1. the plan's size is a subset of the reservations there: the others are deleted;
+    2. one new reservation of the plan's size is made beside the old ones, which then go;
+    3. growing, when the node has no room for 2: a reservation of the difference beside the old;
+    4. shrinking, when no room for 2: the largest subset below the plan is kept and the rest made
+       up by a new reservation beside it; when even that finds no room, the others go first and
+       the new one follows. Only this last step leaves the app below its plan, for the moment
+       between the delete and the create.
+
+    Reservations kept that end within a slot are renewed in place. ``names`` (every reservation's
+    name) gets the names made.
+    """
+    node = change.nodes[0]
+    g = change.wanted
+    pieces = dict(change.pieces)
+    held = change.held_now
+    problems: list[str] = []
+
+    def new_name() -> str:
+        k = 1
+        while snapshot.config.piece_name(change.app, node, k) in names:
+            k += 1
+        name = snapshot.config.piece_name(change.app, node, k)
+        names.add(name)
+        return name
+
+    def create(gpus: int) -> tuple[str | None, str | None]:
+        name = new_name()
+        why = made.create(snapshot, name, node, gpus, change.users)
+        if why is not None:
+            names.discard(name)
+            return None, why
+        return name, None
+
+    keep = list(pieces) if g == held and all(pieces.values()) else _subset(pieces, g)
+    if keep is None:
+        name, why = create(g)
+        if name is not None:
+            keep = [name]
+        elif not held or not _no_room(why):
+            return f"not made: {why}"
+        elif g > held:
+            name, why = create(g - held)
+            if name is None:
+                return f"no room for {_gpus(g - held)} more on {node}: {why}"
+            keep = [*pieces, name]
+        else:
+            base = _below(pieces, g)
+            rest = g - sum(pieces[n] for n in base)
+            name = None
+            if base:  # the rest beside what it keeps
+                name, why = create(rest)
+                if name is None and not _no_room(why):
+                    return f"not made: {why}"
+            if name is None:  # no room beside what it holds: the others go first (the app below its plan meanwhile)
+                made.result.below_plan.append(
+                    f"{change.target}: {_gpus(sum(pieces[n] for n in base))} of the plan's {g} on {node} between "
+                    f"deleting {', '.join(n for n in pieces if n not in base)} and the new reservation (no room "
+                    f"beside: {why})"
+                )
+                for old in [n for n in pieces if n not in base]:
+                    gone = made.delete(old)
+                    if gone is not None:
+                        return f"could not shrink on {node}: delete {old}: {gone}"
+                pieces = {n: pieces[n] for n in base}
+                name, why = create(rest)
+                if name is None:
+                    return f"shrunk to {_gpus(sum(pieces.values()))} on {node}, short of {_gpus(g)}: {why}"
+            keep = [*base, name]
+    for old in [n for n in pieces if n not in keep]:
+        gone = made.delete(old)
+        if gone is not None:
+            problems.append(f"delete {old}: {gone}")
+    for name in change.renew:
+        if name in keep:
+            why = made.renew(snapshot, name)
+            if why is not None:
+                problems.append(f"renew {name}: {why}")
+    return "; ".join(problems) or None
+
+
+NO_ROOM = "nodes are busy"  # Slurm's answer to a reservation whose cores are taken ("Requested nodes are busy")
+
+
+def _no_room(why: str | None) -> bool:
+    """Whether Slurm refused a reservation for want of free cores (the one refusal another layout may avoid)."""
+    return why is not None and NO_ROOM in why.lower()
+
+
+def _subset(pieces: Mapping[str, int], g: int) -> list[str] | None:
+    """Fewest pieces (with GPUs) whose GPUs add up to ``g`` exactly, first pieces first; None when none do."""
+    names = [n for n, v in pieces.items() if v > 0]
+    if g == 0:
+        return []
+    if len(names) > SUBSET_MOST:
+        return None
+    for size in range(1, len(names) + 1):
+        for combo in itertools.combinations(names, size):
+            if sum(pieces[n] for n in combo) == g:
+                return list(combo)
+    return None
+
+
+def _below(pieces: Mapping[str, int], g: int) -> list[str]:
+    """The pieces to keep when shrinking to ``g`` without an exact subset: the most GPUs below ``g``."""
+    names = [n for n, v in pieces.items() if v > 0][:SUBSET_MOST]
+    best: tuple[int, int, tuple[str, ...]] = (0, 0, ())
+    for size in range(1, len(names) + 1):
+        for combo in itertools.combinations(names, size):
+            total = sum(pieces[n] for n in combo)
+            if total < g and (total, -size) > best[:2]:
+                best = (total, -size, combo)
+    return list(best[2])
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU" if n == 1 else f"{n} GPUs"
 
 
 def _confirm(
-    client: Any, released: list[Change], result: Commit, seconds: float, sleep: Callable[[float], None]
+    client: Any,
+    released: list[Change],
+    result: Commit,
+    seconds: float,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
 ) -> None:
-    """Wait until the released jobs run on their planned nodes; hold again any that does not start in time."""
+    """Wait until the released jobs run; hold again those that a read after ``seconds`` shows still pending.
+
+    Reads that fail during the wait are counted; the verdict comes from one read made after the
+    wait (retried as every read is). When that read fails too, the jobs still waiting are reported
+    as unknown and left as they are: holding a job that may be running would only hide it.
+    """
     waiting = {c.target: c for c in released}
-    deadline = time.monotonic() + seconds
-    while waiting and time.monotonic() < deadline:
-        sleep(0.25)
+    deadline = clock() + seconds
+    failed_reads = 0
+    while waiting and clock() < deadline:
+        sleep(min(0.25, max(deadline - clock(), 0.0)))
         try:
             jobs = {j.id: j for j in client.jobs()}
-        except (CommandError, SlurmError):
+        except SlurmError:
+            failed_reads += 1
             continue
-        for jid in list(waiting):
-            job = jobs.get(jid)
-            if job is None or job.state != "PENDING":
-                del waiting[jid]
+        _started(waiting, jobs)
+    if not waiting:
+        return
+    try:
+        jobs = {j.id: j for j in client.jobs()}
+    except SlurmError as exc:
+        for change in waiting.values():
+            result.failed.append(
+                (change, f"released; whether it started is unknown: squeue could not be read after {seconds:g} s "
+                 f"({exc}); left as it is, the next cycle reads it")
+            )  # fmt: skip
+        return
+    _started(waiting, jobs)
+    unread = f" ({failed_reads} reads of squeue failed meanwhile)" if failed_reads else ""
     for jid, change in waiting.items():
         try:
             client.hold(jid)
-            why = f"released but not started within {seconds:g} s; held again"
+            result.calls.append(f"hold {jid}")
+            why = f"released but not started within {seconds:g} s{unread}; held again"
         except CommandError as exc:
-            why = f"released but not started within {seconds:g} s, and holding it again failed: {exc}"
+            why = f"released but not started within {seconds:g} s{unread}, and holding it again failed: {exc}"
         result.failed.append((change, why))
+
+
+def _started(waiting: dict[str, Change], jobs: Mapping[str, SlurmJob]) -> None:
+    """Drop from ``waiting`` the jobs that no longer pend (started, or gone)."""
+    for jid in list(waiting):
+        job = jobs.get(jid)
+        if job is None or job.state != "PENDING":
+            del waiting[jid]
 
 
 # ----------------------------------------------------------------------------- what to print
@@ -263,6 +703,7 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
     scenario = snapshot.scenario
     slot = snapshot.config.slot_seconds
     failed = {c.target: why for c, why in (commit.failed if commit else [])}
+    skipped = {c.target: why for c, why in (commit.skipped if commit else [])}
     placements = {p.job: p for p in decision.plan.placements}
     free_now = {n: snapshot.node_size - u for n, u in slot0_gpus(snapshot, decision).items()}
     lines: list[dict[str, Any]] = []
@@ -288,6 +729,8 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
                 line["why"] = _why_wait(job, p.start)
         if jid in failed:
             line["failed"] = failed[jid]
+        elif jid in skipped:
+            line["skipped"] = skipped[jid]
         lines.append(line)
     layout = app_layout(snapshot, decision)
     for app in scenario.apps:

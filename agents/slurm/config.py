@@ -40,6 +40,8 @@ from agents.slurm.errors import ConfigError
 from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, JobType
 
 RESERVATION_PREFIX = "gpualloc-"
+PIECE_MARK = "~"  # an app's further reservations on a node: gpualloc-<app>.<node>~2, ~3, ... (docs/slurm.md)
+STATE_DIR = "/var/lib/gpualloc"  # default of slurm.state_dir: the writers' lock files
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
@@ -110,6 +112,7 @@ class SlurmConfig:
         timeout: Seconds per Slurm command.
         retries: Tries per Slurm command.
         confirm: Seconds a released job may take to start before the cycle holds it again.
+        state_dir: Folder of the lock files that keep to one writer per cluster (:mod:`agents.slurm.lock`).
         reservation_minutes: Length of a real-time reservation (renewed when less than a slot is left).
         reservation_prefix: Prefix of the reservation names.
     """
@@ -133,6 +136,7 @@ class SlurmConfig:
     timeout: float = 30.0
     retries: int = 3
     confirm: float = 20.0
+    state_dir: str = STATE_DIR
     reservation_minutes: float = 0.0  # 0: the horizon
     reservation_prefix: str = RESERVATION_PREFIX
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -140,6 +144,21 @@ class SlurmConfig:
     def reservation_name(self, app: str, node: str) -> str:
         """The Slurm reservation of one app on one node: ``gpualloc-<app>.<node>``."""
         return f"{self.reservation_prefix}{app}.{node}"
+
+    def piece_name(self, app: str, node: str, k: int) -> str:
+        """The app's ``k``-th reservation on a node (from 1): ``gpualloc-<app>.<node>``, then ``...~2``, ``~3``."""
+        base = self.reservation_name(app, node)
+        return base if k == 1 else f"{base}{PIECE_MARK}{k}"
+
+    def piece_of(self, name: str, app: str, node: str) -> int | None:
+        """Which of the app's reservations on the node ``name`` is (1, 2, ...), or None when it is none of them."""
+        base = self.reservation_name(app, node)
+        if name == base:
+            return 1
+        head, mark, k = name.rpartition(PIECE_MARK)
+        if head == base and mark and k.isdigit() and int(k) >= 2 and str(int(k)) == k:
+            return int(k)
+        return None
 
     @property
     def slot_seconds(self) -> float:
@@ -249,7 +268,18 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
     slurm = r.mapping(
         top.get("slurm", {}) or {},
         "slurm",
-        {"partitions", "gres", "gpu_type", "node_size", "cpus_per_gpu", "bin", "timeout", "retries", "confirm"},
+        {
+            "partitions",
+            "gres",
+            "gpu_type",
+            "node_size",
+            "cpus_per_gpu",
+            "bin",
+            "timeout",
+            "retries",
+            "confirm",
+            "state_dir",
+        },
     )
     owned = r.mapping(top["owned"] or {}, "owned", {"partitions", "qos", "comment_tag"})
     owned_partitions = r.names(owned.get("partitions", []), "owned.partitions")
@@ -346,6 +376,7 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         timeout=r.real(slurm.get("timeout", 30), "slurm.timeout", 0.0, 3600, open_low=True),
         retries=r.integer(slurm.get("retries", 3), "slurm.retries", 1, 100),
         confirm=r.real(slurm.get("confirm", 20), "slurm.confirm", 0.0, 3600),
+        state_dir=r.text(slurm.get("state_dir", STATE_DIR), "slurm.state_dir"),
         reservation_minutes=r.real(res.get("minutes", 0), "reservations.minutes", 0.0, 10_080 * 60),
         reservation_prefix=prefix,
     )

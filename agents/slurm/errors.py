@@ -28,7 +28,16 @@ class UnreadableError(SlurmError):
 
 
 class CommandError(SlurmError):
-    """A Slurm command that failed on every try; the message names the command and Slurm's answer."""
+    """A Slurm command that failed on every try; the message names the command and Slurm's answer.
+
+    Attributes:
+        unreachable: No answer came from Slurm (a timeout, the controller unreachable): the command may or
+            may not have taken effect. False: Slurm answered and refused it.
+    """
+
+    def __init__(self, message: str, *, unreachable: bool = False) -> None:
+        super().__init__(message)
+        self.unreachable = unreachable
 
 
 class BadInputError(SlurmError):

@@ -11,10 +11,12 @@ submitted starts a cycle (:mod:`agents.slurm.events`) besides the clock's.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
@@ -30,6 +32,11 @@ from agents.slurm.events import Events, Watch
 from gpu_env.validation import validate
 
 FULL_MIN_SECONDS = 2.0  # the loop runs ``full`` when a cycle's budget leaves at least this long to plan
+FULL_LEAST_SECONDS = 0.1  # with less of the budget left after the fast plan, that plan is the cycle's
+LOCK_WAIT_MOST = 600.0  # seconds a loop's cycle waits for another writer's lock, at most (else its interval)
+
+Lock = Callable[[], AbstractContextManager[Any]]
+"""Makes the context in which a cycle commits: the single-writer guard (:mod:`agents.slurm.lock`)."""
 
 
 class InvalidPlanError(SlurmError):
@@ -72,22 +79,42 @@ def cycle(
     now: float | None = None,
     confirm_seconds: float | None = None,
     slot_start: Mapping[str, int] | None = None,
+    hint: str | None = None,
+    lock: Lock | None = None,
 ) -> CycleResult:
     """Snapshot, plan with ``scheduler``, validate, and commit the plan's slot 0 (nothing when ``dry_run``).
 
     ``confirm_seconds`` (default: the configuration's ``slurm.confirm``) is how long a released
     job may take to start before it is held again. ``slot_start`` (per app, the GPUs it held when
     the current slot began) makes a second cycle within a slot plan the apps' ramps from there
-    (:func:`agents.slurm.snapshot.build`).
+    (:func:`agents.slurm.snapshot.build`). ``hint`` names the scheduler whose plan seeds ``full``
+    (default: full's own choice). ``lock`` (not for a dry run) is held from the snapshot to the
+    end of the commit, so that no other writer's changes come in between.
 
     Raises:
-        SlurmError: Slurm cannot be read (nothing changed), or the plan breaks a rule (nothing changed).
+        SlurmError: Slurm cannot be read (nothing changed), another writer holds the lock (nothing
+            changed), or the plan breaks a rule (nothing changed).
         UnknownSchedulerError: No scheduler has this name.
     """
+    with contextlib.nullcontext() if lock is None or dry_run else lock():
+        return _cycle(config, client, scheduler, options, dry_run, now, confirm_seconds, slot_start, hint)
+
+
+def _cycle(
+    config: SlurmConfig,
+    client: Any,
+    scheduler: str,
+    options: PlanOptions | None,
+    dry_run: bool,
+    now: float | None,
+    confirm_seconds: float | None,
+    slot_start: Mapping[str, int] | None,
+    hint: str | None,
+) -> CycleResult:
     started = time.perf_counter()
     snap = snapshot_module.take(client, config, now, slot_start)
     t_snap = time.perf_counter()
-    plan = run_scheduler(scheduler, snap.scenario, options)
+    plan = plan_with(scheduler, snap.scenario, options, hint)
     violations = validate(snap.scenario, plan)
     if violations:
         raise InvalidPlanError(f"the {scheduler} plan breaks a rule, nothing committed: {violations[0]}")
@@ -109,17 +136,65 @@ def cycle(
         {
             "cycle": "dry-run" if dry_run else "commit",
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.now)),
-            "scheduler": scheduler,
+            "scheduler": plan.scheduler,
+            **_full_info(plan),
             "objective": round(metrics.objective, 6) if metrics else None,
             "utilization": round(metrics.utilization, 6) if metrics else None,
             "start_now": [p.job for p in decision.start_now],
-            "changes": [f"{c.kind} {c.target}" for c in planned],
+            "changes": [c.summary() for c in planned],
             "done": len(done.done) if done else 0,
-            "failed": [f"{c.kind} {c.target}: {why}" for c, why in done.failed] if done else [],
+            "failed": [f"{c.summary()}: {why}" for c, why in done.failed] if done else [],
+            **({"skipped": [f"{c.summary()}: {why}" for c, why in done.skipped]} if done and done.skipped else {}),
+            **({"confirmed": done.confirmed} if done and done.confirmed else {}),
+            **({"below_plan": done.below_plan} if done and done.below_plan else {}),
             "ms": {k: round(v, 1) for k, v in timings.items()},
         }
     )
     return CycleResult(snap, decision, planned, done, lines, timings)
+
+
+def plan_with(scheduler: str, scenario: Any, options: PlanOptions | None, hint: str | None = None) -> Any:
+    """Plan with ``scheduler``; ``full`` seeded by ``hint``'s plan when given (else full's own choice of hint).
+
+    With ``hint``, its plan comes first (the fast mode's own time), and full improves it within what
+    is left of ``options.time_limit`` (plus :data:`agents.full.GRACE_SECONDS`); when nothing is left,
+    the fast plan is the cycle's, and ``plan.info["full"]`` says why. A cycle never plans nothing.
+    """
+    if scheduler != "full" or hint is None or hint == "full":
+        return run_scheduler(scheduler, scenario, options)
+    from agents import full
+    from gpu_env.metrics import compute_metrics
+
+    options = options or PlanOptions()
+    started = time.perf_counter()
+    fast = run_scheduler(hint, scenario, options)
+    left = options.time_limit - (time.perf_counter() - started)
+    if left < FULL_LEAST_SECONDS:
+        fast.info = {**(fast.info or {}), "full": f"not run: {hint} took {options.time_limit - left:.2f} s of the "
+                     f"{options.time_limit:g} s budget"}  # fmt: skip
+        return fast
+    plan = full.plan(scenario, replace(options, time_limit=left), hint_source=hint, hint_plan=fast)
+    plan.solve_ms = (time.perf_counter() - started) * 1000.0
+    plan.scheduler = "full"
+    plan.metrics = compute_metrics(scenario, plan)
+    return plan
+
+
+def _full_info(plan: Any) -> dict[str, Any]:
+    """For a ``full`` plan: the scheduler that seeded it, its status, what was late; or why full did not run."""
+    if not isinstance(plan.info, dict):
+        return {}
+    if "full" in plan.info:
+        return {"full": plan.info["full"]}
+    if plan.scheduler != "full":
+        return {}
+    record = plan.info.get("hint") or {}
+    out: dict[str, Any] = {"hint": record.get("scheduler"), "status": plan.info.get("status")}
+    if record.get("fallback"):
+        out["fallback"] = record["fallback"]
+    if record.get("late"):
+        out["late"] = record["late"]
+    return out
 
 
 def run_loop(
@@ -138,6 +213,7 @@ def run_loop(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     should_stop: Callable[[], bool] = lambda: False,
+    lock: Lock | None = None,
 ) -> int:
     """Repeat :func:`cycle` every ``every_minutes`` and when a job ends or is submitted; returns the failed cycles.
 
@@ -152,10 +228,12 @@ def run_loop(
     ramps from what they held at the clock's last cycle, so that an app moves at most
     its ramp a slot however many events come (``slot_start`` of :func:`cycle`).
 
-    Each cycle plans with ``scheduler`` (the fast mode), or with ``full`` seeded by it when
+    Each cycle plans with ``scheduler`` (the fast mode), or with ``full`` seeded by its plan when
     ``budget`` (seconds of planning per cycle; default a tenth of the interval, at most 60)
-    is at least :data:`FULL_MIN_SECONDS`. Every cycle's lines go to ``out`` and, appended,
-    to ``log``; a cycle that fails is one ``{"cycle": "failed", "error": ...}`` line.
+    is at least :data:`FULL_MIN_SECONDS`; full returns within the budget plus its stated grace
+    (:data:`agents.full.GRACE_SECONDS`). Every cycle's lines go to ``out`` and, appended,
+    to ``log``; a cycle that fails is one ``{"cycle": "failed", "error": ...}`` line, and so is
+    one that found another writer holding ``lock`` (a cycle's single-writer guard) too long.
     ``sleep`` and ``clock`` (monotonic seconds) are the loop's only sense of time.
     """
     options = options or PlanOptions()
@@ -171,10 +249,18 @@ def run_loop(
         if should_stop():
             break
         n += 1
-        use = "full" if budget >= FULL_MIN_SECONDS and scheduler != "full" else scheduler
+        use = "full" if budget >= FULL_MIN_SECONDS else scheduler
         opts = replace(options, time_limit=budget) if use == "full" else options
         try:
-            result = cycle(config, client, use, opts, slot_start=None if trigger == "clock" else slot_start)
+            result = cycle(
+                config,
+                client,
+                use,
+                opts,
+                slot_start=None if trigger == "clock" else slot_start,
+                hint=scheduler if use == "full" and scheduler != "full" else None,
+                lock=lock,
+            )
             watch.saw(result.snapshot.jobs)  # what happens from here on is the next poll's news
             if trigger == "clock":  # a slot begins: the apps' ramps count from what they hold now
                 slot_start = {a.name: a.initial for a in result.snapshot.scenario.apps}

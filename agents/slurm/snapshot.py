@@ -122,8 +122,9 @@ class Snapshot:
         owned: Owned pending jobs in the scenario, by job id.
         running: Running jobs pinned in the scenario, by job id.
         owned_outside: Owned pending jobs not in the scenario (notes say why), by job id.
-        reservations: The apps' current reservations on usable nodes, by app name, then node.
-        app_now: GPUs each app's reservation holds now on each usable node.
+        reservations: The apps' current reservations on usable nodes, by app name, then node: one or more
+            each (``gpualloc-<app>.<node>``, ``...~2``, ...; :func:`app_pieces`).
+        app_now: GPUs each app's reservations hold now on each usable node.
         notes: What was left alone and why.
         relaxed: Where slot 0 was relaxed to what is there (an app holding more than the ramp lets fit,
             a job running past its time limit), and by how much.
@@ -139,7 +140,7 @@ class Snapshot:
     owned: dict[str, SlurmJob]
     running: dict[str, SlurmJob]
     owned_outside: dict[str, SlurmJob] = field(default_factory=dict)
-    reservations: dict[str, dict[str, SlurmReservation]] = field(default_factory=dict)
+    reservations: dict[str, dict[str, tuple[SlurmReservation, ...]]] = field(default_factory=dict)
     app_now: dict[str, dict[str, int]] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
     relaxed: list[Relaxed] = field(default_factory=list)
@@ -191,12 +192,11 @@ def build(
     reservations hold now.
     """
     notes: list[Note] = []
-    gpu_nodes, node_size = _gpu_nodes(config, nodes, notes)
+    gpu_nodes, node_size = usable_nodes(config, nodes, notes)
     horizon_end = now + config.slots * config.slot_seconds
     all_nodes = [n.name for n in nodes]
-    ours = {config.reservation_name(a.name, n): (a.name, n) for a in config.apps for n in all_nodes}
     for r in reservations:
-        if r.name in ours:
+        if piece_of(config, r.name, all_nodes) is not None:
             continue
         if r.end_time is not None and r.end_time <= now:
             continue
@@ -321,21 +321,13 @@ def build(
         entries.append(entry)
         owned[job.id] = job
     # real-time apps: the forecast from the configuration, what each holds now from its reservations
-    by_name = {r.name: r for r in reservations}
-    current: dict[str, dict[str, SlurmReservation]] = {}
+    current = app_pieces(config, reservations, order, now)
     app_now: dict[str, dict[str, int]] = {}
     apps = []
     starts: list[tuple[int, str]] = []  # per app: GPUs it holds now, and where that number comes from
     for app in config.apps:
-        mine: dict[str, SlurmReservation] = {}
-        held: dict[str, int] = {}
-        for n in order:
-            res = by_name.get(config.reservation_name(app.name, n))
-            if res is None or (res.end_time is not None and res.end_time <= now):
-                continue
-            mine[n] = res
-            held[n] = (res.cores.get(n) or res.core_count) // config.cpus_per_gpu
-        current[app.name] = mine
+        mine = current[app.name]
+        held = {n: sum(piece_gpus(config, r, n) for r in pieces) for n, pieces in mine.items()}
         app_now[app.name] = held
         if slot_start is not None and app.name in slot_start:
             starts.append((slot_start[app.name], "it held at the start of this slot"))
@@ -392,7 +384,41 @@ def build(
     )
 
 
-def _gpu_nodes(config: SlurmConfig, nodes: Sequence[SlurmNode], notes: list[Note]) -> tuple[dict[str, int], int]:
+def piece_of(config: SlurmConfig, name: str, nodes: Sequence[str]) -> tuple[str, str, int] | None:
+    """(app, node, k) when ``name`` is the ``k``-th reservation of one of the configuration's apps on a node."""
+    for app in config.apps:
+        for node in nodes:
+            k = config.piece_of(name, app.name, node)
+            if k is not None:
+                return app.name, node, k
+    return None
+
+
+def app_pieces(
+    config: SlurmConfig, reservations: Sequence[SlurmReservation], nodes: Sequence[str], now: float
+) -> dict[str, dict[str, tuple[SlurmReservation, ...]]]:
+    """Per app and node (of ``nodes``), its reservations there that have not ended, first piece first."""
+    found: dict[str, dict[str, list[tuple[int, SlurmReservation]]]] = {a.name: {} for a in config.apps}
+    for r in reservations:
+        if r.end_time is not None and r.end_time <= now:
+            continue
+        owner = piece_of(config, r.name, nodes)
+        if owner is not None:
+            app, node, k = owner
+            found[app].setdefault(node, []).append((k, r))
+    return {
+        app: {n: tuple(r for _, r in sorted(found[app][n], key=lambda kr: kr[0])) for n in nodes if n in found[app]}
+        for app in found
+    }
+
+
+def piece_gpus(config: SlurmConfig, reservation: SlurmReservation, node: str) -> int:
+    """GPUs one reservation keeps for its app on ``node``: its cores there over ``cpus_per_gpu``."""
+    return (reservation.cores.get(node) or reservation.core_count) // config.cpus_per_gpu
+
+
+def usable_nodes(config: SlurmConfig, nodes: Sequence[SlurmNode], notes: list[Note]) -> tuple[dict[str, int], int]:
+    """The nodes a plan may use, with their GPU counts, and the GPUs per node; each other node gets a note."""
     counts: dict[str, int] = {}
     for node in nodes:
         if config.partitions and node.partitions and not set(node.partitions) & set(config.partitions):

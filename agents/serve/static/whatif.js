@@ -128,23 +128,46 @@ function show(answer) {
   }
   $("errors").textContent = Object.entries(answer.errors).map(([k, v]) => `${k}: ${v}`).join("; ");
   drawLegend(sc, names.map((n) => answer.plans[n]));
+  const axis = timeAxis(sc, names.map((n) => answer.plans[n]));
   const grids = $("grids");
   grids.replaceChildren();
-  for (const name of names) grids.append(allocationPanel(sc, name, answer.plans[name]));
+  for (const name of names) grids.append(allocationPanel(sc, name, answer.plans[name], axis));
   const rt = $("realtime");
   rt.replaceChildren();
-  (sc.realtime || []).forEach((app, i) => rt.append(realtimePanel(sc, app, i, names, answer.plans, colours)));
+  (sc.realtime || []).forEach((app, i) => rt.append(realtimePanel(sc, app, i, names, answer.plans, colours, axis)));
   if (!(sc.realtime || []).length) rt.textContent = `${sc.name}: no real-time applications`;
 }
 
-// What the plan's info says about how it was made (SPEC section 2): the solver's status and gap, ppo's winner.
+// What the plan's info says about how it was made: the solver's status and gap; for ppo, the winning candidate
+// (docs/learned-mode.md: candidate 0 is the argmax order) or the guard whose plan was worth more than every candidate.
 function how(info) {
   if (info.status) {
     const gap = typeof info.gap === "number" && info.status !== "optimal" ? `, gap ${(100 * info.gap).toFixed(1)} %` : "";
     return `${info.status}${gap}`;
   }
-  if (info.winner !== undefined) return typeof info.winner === "number" ? `rollout ${info.winner} won` : `${info.winner} won`;
+  if (info.winner !== undefined) {
+    if (typeof info.winner !== "number") return `the ${info.winner} guard won`;
+    return info.samples === undefined ? `candidate ${info.winner} won` : `candidate ${info.winner} of ${info.samples} won`;
+  }
   return "";
+}
+
+// One time axis for every panel: the horizon, or further when some plan's job runs past it, at one slot width,
+// so that the grids and the real-time charts line up slot under slot.
+function timeAxis(sc, plans) {
+  const duration = new Map(sc.jobs.map((j) => [j.id, j.duration]));
+  let slots = sc.horizon.slots;
+  for (const plan of plans) for (const p of plan.placements) slots = Math.max(slots, p.start + duration.get(p.job));
+  return { slots, cw: Math.max(3, Math.min(18, 560 / slots)), left: 34, hours: (sc.horizon.slot_minutes || 60) / 60 };
+}
+
+// The axis's ticks (hours) at height y, and its label at the foot of the picture.
+function drawTimeTicks(svg, axis, y, H) {
+  const { slots, cw, left, hours } = axis;
+  const step = Math.max(1, Math.ceil(slots / 12));
+  for (let t = 0; t <= slots; t += step)
+    svg.append(el("text", { x: left + t * cw, y, "font-size": 9, "text-anchor": "middle", class: "tick" }, `${+(t * hours).toFixed(2)}`));
+  svg.append(el("text", { x: left + (slots * cw) / 2, y: H - 2, "font-size": 9, "text-anchor": "middle" }, "time (h)"));
 }
 
 // The legend of the report's allocation figure: an entry only for what some grid shows.
@@ -214,13 +237,13 @@ function patterns(svg, sc, id) {
   svg.append(defs);
 }
 
-function allocationPanel(sc, name, plan) {
+function allocationPanel(sc, name, plan, axis) {
   const G = sc.cluster.gpus, T = sc.horizon.slots, node = sc.cluster.node_size || G;
   const { index, rt } = cellGrid(sc, plan);
-  const xmax = Math.max(T, ...plan.placements.map((p) => p.start + sc.jobs[index.get(p.job)].duration));
-  const cw = Math.max(3, Math.min(18, 560 / xmax)), ch = Math.max(3, Math.min(16, 360 / G));
-  const left = 34, top = 14, W = left + cw * xmax + 6, H = top + ch * G + 26;
-  const svg = el("svg", { width: W, height: H, class: "grid", "data-scheduler": name });
+  const { slots: xmax, cw, left } = axis;
+  const ch = Math.max(3, Math.min(16, 360 / G));
+  const top = 14, W = left + cw * xmax + 6, H = top + ch * G + 26;
+  const svg = el("svg", { width: W, height: H, class: "grid", "data-scheduler": name, "data-slots": xmax, "data-slot-width": cw });
   patterns(svg, sc, `p-${name}`);
   const y = (g) => top + (G - g) * ch; // GPU 0 at the bottom, as in the report
   svg.append(el("rect", { x: left + T * cw, y: top, width: (xmax - T) * cw, height: G * ch, fill: P.past_horizon }));
@@ -258,11 +281,7 @@ function allocationPanel(sc, name, plan) {
       if (short > 0) svg.append(el("path", { d: `M${left + (t + 0.2) * cw},${top - 8} h${0.6 * cw} l${-0.3 * cw},6 z`, fill: P.unserved, class: "unserved" }));
     }
   })();
-  const hours = (sc.horizon.slot_minutes || 60) / 60;
-  const step = Math.max(1, Math.ceil(xmax / 12));
-  for (let t = 0; t <= xmax; t += step)
-    svg.append(el("text", { x: left + t * cw, y: top + G * ch + 12, "font-size": 9, "text-anchor": "middle" }, `${+(t * hours).toFixed(2)}`));
-  svg.append(el("text", { x: left + (xmax * cw) / 2, y: H - 2, "font-size": 9, "text-anchor": "middle" }, "time (h)"));
+  drawTimeTicks(svg, axis, top + G * ch + 12, H);
   const ystep = [1, 2, 4, 8, 16, 32, 64, 128, G].find((s) => G / s <= 16);
   for (let g = 0; g < G; g += ystep)
     svg.append(el("text", { x: left - 4, y: y(g + 0.5) + 3, "font-size": 9, "text-anchor": "end" }, String(g)));
@@ -276,19 +295,21 @@ function allocationPanel(sc, name, plan) {
   return panel;
 }
 
-function realtimePanel(sc, app, i, names, plans, colours) {
+function realtimePanel(sc, app, i, names, plans, colours, axis) {
   const T = sc.horizon.slots;
   const curves = names.map((n) => plans[n].realtime[app.name] || new Array(T).fill(0));
   const top = Math.max(1, ...app.demand, ...curves.flat()) * 1.12 + 0.5;
-  const W = 620, H = 170, left = 34, right = 8, pad = 12, bottom = 20;
-  const x = (t) => left + (t / T) * (W - left - right);
+  const { slots, cw, left } = axis;
+  const W = left + cw * slots + 6, H = 182, pad = 12, bottom = 32;
+  const x = (t) => left + t * cw;
   const y = (v) => pad + (1 - v / top) * (H - pad - bottom);
   const stairs = (values) => {
     let d = `M${x(0)},${y(values[0])}`;
     values.forEach((v, t) => (d += ` H${x(t)} V${y(v)} H${x(t + 1)}`));
     return d;
   };
-  const svg = el("svg", { width: W, height: H, class: "realtime", "data-app": app.name });
+  const svg = el("svg", { width: W, height: H, class: "realtime", "data-app": app.name, "data-slots": slots, "data-slot-width": cw });
+  svg.append(el("rect", { x: x(T), y: y(top), width: (slots - T) * cw, height: y(0) - y(top), fill: P.past_horizon }));
   svg.append(el("path", { d: `${stairs(app.demand)} V${y(0)} H${x(0)} Z`, fill: P.demand_fill, stroke: "none" }));
   svg.append(el("path", { d: stairs(app.demand), fill: "none", stroke: P.demand_line, "stroke-width": 1 }));
   const dashes = ["", "6 3", "6 2 2 2", "2 2"];
@@ -298,9 +319,10 @@ function realtimePanel(sc, app, i, names, plans, colours) {
       class: "curve", "data-scheduler": n,
     }));
   });
-  svg.append(el("line", { x1: left, x2: W - right, y1: y(0), y2: y(0), stroke: "#444" }));
+  svg.append(el("line", { x1: left, x2: x(slots), y1: y(0), y2: y(0), stroke: "#444" }));
   for (let v = 0; v <= top; v += Math.max(1, Math.ceil(top / 5)))
     svg.append(el("text", { x: left - 4, y: y(v) + 3, "font-size": 9, "text-anchor": "end" }, String(v)));
+  drawTimeTicks(svg, axis, y(0) + 12, H);
   const panel = document.createElement("div");
   panel.className = "panel";
   const title = document.createElement("h4");

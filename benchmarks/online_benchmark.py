@@ -1,0 +1,1214 @@
+"""The live regime measured: days played slot by slot against their hindsight optima; writes ``online.md``.
+
+Every family of :data:`gpu_env.generators.FAMILIES` at its seed size (and, with ``--sizes``, at larger
+sizes) is played for ``--days`` days (``generate(family, seed)``, seeds ``--seed-base``, ``+1``, ...). Each
+day is played at every forecast error of ``--sigmas`` and runtime model of ``--runtimes``:
+
+1. **The realized day.** The actual demand is ``NoiseModel(sigma).draw(day, seed)``, the actual runtimes
+   ``draw_runtimes(day, model, seed)``; both depend on the family, the day's seed and sigma alone, so
+   every planner meets the same day (common random numbers). ``realized_day`` puts them into the
+   scenario: the day as it happened.
+2. **The hindsight optimum.** CP-SAT plans the realized day whole, every job, runtime and demand known
+   from slot 0 (one worker, seed 0, ``--hindsight-dtime`` of deterministic time so that the same day
+   gives the same reference on any machine, ``--hindsight-time-limit`` as a wall-clock guard). The
+   reference is its objective, or greedy's plan of the realized day where that is worth more (at large
+   sizes CP-SAT may find nothing in time); its status and bound are recorded.
+3. **Every planner live** (:func:`agents.rolling.simulation.rolling`, re-planning every slot, jobs known
+   at their release, early ends re-planned): the plain schedulers (fifo, backfill, greedy, ppo, full) with
+   today's ``Corrector()``, and the live planner ``anticipate`` (consensus over sampled futures,
+   :mod:`agents.rolling.anticipate`) with its own forecaster, in three variants: with the history
+   (``anticipate``), without it (``anticipate-nohist``), and with the demand forecaster fitted from the
+   history (``anticipate-histfc``). The history is ``--history-days`` other days of the same family
+   (seeds never played), each with its **realized** demand drawn at the same sigma: what happened on
+   those days, never the played day. The live planners see only the time limits, as shipped.
+
+Each executed day is scored as ``objective / reference`` and validated against the realized day (a
+failure is a bug: it is printed on stderr and listed in the report). The live planners' cycle times are
+the rolling loop's ``solve_ms``.
+
+Run (one task per family, size and day, each doing every sigma, runtime model and planner of its day
+and their hindsight optima, over :mod:`agents.fanout`; ``--parallel N`` or ``--ray``)::
+
+    PYTHONPATH=. .venv/bin/python benchmarks/online_benchmark.py --days 6 --sigmas 0,0.3 --parallel 2
+    PYTHONPATH=. .venv/bin/python benchmarks/online_benchmark.py --quick      # 2 families x 2 days, a look
+
+Writes ``benchmarks/results/online.md`` (tables and the targets, each met or missed), ``online.json``
+(every row) and ``online.png``; ``--quick`` writes them to the temporary directory unless ``--out`` says.
+Each finished day's rows are kept in ``online.partial.jsonl`` until the end: ``--resume`` after a killed run
+plays only the days it had not finished.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from agents.arguments import add_fanout_options, fanout_backend, int_at_least  # noqa: E402
+from agents.fanout import FanoutError, Task, TaskResult, run_tasks, warm_up_learned  # noqa: E402
+from agents.options import PlanOptions  # noqa: E402
+from agents.registry import SCHEDULERS, available_schedulers, run_scheduler  # noqa: E402
+from agents.report.statistics import mean_ci  # noqa: E402
+from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER, live_planner  # noqa: E402
+from agents.rolling.forecast import Corrector, NoiseModel, with_demand  # noqa: E402
+from agents.rolling.runtimes import draw_runtimes  # noqa: E402
+from agents.rolling.simulation import realized_day, rolling  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
+from gpu_env.generators import FAMILIES, generate  # noqa: E402
+from gpu_env.render import pyplot, save_figure, scheduler_colours  # noqa: E402
+from gpu_env.scenario import Scenario  # noqa: E402
+from gpu_env.validation import validate  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+OUT = ROOT / "benchmarks" / "results" / "online"
+"""Where the results go: ``online.md``, ``online.json``, ``online.png``."""
+SIGMAS = (0.0, 0.2, 0.3, 0.4)
+RUNTIMES = ("exact", "trace")
+PLAIN = ("fifo", "backfill", "greedy", "ppo", "full")
+"""Schedulers rolled as they are, with today's ``Corrector()``."""
+LIVE: dict[str, tuple[bool, str]] = {
+    "anticipate": (True, "corrector"),
+    "anticipate-nohist": (False, "corrector"),
+    "anticipate-histfc": (True, "history"),
+}
+"""The live planner's variants: name -> (fitted from the history, its demand forecast)."""
+LIVE_PLANNER = "anticipate"
+"""The live planner the targets are about: jobs at submission, with the history."""
+HISTORY_SEED_OFFSET = 10_000_000
+MAX_HISTORY_DAYS = 100
+"""Past day k of the day with seed s has seed ``HISTORY_SEED_OFFSET + s * MAX_HISTORY_DAYS + k``."""
+TIMING_KEYS = ("cycle_ms", "hindsight_ms", "wall_s")
+"""What differs between two runs of the same day: everything else is reproducible."""
+EPS = 1e-9
+
+
+def default_planners() -> tuple[str, ...]:
+    """fifo, backfill (where the registry has it), greedy, ppo (where it imports), and the live variants."""
+    here = set(available_schedulers())
+    return (*(p for p in ("fifo", "backfill", "greedy", "ppo") if p in SCHEDULERS and p in here), *LIVE)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What one day is played with (the same for every day of a run).
+
+    Attributes:
+        sigmas: Forecast errors.
+        runtimes: Runtime models (``exact``, ``trace``).
+        planners: Plain scheduler names and live variants (:data:`LIVE`).
+        history_days: Past days per played day.
+        samples: Futures per cycle of the live planner.
+        hindsight_time_limit: Wall-clock seconds of the hindsight CP-SAT (a guard).
+        hindsight_dtime: Its deterministic-time limit (None: none; the result then depends on the machine).
+        full_time_limit: Seconds per re-plan of ``full`` when it is among the planners.
+    """
+
+    sigmas: tuple[float, ...] = SIGMAS
+    runtimes: tuple[str, ...] = RUNTIMES
+    planners: tuple[str, ...] = ("fifo", "greedy", *LIVE)
+    history_days: int = 8
+    samples: int = DEFAULT_SAMPLES
+    hindsight_time_limit: float = 10.0
+    hindsight_dtime: float | None = 2.0
+    full_time_limit: float = 0.3
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Settings:
+        """The inverse of ``asdict`` (lists back to tuples)."""
+        return cls(
+            **{f.name: tuple(data[f.name]) if isinstance(data[f.name], list) else data[f.name] for f in fields(cls)}
+        )
+
+    def hindsight_options(self) -> PlanOptions:
+        """CP-SAT for the hindsight optimum: one worker, seed 0, the deterministic limit."""
+        return PlanOptions(
+            time_limit=self.hindsight_time_limit, workers=1, seed=0, deterministic_time=self.hindsight_dtime
+        )
+
+
+# ----------------------------------------------------------------------------- one day
+
+
+def history_seeds(seed: int, days: int) -> list[int]:
+    """Seeds of the past days of the day with this seed: never a played seed below ``HISTORY_SEED_OFFSET``."""
+    if not 0 <= days <= MAX_HISTORY_DAYS:
+        raise ValueError(f"history days: expected 0..{MAX_HISTORY_DAYS}, got {days}")
+    return [HISTORY_SEED_OFFSET + seed * MAX_HISTORY_DAYS + k for k in range(days)]
+
+
+def past_days(
+    family: str, gpus: int, seed: int, days: int, sigma: float, num_jobs: int | None = None
+) -> list[Scenario]:
+    """The history of the day with this seed: other days of its family, each with the demand that happened.
+
+    Each past day is drawn as a day of its own (``generate`` with its seed, at ``gpus`` GPUs) and its
+    forecast replaced by its actual demand at the same forecast error (``NoiseModel(sigma).draw`` with its
+    seed): the record of what happened, as a cluster's log would hold it.
+    """
+    out = []
+    for past_seed in history_seeds(seed, days):
+        past = generate(family, past_seed, gpus=gpus, num_jobs=num_jobs)
+        demand = NoiseModel(sigma).draw(past, past_seed)
+        out.append(with_demand(past, demand, f"{past.name}-past-{past_seed}"))
+    return out
+
+
+def hindsight(realized: Scenario, settings: Settings) -> dict[str, Any]:
+    """The hindsight optimum of the realized day: CP-SAT's plan, its status and bound, and the reference.
+
+    The reference is CP-SAT's objective, or greedy's with hindsight where that is worth more (CP-SAT may
+    find no plan in time at large sizes); ``proven`` when CP-SAT proved its plan optimal.
+    """
+    started = time.perf_counter()
+    plan = run_scheduler("cpsat", realized, settings.hindsight_options())
+    elapsed_ms = (time.perf_counter() - started) * 1000.0
+    problems = validate(realized, plan)
+    if problems:  # a bug of the exact mode: no reference can come from it
+        raise RuntimeError(f"the hindsight CP-SAT plan of {realized.name} breaks a rule: {problems[0]}")
+    greedy = run_scheduler("greedy", realized).metrics.objective
+    objective = plan.metrics.objective
+    info = plan.info or {}
+    bound = info.get("bound")
+    return {
+        "hindsight": round(objective, 6),
+        "hindsight_status": info.get("status", "unknown"),
+        "hindsight_bound": None if bound is None else round(float(bound), 6),
+        "hindsight_greedy": round(greedy, 6),
+        "reference": round(max(objective, greedy), 6),
+        "proven": info.get("status") == "optimal" and objective >= greedy - EPS,
+        "hindsight_ms": round(elapsed_ms, 1),
+    }
+
+
+def _ratio(value: float, over: float | None) -> float | None:
+    return None if over is None or over <= EPS else round(value / over, 6)
+
+
+def live_scheduler(
+    name: str, day: Scenario, past: Sequence[Scenario], model: str, seed: int, settings: Settings
+) -> tuple[Any, Corrector | None, PlanOptions]:
+    """What :func:`rolling` is given for a planner: the scheduler (a name or a live planner), its forecast, options."""
+    if name in LIVE:
+        with_history, forecast = LIVE[name]
+        planner = live_planner(
+            "anticipate",
+            history=past if with_history else (),
+            day=day,
+            samples=settings.samples,
+            seed=seed,
+            forecast=forecast,
+        )
+        return replace(planner, name=name), None, PlanOptions(seed=0)  # None: rolling takes planner.forecaster
+    if name == "full":
+        return name, Corrector(), PlanOptions(time_limit=settings.full_time_limit, seed=0, workers=1)
+    return name, Corrector(), PlanOptions(seed=0)
+
+
+def play(
+    name: str,
+    day: Scenario,
+    realized: Scenario,
+    runtimes: Mapping[str, int],
+    past: Sequence[Scenario],
+    model: str,
+    seed: int,
+    settings: Settings,
+) -> dict[str, Any]:
+    """One planner live on one realized day: its executed objective, validation, re-plans and cycle times.
+
+    An exception (a planner's plan that breaks a rule for its state raises ``RollingError``) is recorded
+    in ``error``, not raised: the day's other planners still run.
+    """
+    started = time.perf_counter()
+    try:
+        scheduler, corrector, options = live_scheduler(name, day, past, model, seed, settings)
+        sim = rolling(
+            day,
+            scheduler,
+            realized,
+            replan_every=1,
+            options=options,
+            corrector=corrector,
+            reveal="release",
+            runtimes=runtimes,
+        )
+    except Exception as exc:  # a bug in a planner: recorded and reported loudly, the others go on
+        return {
+            "planner": name,
+            "objective": None,
+            "valid": False,
+            "violations": [],
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": traceback.format_exc(),
+            "cycle_ms": [],
+            "replans": 0,
+            "wall_s": round(time.perf_counter() - started, 3),
+        }
+    problems = [str(v) for v in validate(realized, sim.executed)]
+    m = sim.metrics
+    return {
+        "planner": name,
+        "objective": round(m.objective, 6),
+        "shortfall": m.shortfall,
+        "utilization": round(m.utilization, 6),
+        "placed": m.placed,
+        "completed": m.completed,
+        "valid": not problems,
+        "violations": problems[:5],
+        "error": None,
+        "replans": sim.replans,
+        "cycle_ms": [round(float(x), 3) for x in sim.solve_ms],
+        "wall_s": round(time.perf_counter() - started, 3),
+    }
+
+
+def warm_up(day: Scenario, planners: Sequence[str]) -> None:
+    """Load every planner's one-time costs (compiled kernels, the policy) before anything is timed."""
+    plain = [p for p in planners if p in PLAIN and p != "full"]
+    live = any(p in LIVE for p in planners)
+    if live:
+        plain.append("greedy")
+    if "ppo" in planners or "full" in planners or (live and day.gpus >= LARGE_CLUSTER):
+        warm_up_learned("ppo", PlanOptions())
+        plain.append("ppo")
+    for name in dict.fromkeys(plain):
+        run_scheduler(name, day, PlanOptions(seed=0))
+
+
+def play_day(
+    day: Scenario, settings: Settings, *, family: str, seed: int, num_jobs: int | None = None
+) -> list[dict[str, Any]]:
+    """Every sigma, runtime model and planner on one day, each against the hindsight optimum of its realized day.
+
+    Args:
+        day: The day as planned: its demand is the forecast, its durations the time limits.
+        settings: What to play.
+        family: The day's family (its history is drawn from it).
+        seed: The day's seed: it draws the actual demand, the actual runtimes and the history's seeds.
+        num_jobs: Jobs per past day (None: the family's own number), for days drawn with ``num_jobs``.
+
+    Returns:
+        One row per (sigma, runtime model, planner), in that order: plain values, JSON-ready.
+    """
+    warm_up(day, settings.planners)
+    seed_size = day.gpus == FAMILIES[family].gpus if family in FAMILIES else True
+    rows = []
+    for sigma in settings.sigmas:
+        demand = NoiseModel(sigma).draw(day, seed)
+        past = past_days(family, day.gpus, seed, settings.history_days, sigma, num_jobs)
+        for model in settings.runtimes:
+            runtimes = draw_runtimes(day, model, seed)
+            realized = realized_day(day, demand, runtimes)
+            best = hindsight(realized, settings)
+            for name in settings.planners:
+                result = play(name, day, realized, runtimes, past, model, seed, settings)
+                objective = result["objective"]
+                rows.append(
+                    {
+                        "family": family,
+                        "gpus": day.gpus,
+                        "seed_size": seed_size,
+                        "jobs": len(day.jobs),
+                        "seed": seed,
+                        "sigma": float(sigma),
+                        "runtime": model,
+                        **result,
+                        **best,
+                        "ratio": None if objective is None else _ratio(objective, best["reference"]),
+                        "ratio_to_bound": None if objective is None else _ratio(objective, best["hindsight_bound"]),
+                    }
+                )
+    return rows
+
+
+def untimed(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows without their timings: equal for two runs of the same days."""
+    return [{k: v for k, v in row.items() if k not in TIMING_KEYS} for row in rows]
+
+
+def day_task(task: Task) -> TaskResult:
+    """:func:`play_day` where the task landed (a task function of :mod:`agents.fanout`).
+
+    The task carries the day as a document; ``params``: ``family``, ``num_jobs`` and the settings.
+    Executed days that break a rule are named in ``violations``; the rows come back either way.
+    """
+    started = time.perf_counter()
+    day = task.load()
+    p = task.params
+    settings = Settings.from_dict(p["settings"])
+    rows = play_day(day, settings, family=p["family"], seed=task.seed, num_jobs=p.get("num_jobs"))
+    bad = [describe(r) for r in rows if not r["valid"]]
+    elapsed = time.perf_counter() - started
+    return TaskResult(day.name, task.planner, task.seed, violations=bad, elapsed=elapsed, values={"rows": rows})
+
+
+def describe(row: Mapping[str, Any]) -> str:
+    """``family 16 GPUs seed s, sigma x, runtimes m, planner p: why`` for a failed row."""
+    why = row.get("error") or "; ".join(row.get("violations") or []) or "invalid"
+    return (
+        f"{row['family']} {row['gpus']} GPUs seed {row['seed']}, sigma {row['sigma']:g}, {row['runtime']} runtimes, "
+        f"{row['planner']}: {why}"
+    )
+
+
+def day_tasks(
+    families: Sequence[str], sizes: Sequence[int | None], seeds: Sequence[int], settings: Settings
+) -> list[Task]:
+    """One task per (family, size, day seed); larger sizes first (the longest tasks, so that none runs last alone)."""
+    tasks = []
+    for gpus in sorted(sizes, key=lambda g: -(g or 0)):
+        for family in families:
+            for seed in seeds:
+                day = generate(family, seed, gpus=gpus)
+                options = PlanOptions(
+                    time_limit=settings.hindsight_time_limit, seed=seed, deterministic_time=settings.hindsight_dtime
+                )
+                params = {"family": family, "gpus": day.gpus, "num_jobs": None, "settings": asdict(settings)}
+                tasks.append(Task.make(day, "online", options, **params))
+    return tasks
+
+
+# ----------------------------------------------------------------------------- statistics
+
+
+def select(rows: Iterable[Mapping[str, Any]], **where: Any) -> list[Mapping[str, Any]]:
+    """The scored rows (a ratio) whose fields equal ``where``."""
+    return [r for r in rows if r["ratio"] is not None and all(r[k] == v for k, v in where.items())]
+
+
+def mean_of(rows: Iterable[Mapping[str, Any]], **where: Any) -> float:
+    values = [r["ratio"] for r in select(rows, **where)]
+    return float(np.mean(values)) if values else float("nan")
+
+
+def family_means(rows: Sequence[Mapping[str, Any]], **where: Any) -> dict[str, float]:
+    """Mean ratio per family (families in first-seen order)."""
+    families = dict.fromkeys(r["family"] for r in select(rows, **where))
+    return {f: mean_of(rows, family=f, **where) for f in families}
+
+
+def worst_family(rows: Sequence[Mapping[str, Any]], **where: Any) -> tuple[str, float]:
+    means = family_means(rows, **where)
+    if not means:
+        return "-", float("nan")
+    name = min(means, key=lambda f: means[f])
+    return name, means[name]
+
+
+def fmt(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def fmt_ci(values: Sequence[float]) -> str:
+    mean, ci = mean_ci(values)
+    if math.isnan(mean):
+        return "-"
+    return f"{mean:.3f}" if math.isnan(ci) else f"{mean:.3f} ± {ci:.3f}"
+
+
+def combos(settings: Settings) -> list[tuple[float, str]]:
+    return [(s, m) for s in settings.sigmas for m in settings.runtimes]
+
+
+def label(sigma: float, model: str) -> str:
+    return f"σ {sigma:g}, {model}"
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def pooled_tables(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
+    """(1) Mean ratio per planner x (sigma, runtime model), pooled over families; then worst family and day."""
+    seed = [r for r in rows if r["seed_size"]]
+    cells = combos(settings)
+    lines = [
+        "| planner | " + " | ".join(label(s, m) for s, m in cells) + " |",
+        "| --- | " + " | ".join("---:" for _ in cells) + " |",
+    ]
+    for p in settings.planners:
+        values = []
+        for s, m in cells:
+            cell = [r["ratio"] for r in select(seed, planner=p, sigma=s, runtime=m)]
+            values.append(fmt_ci(cell))
+        name = f"**{p}**" if p == LIVE_PLANNER else p
+        lines.append(f"| {name} | " + " | ".join(values) + " |")
+    lines += [
+        "",
+        "| σ | runtimes | planner | days | mean ± 95 % CI | worst family (its mean) | worst day (ratio) |",
+        "| ---: | --- | --- | ---: | ---: | --- | --- |",
+    ]
+    for s, m in cells:
+        for p in settings.planners:
+            cell = select(seed, planner=p, sigma=s, runtime=m)
+            if not cell:
+                continue
+            family, value = worst_family(seed, planner=p, sigma=s, runtime=m)
+            low = min(cell, key=lambda r: r["ratio"])
+            lines.append(
+                f"| {s:g} | {m} | {p} | {len(cell)} | {fmt_ci([r['ratio'] for r in cell])} | {family} ({fmt(value)}) | "
+                f"{low['family']} seed {low['seed']} ({fmt(low['ratio'])}) |"
+            )
+    return lines
+
+
+def family_tables(rows: Sequence[Mapping[str, Any]], settings: Settings, sigmas: Sequence[float]) -> list[str]:
+    """(2) Per family and planner at the given sigmas, each runtime model; the best planner of a row in bold."""
+    seed = [r for r in rows if r["seed_size"]]
+    families = list(dict.fromkeys(r["family"] for r in seed))
+    lines: list[str] = []
+    for s in sigmas:
+        if s not in settings.sigmas:
+            continue
+        for m in settings.runtimes:
+            lines += [
+                f"**σ {s:g}, {m} runtimes** (mean ratio over the family's days)",
+                "",
+                "| family | GPUs | days | " + " | ".join(settings.planners) + " |",
+                "| --- | ---: | ---: | " + " | ".join("---:" for _ in settings.planners) + " |",
+            ]
+            for f in [*families, None]:
+                where = {"sigma": s, "runtime": m} | ({} if f is None else {"family": f})
+                means = [mean_of(seed, planner=p, **where) for p in settings.planners]
+                top = np.nanmax(means) if not all(math.isnan(x) for x in means) else float("nan")
+                cells = [f"**{fmt(x)}**" if abs(x - top) < 5e-4 else fmt(x) for x in means]
+                days = len(select(seed, planner=settings.planners[0], **where))
+                name = "all families" if f is None else f
+                gpus = "-" if f is None else str(FAMILIES[f].gpus if f in FAMILIES else "")
+                lines.append(f"| {name} | {gpus} | {days} | " + " | ".join(cells) + " |")
+            lines.append("")
+    return lines
+
+
+def size_class(row: Mapping[str, Any]) -> str:
+    return "seed sizes (8-64 GPUs)" if row["seed_size"] else f"{row['gpus']} GPUs"
+
+
+def cycle_target_ms(row: Mapping[str, Any]) -> float | None:
+    """The issue's cycle target: 50 ms at seed sizes, 1 s at 1,024 GPUs (none set in between)."""
+    if row["seed_size"]:
+        return 50.0
+    return 1000.0 if row["gpus"] >= 1024 else None
+
+
+def cycle_tables(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
+    """(3) Cycle times of the live planner's variants (and rolling greedy for scale), per size and per family."""
+    shown = [p for p in settings.planners if p in LIVE or p == "greedy"]
+    lines = [
+        "| size | planner | days | cycles | median ms | p95 ms | max ms | target | cycles over |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    classes = list(dict.fromkeys(size_class(r) for r in sorted(rows, key=lambda r: (not r["seed_size"], r["gpus"]))))
+    for c in classes:
+        for p in shown:
+            group = [r for r in rows if size_class(r) == c and r["planner"] == p and r["cycle_ms"]]
+            if not group:
+                continue
+            ms = np.concatenate([r["cycle_ms"] for r in group])
+            target = cycle_target_ms(group[0]) if p in LIVE else None
+            over = "-" if target is None else f"{int((ms > target).sum())} of {ms.size}"
+            lines.append(
+                f"| {c} | {p} | {len(group)} | {ms.size} | {np.median(ms):.1f} | {np.percentile(ms, 95):.1f} | "
+                f"{ms.max():.1f} | {'-' if target is None else f'{target:g} ms'} | {over} |"
+            )
+    lines += [
+        "",
+        f"Per family at its seed size ({LIVE_PLANNER}):",
+        "",
+        "| family | GPUs | cycles | median ms | p95 ms | max ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for f in dict.fromkeys(r["family"] for r in rows if r["seed_size"]):
+        group = [r for r in rows if r["seed_size"] and r["family"] == f and r["planner"] == LIVE_PLANNER]
+        ms = np.concatenate([r["cycle_ms"] for r in group]) if group else np.zeros(0)
+        if ms.size:
+            lines.append(
+                f"| {f} | {group[0]['gpus']} | {ms.size} | {np.median(ms):.1f} | {np.percentile(ms, 95):.1f} | "
+                f"{ms.max():.1f} |"
+            )
+    return lines
+
+
+def paired(rows: Sequence[Mapping[str, Any]], planner: str, other: str, **where: Any) -> list[tuple[float, float]]:
+    """(planner's ratio, other's ratio) on the same realized days."""
+    key = ("family", "gpus", "seed", "sigma", "runtime")
+    theirs = {tuple(r[k] for k in key): r["ratio"] for r in select(rows, planner=other, **where)}
+    return [
+        (r["ratio"], theirs[tuple(r[k] for k in key)])
+        for r in select(rows, planner=planner, **where)
+        if tuple(r[k] for k in key) in theirs
+    ]
+
+
+def wins_table(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
+    """(4) Days each planner beat online greedy, and online backfill, per family (all sigmas and runtimes)."""
+    seed = [r for r in rows if r["seed_size"]]
+    refs = [p for p in ("greedy", "backfill") if p in settings.planners]
+    if not refs:
+        return ["(neither greedy nor backfill was run)"]
+    families = list(dict.fromkeys(r["family"] for r in seed))
+    lines = [
+        "A day is one realized day (family, seed, σ, runtime model); each cell: days won / days, ties in brackets.",
+        "",
+    ]
+    for ref in refs:
+        others = [p for p in settings.planners if p != ref]
+        lines += [
+            f"**Against online {ref}**",
+            "",
+            "| family | " + " | ".join(others) + " |",
+            "| --- | " + " | ".join("---:" for _ in others) + " |",
+        ]
+        for f in [*families, None]:
+            where = {} if f is None else {"family": f}
+            cells = []
+            for p in others:
+                pairs = paired(seed, p, ref, **where)
+                won = sum(a > b + EPS for a, b in pairs)
+                tied = sum(abs(a - b) <= EPS for a, b in pairs)
+                cells.append(f"{won}/{len(pairs)}" + (f" ({tied})" if tied else ""))
+            lines.append(f"| {'all families' if f is None else f} | " + " | ".join(cells) + " |")
+        lines.append("")
+    return lines
+
+
+def large_tables(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
+    """Larger sizes: mean ratio to the best known (CP-SAT's or hindsight greedy's), and what CP-SAT proved."""
+    large = [r for r in rows if not r["seed_size"]]
+    if not large:
+        return []
+    lines = [
+        "| GPUs | family | days | " + " | ".join(settings.planners) + " | hindsight proven | CP-SAT found none | "
+        "mean best known / bound |",
+        "| ---: | --- | ---: | " + " | ".join("---:" for _ in settings.planners) + " | ---: | ---: | ---: |",
+    ]
+    for g in sorted({r["gpus"] for r in large}):
+        for f in dict.fromkeys(r["family"] for r in large if r["gpus"] == g):
+            group = [r for r in large if r["gpus"] == g and r["family"] == f]
+            refs = {(r["seed"], r["sigma"], r["runtime"]): r for r in group}.values()
+            proven = sum(r["proven"] for r in refs)
+            none = sum(r["hindsight_status"] == "unknown" for r in refs)
+            gaps = [r["reference"] / r["hindsight_bound"] for r in refs if r["hindsight_bound"]]
+            means = [fmt(mean_of(group, planner=p)) for p in settings.planners]
+            lines.append(
+                f"| {g} | {f} | {len(refs)} | " + " | ".join(means) + f" | {proven}/{len(refs)} | {none} | "
+                f"{fmt(float(np.mean(gaps)) if gaps else None)} |"
+            )
+    return lines
+
+
+# ----------------------------------------------------------------------------- targets
+
+
+@dataclass
+class Target:
+    """One target of the issue: what it asks, what was measured, and whether it is met (None: not measured)."""
+
+    goal: str
+    measured: str
+    met: bool | None
+
+    def line(self) -> str:
+        verdict = "not measured" if self.met is None else ("**met**" if self.met else "**missed**")
+        return f"| {self.goal} | {self.measured} | {verdict} |"
+
+
+def quality_targets(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[Target]:
+    """Mean and worst family of the live planner at sigma 0 and 0.3, each runtime model."""
+    seed = [r for r in rows if r["seed_size"]]
+    out = []
+    for sigma, mean_goal, family_goal in ((0.0, 0.97, 0.93), (0.3, 0.92, 0.85)):
+        for m in settings.runtimes:
+            where = {"planner": LIVE_PLANNER, "sigma": sigma, "runtime": m}
+            if sigma not in settings.sigmas or not select(seed, **where):
+                out.append(Target(f"σ {sigma:g}, {m} runtimes: mean ≥ {mean_goal}", "not run", None))
+                continue
+            mean = mean_of(seed, **where)
+            out.append(Target(f"σ {sigma:g}, {m} runtimes: mean ≥ {mean_goal}", fmt(mean), mean >= mean_goal))
+            family, low = worst_family(seed, **where)
+            below = [f for f, x in family_means(seed, **where).items() if x < family_goal]
+            out.append(
+                Target(
+                    f"σ {sigma:g}, {m} runtimes: every family ≥ {family_goal}",
+                    f"worst {family} {fmt(low)}" + (f"; below: {', '.join(below)}" if below else ""),
+                    low >= family_goal,
+                )
+            )
+    return out
+
+
+def above_targets(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[Target]:
+    """Every family's mean above online greedy's and online backfill's (pooled over sigmas and runtimes)."""
+    seed = [r for r in rows if r["seed_size"]]
+    out = []
+    for ref in ("greedy", "backfill"):
+        goal = f"every family above online {ref} (mean over all its days)"
+        if ref not in settings.planners or LIVE_PLANNER not in settings.planners:
+            out.append(Target(goal, f"{ref} not run", None))
+            continue
+        gaps = {}
+        for f in family_means(seed, planner=LIVE_PLANNER):
+            pairs = paired(seed, LIVE_PLANNER, ref, family=f)
+            gaps[f] = float(np.mean([a - b for a, b in pairs])) if pairs else float("nan")
+        worst = min(gaps, key=lambda f: gaps[f])
+        cells = [(s, m) for s, m in combos(settings)]
+        above = sum(
+            mean_of(seed, planner=LIVE_PLANNER, family=f, sigma=s, runtime=m)
+            > mean_of(seed, planner=ref, family=f, sigma=s, runtime=m) + EPS
+            for f in gaps
+            for s, m in cells
+        )
+        measured = (
+            f"{sum(g > EPS for g in gaps.values())} of {len(gaps)} families above; smallest margin {worst} "
+            f"{gaps[worst]:+.3f}; above in {above} of {len(gaps) * len(cells)} (family, σ, runtime) cells"
+        )
+        out.append(Target(goal, measured, all(g > EPS for g in gaps.values())))
+    return out
+
+
+def cycle_targets(rows: Sequence[Mapping[str, Any]]) -> list[Target]:
+    """The live planner's slowest cycle: <= 50 ms at seed sizes, <= 1 s at 1,024 GPUs."""
+    out = []
+    for goal, pick, limit in (
+        ("a cycle ≤ 50 ms at seed sizes", lambda r: r["seed_size"], 50.0),
+        ("a cycle ≤ 1 s at 1,024 GPUs", lambda r: not r["seed_size"] and r["gpus"] == 1024, 1000.0),
+    ):
+        group = [r for r in rows if pick(r) and r["planner"] == LIVE_PLANNER and r["cycle_ms"]]
+        if not group:
+            out.append(Target(goal, "not run", None))
+            continue
+        ms = np.concatenate([r["cycle_ms"] for r in group])
+        over = int((ms > limit).sum())
+        measured = (
+            f"max {ms.max():.1f} ms, p95 {np.percentile(ms, 95):.1f}, median {np.median(ms):.1f}; "
+            f"{over} of {ms.size} cycles over"
+        )
+        out.append(Target(goal, measured, over == 0))
+    return out
+
+
+def nohist_target(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[Target]:
+    """Without history never worse than rolling greedy: every day, and every family's mean per (σ, runtime)."""
+    seed = [r for r in rows if r["seed_size"]]
+    if "anticipate-nohist" not in settings.planners or "greedy" not in settings.planners:
+        return [Target("without history never worse than rolling greedy", "not run", None)]
+    pairs = paired(seed, "anticipate-nohist", "greedy")
+    worse = [(a, b) for a, b in pairs if a < b - EPS]
+    worst = min((a - b for a, b in pairs), default=float("nan"))
+    cells = [
+        (f, s, m)
+        for f in family_means(seed, planner="greedy")
+        for s, m in combos(settings)
+        if mean_of(seed, planner="anticipate-nohist", family=f, sigma=s, runtime=m)
+        < mean_of(seed, planner="greedy", family=f, sigma=s, runtime=m) - EPS
+    ]
+    return [
+        Target(
+            "without history never worse than rolling greedy (every day)",
+            f"worse on {len(worse)} of {len(pairs)} days (largest loss {-worst:.3f}); "
+            f"mean {mean_of(seed, planner='anticipate-nohist'):.3f} against greedy "
+            f"{mean_of(seed, planner='greedy'):.3f}",
+            not worse,
+        ),
+        Target(
+            "without history never worse than rolling greedy (each family's mean per σ and runtime)",
+            f"worse in {len(cells)} of {len(family_means(seed, planner='greedy')) * len(combos(settings))} cells"
+            + (": " + ", ".join(f"{f} σ {s:g} {m}" for f, s, m in cells[:6]) if cells else ""),
+            not cells,
+        ),
+    ]
+
+
+def targets(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[Target]:
+    if LIVE_PLANNER not in settings.planners:
+        return [Target("the issue's targets", f"{LIVE_PLANNER} not run", None)]
+    return [
+        *quality_targets(rows, settings),
+        *above_targets(rows, settings),
+        *cycle_targets(rows),
+        *nohist_target(rows, settings),
+    ]
+
+
+# ----------------------------------------------------------------------------- the figure
+
+LIVE_COLOURS = {"anticipate": "#d62728", "anticipate-nohist": "#f4a3a3", "anticipate-histfc": "#9467bd"}
+"""The live variants: the live planner in strong red, without history pale, with the history's forecaster purple."""
+_STYLE = {
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.labelsize": 10,
+    "legend.fontsize": 9,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+}
+
+
+def plot(rows: Sequence[Mapping[str, Any]], settings: Settings) -> Figure:
+    """Mean ratio to hindsight against sigma per planner (one panel per runtime model), and per family at σ 0.3."""
+    plt = pyplot()
+    seed = [r for r in rows if r["seed_size"]]
+    planners = [p for p in settings.planners if select(seed, planner=p)]
+    colours = scheduler_colours([p for p in planners if p not in LIVE]) | LIVE_COLOURS
+    models = list(settings.runtimes)
+    bar_sigma = 0.3 if 0.3 in settings.sigmas else max(settings.sigmas)
+    families = list(dict.fromkeys(r["family"] for r in seed))
+    bars = [
+        mean_of(seed, planner=p, family=f, sigma=bar_sigma, runtime=m)
+        for p in planners
+        for f in families
+        for m in models
+    ]
+    low = min((x for x in bars if not math.isnan(x)), default=0.5)  # the bars' scale: the lowest family mean
+    with plt.rc_context(_STYLE):
+        fig = plt.figure(figsize=(7.5 * len(models), 9.5), layout="constrained")
+        grid = fig.add_gridspec(2, len(models), height_ratios=(1, 1.05))
+        first = None
+        for j, m in enumerate(models):
+            ax = fig.add_subplot(grid[0, j], sharey=first)
+            first = first or ax
+            spread = 0.012 * (max(settings.sigmas) - min(settings.sigmas) or 1.0)  # dodge the error bars apart
+            for i, p in enumerate(planners):
+                dodge = (i - (len(planners) - 1) / 2) * spread
+                xs, ys, cis = [], [], []
+                for s in settings.sigmas:
+                    mean, ci = mean_ci(r["ratio"] for r in select(seed, planner=p, sigma=s, runtime=m))
+                    if not math.isnan(mean):
+                        xs.append(s + dodge)
+                        ys.append(mean)
+                        cis.append(0.0 if math.isnan(ci) else ci)
+                live = p in LIVE
+                ax.errorbar(
+                    xs, ys, yerr=cis, label=p, color=colours[p], marker="o" if live else "s", markersize=5,
+                    lw=2.4 if p == LIVE_PLANNER else 1.5, ls="-" if live else "--", capsize=3, alpha=0.95,
+                )  # fmt: skip
+            goals = [(s, g) for s, g in ((0.0, 0.97), (0.3, 0.92)) if s in settings.sigmas]
+            if goals:
+                ax.scatter(*zip(*goals, strict=True), marker="_", s=700, lw=2.5, color="black", zorder=5,
+                           label="target for the mean")  # fmt: skip
+            ax.set_xticks(list(settings.sigmas))
+            ax.set_xlabel("forecast error σ (relative SD of the real-time demand)")
+            ax.set_ylabel("executed objective / hindsight optimum")
+            what = "jobs run to their time limit" if m == "exact" else "runtimes drawn from the KTH SP2 trace"
+            ax.set_title(f"{m} runtimes ({what})")
+            ax.grid(alpha=0.3)
+        for j, m in enumerate(models):
+            ax = fig.add_subplot(grid[1, j])
+            x = np.arange(len(families))
+            width = 0.8 / max(1, len(planners))
+            for i, p in enumerate(planners):
+                means = [mean_of(seed, planner=p, family=f, sigma=bar_sigma, runtime=m) for f in families]
+                ax.bar(x - 0.4 + width * (i + 0.5), means, width, color=colours[p], label=p,
+                       edgecolor="white", linewidth=0.4)  # fmt: skip
+            if bar_sigma == 0.3:
+                ax.axhline(0.85, color="black", ls=":", lw=1.2, label="target for every family (σ 0.3)")
+            ax.set_xticks(x, families, rotation=15, ha="right")
+            ax.set_ylim(max(0.0, min(low, 1.0) - 0.05), 1.01)
+            ax.set_ylabel("mean executed / hindsight optimum")
+            ax.set_title(f"per family at σ {bar_sigma:g}, {m} runtimes")
+            ax.grid(axis="y", alpha=0.3)
+        found = dict(zip(*reversed(first.get_legend_handles_labels()), strict=True)) if first else {}
+        found |= {lab: h for h, lab in zip(*fig.axes[-1].get_legend_handles_labels(), strict=True) if "every" in lab}
+        labels = [*(p for p in planners if p in found), *(lab for lab in found if lab not in planners)]
+        handles = [found[lab] for lab in labels]
+        fig.legend(handles, labels, loc="outside lower center", ncol=min(5, len(labels)), frameon=False)
+        days = len({(r["family"], r["seed"]) for r in seed})
+        fig.suptitle(
+            f"Live days against their hindsight optima: {len(families)} families, {days} family-days at seed sizes, "
+            f"jobs known at release, re-planned every slot (mean ± 95 % CI)",
+            fontsize=12,
+        )
+    return fig
+
+
+# ----------------------------------------------------------------------------- the report
+
+
+def commit() -> str:
+    """The checkout's commit (``unknown`` outside a git work tree), with ``+changes`` when it has uncommitted ones."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + (" +changes" if dirty.stdout.strip() else "")
+
+
+def machine() -> str:
+    load = "n/a" if not hasattr(os, "getloadavg") else ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    cpu = platform.processor() or platform.machine()
+    return (
+        f"{platform.platform()} ({cpu}), Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load}"
+    )
+
+
+def report(
+    rows: Sequence[Mapping[str, Any]],
+    settings: Settings,
+    *,
+    command: str,
+    started_on: str,
+    backend: str,
+    wall_s: float,
+    failed_tasks: Sequence[str],
+    families: Sequence[str],
+    seeds: Sequence[int],
+    sizes: Sequence[int | None],
+) -> tuple[str, list[Target]]:
+    """The Markdown report and the targets."""
+    bad = [r for r in rows if not r["valid"]]
+    goals = targets(rows, settings)
+    seed_days = len({(r["family"], r["seed"]) for r in rows if r["seed_size"]})
+    refs = list({(r["family"], r["gpus"], r["seed"], r["sigma"], r["runtime"]): r for r in rows}.values())
+    proven = sum(r["proven"] for r in refs if r["seed_size"])
+    seed_refs = sum(r["seed_size"] for r in refs)
+    larger = [g for g in sizes if g is not None]
+    dtime = "none" if settings.hindsight_dtime is None else f"{settings.hindsight_dtime:g}"
+    doc = [
+        "# The live regime against hindsight",
+        "",
+        f"- Command: `{command}`",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}; commit {commit()}",
+        f"- Machine: {started_on} (at the start); {machine()} (at the end)",
+        f"- Tasks: {backend}; {wall_s / 60:.1f} min wall.",
+        "",
+        f"Families: {', '.join(families)}; each at its seed size"
+        + (f" and at {', '.join(map(str, larger))} GPUs" if larger else "")
+        + f"; {len(seeds)} day{'s' if len(seeds) != 1 else ''} each (seeds {seeds[0]}..{seeds[-1]}), "
+        f"{seed_days} days at seed sizes. "
+        f"Forecast errors σ {', '.join(f'{s:g}' for s in settings.sigmas)}; runtime models "
+        f"{', '.join(settings.runtimes)}. Every planner plays the same realized day (the actual demand "
+        "`NoiseModel(σ).draw(day, seed)` and the actual runtimes `draw_runtimes(day, model, seed)`), re-planning "
+        "every slot, each job known from its release, a re-plan whenever a job ends early. Plain schedulers "
+        "with today's `Corrector()`; the live planner `anticipate` "
+        f"({settings.samples} futures per cycle) with its own forecaster, fitted from {settings.history_days} past "
+        "days of the same family (other seeds, their demand as it happened at the same σ); "
+        "`anticipate-nohist`: the same without history; `anticipate-histfc`: with the demand forecaster fitted "
+        "from the past days instead of the corrected forecast. The live planners see only the time limits, "
+        "as shipped (sampling runtimes in the futures measured worse: docs/rolling.md).",
+        "",
+        "Score: the executed objective over the hindsight optimum of the realized day: CP-SAT "
+        f"(one worker, seed 0, {dtime} deterministic time, {settings.hindsight_time_limit:g} s wall guard) on the "
+        "day with every job, runtime and demand known from slot 0, or greedy's hindsight plan where that is "
+        f"worth more. At seed sizes CP-SAT proved {proven} of {seed_refs} hindsight optima.",
+        "",
+        (
+            f"**Validation: every one of the {len(rows)} executed days passed the validator against its realized day.**"
+            if not bad
+            else f"**VALIDATION FAILURES: {len(bad)} of {len(rows)} executed days** (a bug; listed at the end)."
+        ),
+        "",
+        "## Targets",
+        "",
+        f"The live planner `{LIVE_PLANNER}` (jobs at submission, with history) at seed sizes, unless stated.",
+        "",
+        "| target | measured | verdict |",
+        "| --- | --- | --- |",
+        *(g.line() for g in goals),
+        "",
+        "![Mean ratio to hindsight against σ, and per family](online.png)",
+        "",
+        "## 1. Mean ratio to the hindsight optimum, pooled over families (seed sizes)",
+        "",
+        "Mean ± 95 % CI (t) over the family x day pairs of each cell.",
+        "",
+        *pooled_tables(rows, settings),
+        "",
+        "## 2. Per family",
+        "",
+        *family_tables(rows, settings, (0.0, 0.3)),
+        "## 3. Cycle times of the live planner",
+        "",
+        "The rolling loop's time per cycle (`decide`, every re-plan of every day, all σ and runtime models), in "
+        "the task's process, beside another task when run with `--parallel`; each planner warmed up first.",
+        "",
+        *cycle_tables(rows, settings),
+        "",
+        "## 4. Days won against online greedy and online backfill",
+        "",
+        *wins_table(rows, settings),
+        "",
+    ]
+    large = large_tables(rows, settings)
+    if large:
+        doc += [
+            "## Larger sizes",
+            "",
+            "Mean ratio to the best known objective of the realized day (CP-SAT within its limits, or greedy "
+            "with hindsight where worth more), over every σ and runtime model; the last columns say how often "
+            "CP-SAT proved its plan optimal, how often it found none, and the best known over CP-SAT's bound.",
+            "",
+            *large,
+            "",
+        ]
+    if bad or failed_tasks:
+        doc += ["## Failures", ""]
+        doc += [f"- task failed: {line}" for line in failed_tasks]
+        doc += [f"- {describe(r)}" for r in bad]
+        doc.append("")
+    return "\n".join(doc), goals
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def parse_floats(text: str) -> tuple[float, ...]:
+    values = tuple(float(x) for x in text.split(",") if x.strip())
+    if not values or any(not math.isfinite(x) or x < 0 for x in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers >= 0, got {text!r}")
+    return values
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def parse_sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated GPU counts, got {text!r}") from None
+    if any(g < 1 or g % 8 for g in values):
+        raise argparse.ArgumentTypeError(f"expected multiples of 8 GPUs, got {text!r}")
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--families", type=parse_names, default=tuple(FAMILIES), help="comma-separated (all seven)")
+    parser.add_argument("--days", type=int_at_least(1), default=5, metavar="N", help="days per family (5)")
+    parser.add_argument("--seed-base", type=int_at_least(0), default=70000, metavar="S", help="first day's seed")
+    parser.add_argument("--history-days", type=int_at_least(0), default=8, metavar="H", help="past days (8)")
+    parser.add_argument("--sigmas", type=parse_floats, default=SIGMAS, help="forecast errors (0,0.2,0.3,0.4)")
+    parser.add_argument("--runtimes", type=parse_names, default=RUNTIMES, help="runtime models (exact,trace)")
+    parser.add_argument("--planners", type=parse_names, default=None, help="default: " + ",".join(default_planners()))
+    parser.add_argument("--sizes", type=parse_sizes, default=(), help="larger sizes too, e.g. 128,256,1024")
+    parser.add_argument("--large-families", type=parse_names, default=None, help="families at --sizes (all)")
+    parser.add_argument("--large-days", type=int_at_least(1), default=None, metavar="N", help="days at --sizes")
+    parser.add_argument("--samples", type=int_at_least(1), default=DEFAULT_SAMPLES, help="live planner's futures")
+    parser.add_argument("--hindsight-time-limit", type=float, default=10.0, metavar="S", help="wall guard (10)")
+    parser.add_argument(
+        "--hindsight-dtime", type=float, default=2.0, metavar="D", help="deterministic time, 0: none (2)"
+    )
+    parser.add_argument("--full-time-limit", type=float, default=0.3, metavar="S", help="full's seconds per re-plan")
+    parser.add_argument("--quick", action="store_true", help="2 families x 2 days, σ 0 and 0.3")
+    parser.add_argument(
+        "--resume", action="store_true", help="keep the days a killed run finished (STEM.partial.jsonl)"
+    )
+    parser.add_argument("--out", type=Path, default=None, metavar="STEM", help=f"output stem ({OUT.relative_to(ROOT)})")
+    add_fanout_options(parser)
+    return parser
+
+
+def check_planners(planners: Sequence[str]) -> None:
+    here = set(available_schedulers())
+    unknown = [p for p in planners if p not in LIVE and (p not in PLAIN or p not in here)]
+    if unknown or not planners:
+        known = ", ".join([*(p for p in PLAIN if p in here), *LIVE])
+        raise FanoutError(f"--planners: unknown or unavailable {unknown or list(planners)} (expected: {known})")
+
+
+def task_key(task: Task) -> tuple[str, int, int]:
+    """(family, GPUs, day seed): what names a day's task in the partial file."""
+    return (task.params["family"], int(task.params["gpus"]), int(task.seed))
+
+
+def read_partial(path: Path, settings: Settings) -> dict[tuple[str, int, int], list[dict[str, Any]]]:
+    """The rows of the days a killed run finished (``--resume``), by task key; refused if played otherwise.
+
+    Raises:
+        FanoutError: A day of the file was played with other settings.
+    """
+    done: dict[tuple[str, int, int], list[dict[str, Any]]] = {}
+    if not path.exists():
+        return done
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        record = json.loads(line)
+        if Settings.from_dict(record["settings"]) != settings:
+            raise FanoutError(f"--resume: {path} holds days played with other settings; remove it or run without")
+        done[tuple(record["key"])] = record["rows"]
+    return done
+
+
+def progress(
+    total: int, started: float, tasks: Sequence[Task], partial: Path, settings: Settings
+) -> Callable[[int, TaskResult], None]:
+    """Per finished task: a line on stderr (the day, its time, a few ratios), and its rows kept in ``partial``."""
+    done = [0]
+
+    def report_one(index: int, result: TaskResult) -> None:
+        done[0] += 1
+        if result.error is None:  # kept at once: a run killed later is resumed from here (--resume)
+            record = {"key": task_key(tasks[index]), "settings": asdict(settings), "rows": result.values["rows"]}
+            with partial.open("a") as file:
+                file.write(json.dumps(record, separators=(",", ":")) + "\n")
+        rows = result.values.get("rows", [])
+        means = []
+        for p in ("greedy", "backfill", LIVE_PLANNER):
+            values = [r["ratio"] for r in rows if r["planner"] == p and r["ratio"] is not None]
+            if values:
+                means.append(f"{p} {np.mean(values):.3f}")
+        first = rows[0] if rows else {}
+        what = f"{first.get('family', result.scenario)} {first.get('gpus', '?')} GPUs seed {result.seed}"
+        state = "FAILED: " + (result.error or "") if result.error else f"{len(rows)} runs, " + ", ".join(means)
+        bad = [r for r in rows if not r["valid"]]
+        loud = f"  !!! {len(bad)} INVALID EXECUTED DAYS" if bad else ""
+        print(
+            f"[{done[0]}/{total}] {what}: {state} ({result.elapsed:.0f} s; {time.perf_counter() - started:.0f} s in)"
+            + loud,
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report_one
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.days = 2 if "--days" not in argv else args.days
+        args.sigmas = (0.0, 0.3) if "--sigmas" not in argv else args.sigmas
+        args.families = args.families[:2] if "--families" not in argv else args.families
+    planners = args.planners or default_planners()
+    try:
+        check_planners(planners)
+        unknown = [f for f in (*args.families, *(args.large_families or ())) if f not in FAMILIES]
+        if unknown:
+            raise FanoutError(f"--families: unknown {unknown} (expected: {', '.join(FAMILIES)})")
+        needs_history = [p for p in planners if p in LIVE and LIVE[p][0]]
+        if args.history_days == 0 and needs_history:
+            raise FanoutError(f"--history-days 0: {', '.join(needs_history)} need past days; leave them out")
+        bad_models = [m for m in args.runtimes if m not in RUNTIMES]
+        if bad_models:
+            raise FanoutError(f"--runtimes: unknown {bad_models} (expected: {', '.join(RUNTIMES)})")
+        backend = fanout_backend(args)
+    except FanoutError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    settings = Settings(
+        sigmas=tuple(args.sigmas),
+        runtimes=tuple(args.runtimes),
+        planners=tuple(planners),
+        history_days=args.history_days,
+        samples=args.samples,
+        hindsight_time_limit=args.hindsight_time_limit,
+        hindsight_dtime=args.hindsight_dtime if args.hindsight_dtime > 0 else None,
+        full_time_limit=args.full_time_limit,
+    )
+    seeds = [args.seed_base + i for i in range(args.days)]
+    played = set(seeds) | {args.seed_base + i for i in range(args.large_days or 0)}
+    if played & {h for s in played for h in history_seeds(s, args.history_days)}:
+        parser.exit(2, f"{parser.prog}: error: a history seed is a played seed; pick another --seed-base\n")
+    out = args.out or (Path(tempfile.gettempdir()) / "online_quick" if args.quick else OUT)
+
+    started_on = machine()
+    started = time.perf_counter()
+    tasks = day_tasks(args.families, [None], seeds, settings)
+    if args.sizes:
+        large_seeds = [args.seed_base + i for i in range(args.large_days or args.days)]
+        tasks = day_tasks(args.large_families or args.families, args.sizes, large_seeds, settings) + tasks
+    partial = out.with_suffix(".partial.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        kept = read_partial(partial, settings) if args.resume else {}
+    except FanoutError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    if not args.resume:
+        partial.unlink(missing_ok=True)
+    todo = [t for t in tasks if task_key(t) not in kept]
+    print(
+        f"{len(tasks)} tasks (family x size x day), {len(tasks) - len(todo)} done before (--resume); "
+        f"{backend.describe()}",
+        file=sys.stderr,
+        flush=True,
+    )
+    run = run_tasks(
+        todo,
+        backend,
+        timeout=args.task_timeout,
+        function=day_task,
+        on_result=progress(len(todo), started, todo, partial, settings),
+    )
+    fresh = {task_key(t): r.values.get("rows", []) for t, r in zip(todo, run.results, strict=True)}
+    rows = [row for t in tasks for row in kept.get(task_key(t), fresh.get(task_key(t), []))]
+    failed_tasks = [line for r, line in zip(run.failures, run.failure_lines(), strict=True) if r.error is not None]
+    for r in run.results:
+        if r.error is not None:
+            print(f"TASK FAILED: {r.describe()}: {r.error}\n{r.traceback or ''}", file=sys.stderr)
+    for row in rows:
+        if not row["valid"]:
+            print(f"!!! INVALID EXECUTED DAY: {describe(row)}", file=sys.stderr)
+            if row.get("traceback"):
+                print(row["traceback"], file=sys.stderr)
+
+    exe = Path(sys.executable)
+    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
+    command = shlex.join(["PYTHONPATH=.", exe_text, "benchmarks/online_benchmark.py", *argv])
+    sizes: list[int | None] = [None, *args.sizes]
+    text, goals = report(
+        rows,
+        settings,
+        command=command,
+        started_on=started_on,
+        backend=run.backend + (f"; {len(kept)} day tasks kept from a killed run (--resume)" if kept else ""),
+        wall_s=time.perf_counter() - started,
+        failed_tasks=failed_tasks,
+        families=args.families,
+        seeds=seeds,
+        sizes=sizes,
+    )
+    save_figure(plot(rows, settings), out.with_suffix(".png"))
+    document = {
+        "command": command,
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "machine": started_on,
+        "commit": commit(),
+        "backend": run.backend,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "settings": asdict(settings),
+        "families": list(args.families),
+        "seeds": seeds,
+        "sizes": list(args.sizes),
+        "targets": [asdict(g) for g in goals],
+        "failed_tasks": failed_tasks,
+        "rows": rows,
+    }
+    write_text_atomic(out.with_suffix(".json"), json.dumps(document, indent=None, separators=(",", ":")) + "\n")
+    write_text_atomic(out.with_suffix(".md"), text)
+    partial.unlink(missing_ok=True)  # everything is in the JSON now
+    bad = sum(not r["valid"] for r in rows)
+    print(
+        f"wrote {out.with_suffix('.md')}, .json, .png: {len(rows)} executed days, {bad} invalid, "
+        f"{len(failed_tasks)} failed tasks, {time.perf_counter() - started:.0f} s",
+        file=sys.stderr,
+    )
+    return 1 if bad or failed_tasks else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

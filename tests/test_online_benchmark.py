@@ -1,0 +1,84 @@
+"""benchmarks/online_benchmark.py: one tiny live day, every executed day valid, finite ratios, the same rows twice.
+
+Time is a controlled input: the hindsight CP-SAT stops at a deterministic-time limit (one worker) far below its
+wall-clock guard, so its reference is the same at any machine speed. No test reads a measured time.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import benchmarks.online_benchmark as bench
+from gpu_env.generators import generate
+
+SEED = 123
+SETTINGS = bench.Settings(
+    sigmas=(0.0, 0.3),
+    runtimes=("exact", "trace"),
+    planners=("greedy", "anticipate"),
+    history_days=2,
+    hindsight_time_limit=600.0,  # a guard only: the deterministic limit stops the search long before
+    hindsight_dtime=1.0,
+)
+
+
+@pytest.fixture(scope="module")
+def day():
+    return generate("training-heavy", SEED, num_jobs=4)
+
+
+@pytest.fixture(scope="module")
+def rows(day):
+    return bench.play_day(day, SETTINGS, family="training-heavy", seed=SEED, num_jobs=4)
+
+
+def test_every_executed_day_validates_and_scores(rows):
+    assert len(rows) == len(SETTINGS.sigmas) * len(SETTINGS.runtimes) * len(SETTINGS.planners)
+    for row in rows:
+        assert row["error"] is None, bench.describe(row)
+        assert row["valid"], bench.describe(row)
+        assert math.isfinite(row["ratio"]) and row["ratio"] > 0
+        assert row["replans"] >= 24  # every slot, and more where a job ended early
+        assert row["hindsight_status"] == "optimal"  # four jobs: CP-SAT proves the hindsight optimum
+        assert row["ratio"] <= 1 + 1e-9  # nothing played live beats the proven hindsight optimum
+
+
+def test_the_same_day_gives_the_same_rows(day, rows):
+    again = bench.play_day(day, SETTINGS, family="training-heavy", seed=SEED, num_jobs=4)
+    assert bench.untimed(again) == bench.untimed(rows)
+
+
+def test_every_planner_meets_the_same_realized_day(rows):
+    """Common random numbers: one hindsight optimum per (sigma, runtime model), whatever the planner."""
+    for sigma in SETTINGS.sigmas:
+        for model in SETTINGS.runtimes:
+            cell = [r for r in rows if r["sigma"] == sigma and r["runtime"] == model]
+            assert len({r["reference"] for r in cell}) == 1
+
+
+def test_history_is_other_days():
+    seeds = bench.history_seeds(70_000, 8)
+    assert len(set(seeds)) == 8 and min(seeds) > 70_000 + 1_000
+    past = bench.past_days("training-heavy", 8, SEED, 2, 0.3, num_jobs=4)
+    assert [p.seed for p in past] == bench.history_seeds(SEED, 2)
+
+
+def test_report_and_figure_are_written(rows, tmp_path):
+    text, goals = bench.report(
+        rows,
+        SETTINGS,
+        command="test",
+        started_on="here",
+        backend="serial",
+        wall_s=1.0,
+        failed_tasks=[],
+        families=["training-heavy"],
+        seeds=[SEED],
+        sizes=[None],
+    )
+    assert "## Targets" in text and "passed the validator" in text
+    assert any(g.met is not None for g in goals)
+    path = bench.save_figure(bench.plot(rows, SETTINGS), tmp_path / "online.png")
+    assert path.stat().st_size > 0

@@ -1,0 +1,535 @@
+"""The commit on a fake Slurm (issue 25): read and checked before its first change, reservations that never drop
+below the plan where Slurm leaves room, changes that are not repeated blindly, the confirmation, one writer.
+
+The fake (tests/slurm_helpers.py) counts cores as Slurm does (4 per GPU here): a reservation is made only where
+its cores are free, a released job starts only where its GPUs and cores are.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from agents.slurm import commit, loop, snapshot
+from agents.slurm.config import config_from_dict
+from agents.slurm.errors import SlurmError
+from agents.slurm.lock import RUN, WRITER, BusyError, Lock
+from tests.slurm_helpers import LOST, NOW, UNANSWERED, FakeSlurm, core_reservation, pending, running
+
+CONFIG = {
+    "slurm": {"partitions": ["gpu"], "cpus_per_gpu": 4},
+    "owned": {"partitions": ["gpu"]},
+    "horizon": {"slots": 24, "slot_minutes": 60},
+    "workloads": {"default_type": "training"},
+    "realtime": [{"name": "chat", "demand": [4] * 24, "ramp": 2, "penalty": 8}],
+}
+NO_APPS = {**CONFIG, "realtime": []}
+
+
+def _snap(fake: FakeSlurm, config: dict = CONFIG) -> snapshot.Snapshot:
+    return snapshot.take(fake, config_from_dict(config), NOW)
+
+
+def _reserve(snap: snapshot.Snapshot, node: str, gpus: int, app: str = "chat") -> commit.Change:
+    """The change that brings the app to ``gpus`` GPUs on ``node`` from what the snapshot read there."""
+    config = snap.config
+    found = snap.reservations.get(app, {}).get(node, ())
+    return commit.Change(
+        "reserve",
+        config.reservation_name(app, node),
+        nodes=(node,),
+        gpus=((node, gpus),),
+        users=("root",),
+        app=app,
+        pieces=tuple((r.name, snapshot.piece_gpus(config, r, node)) for r in found),
+    )
+
+
+def _held(fake: FakeSlurm, node: str, app: str = "chat") -> int:
+    return sum(r.cores[node] // 4 for r in fake.held_reservations if r.name.startswith(f"gpualloc-{app}.{node}"))
+
+
+def _creates_before_deletes(calls: list[tuple]) -> bool:
+    kinds = [c[0] for c in calls if c[0] in ("create", "delete")]
+    return kinds == sorted(kinds, key=["create", "delete"].index)
+
+
+# ----------------------------------------------------------------------------- read and check first
+
+
+def test_a_read_that_fails_before_the_first_change_changes_nothing() -> None:
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2, held=False), pending("2", 8, held=False)]
+    snap = _snap(fake, NO_APPS)
+    planned = [commit.Change("hold", "2"), commit.Change("place", "1", nodes=("n1",), gpus=(("n1", 2),))]
+    for failing in ("sinfo_error", "squeue_error", "scontrol_error"):
+        setattr(fake, failing, "Unable to contact slurm controller (connect failure)")
+        with pytest.raises(commit.CommitReadError, match="before the first change"):
+            commit.apply(snap, planned, fake, confirm_seconds=0)
+        setattr(fake, failing, None)
+    assert fake.calls == []
+
+
+def test_a_cycle_that_cannot_read_at_its_commit_is_one_failed_line_and_changes_nothing(monkeypatch) -> None:
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2)]
+    real = commit.read_fresh
+
+    def unreadable(snap, client):
+        fake.sinfo_error = "Socket timed out on send/recv operation"
+        return real(snap, client)
+
+    monkeypatch.setattr(commit, "read_fresh", unreadable)
+    lines: list[dict] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            lines.extend(json.loads(t) for t in text.splitlines())
+
+        def flush(self) -> None:
+            pass
+
+    config = config_from_dict(NO_APPS)
+    assert loop.run_loop(config, fake, "greedy", 0.001, budget=0, cycles=1, out=Out(), sleep=lambda s: None) == 1
+    assert lines[-1]["cycle"] == "failed" and "before the first change" in lines[-1]["error"], lines
+    assert fake.calls == []
+
+
+def test_one_unreadable_node_is_left_alone_and_the_others_are_committed() -> None:
+    """The old `_free_gpus` parsed every node's gres after the holds and deletes: one odd node cost every app its
+    reservations for an interval. Now only that node's changes are dropped, before any change."""
+    fake = FakeSlurm(nodes=("n1", "n2"))
+    fake.queue = [pending("1", 4), pending("2", 4)]
+    snap = _snap(fake)
+    planned = [
+        _reserve(snap, "n1", 2),
+        _reserve(snap, "n2", 2),
+        commit.Change("place", "1", nodes=("n1",), gpus=(("n1", 4),)),
+        commit.Change("place", "2", nodes=("n2",), gpus=(("n2", 4),)),
+    ]
+    fake.bad_gres = {"n2"}
+    fake.set_nodes("1", ("n1",))
+    done = commit.apply(snap, planned, fake, confirm_seconds=0)
+    failed = {c.target: why for c, why in done.failed}
+    assert set(failed) == {"gpualloc-chat.n2", "2"}
+    assert all("node n2 is left alone now" in why and "gres" in why for why in failed.values()), failed
+    assert _held(fake, "n1") == 2 and _held(fake, "n2") == 0
+    assert {j.id: j.state for j in fake.queue} == {"1": "RUNNING", "2": "PENDING"}
+
+
+def test_a_node_drained_since_the_snapshot_is_left_alone() -> None:
+    fake = FakeSlurm(nodes=("n1", "n2"))
+    fake.queue = [pending("1", 4)]
+    snap = _snap(fake, NO_APPS)
+    fake.node_states = {"n1": "DRAIN+IDLE"}
+    done = commit.apply(snap, [commit.Change("place", "1", nodes=("n1",), gpus=(("n1", 4),))], fake, confirm_seconds=0)
+    assert done.failed and "node n1 is left alone now: state DRAIN+IDLE" in done.failed[0][1]
+    assert fake.calls == []
+
+
+def test_a_foreign_job_that_took_the_gpus_since_the_snapshot_stops_the_release() -> None:
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 6)]
+    snap = _snap(fake, NO_APPS)
+    fake.queue.append(running("9", "n1", 0, 4, partition="batch"))  # between the snapshot and the commit
+    done = commit.apply(snap, [commit.Change("place", "1", nodes=("n1",), gpus=(("n1", 6),))], fake, confirm_seconds=0)
+    assert done.failed[0][1] == "not released: 4 GPUs of node n1 taken since the snapshot; the next cycle plans from it"
+    assert fake.calls == []
+
+
+def test_a_job_slurm_started_since_the_snapshot_makes_its_node_wait_a_cycle() -> None:
+    """Found by the kill tests on the live cluster: a job released by a commit that was killed starts while the next
+    cycle plans, on GPUs that plan gives to others. Its hold fails (it runs), and its node's starts and growths wait
+    for the next cycle instead of overbooking it; the shrinks and the other nodes go ahead."""
+    fake = FakeSlurm(nodes=("n1", "n2"))
+    fake.queue = [pending("1", 4, held=False, required_nodes=("n1",)), pending("2", 4), pending("3", 4)]
+    snap = _snap(fake)
+    planned = [
+        commit.Change("hold", "1"),
+        _reserve(snap, "n1", 2),
+        commit.Change("place", "2", nodes=("n1",), gpus=(("n1", 4),)),
+        commit.Change("place", "3", nodes=("n2",), gpus=(("n2", 4),)),
+    ]
+    fake.set_nodes("1", ("n1",))
+    fake.release("1")  # Slurm starts it now, between the snapshot and the commit
+    fake.calls.clear()
+    done = commit.apply(snap, planned, fake, confirm_seconds=0)
+    failed = {c.target: why for c, why in done.failed}
+    assert failed["1"].startswith("not held: Slurm started it since the snapshot")
+    assert (
+        failed["gpualloc-chat.n1"]
+        == "not grown: 4 GPUs of node n1 taken since the snapshot; the next cycle plans from it"
+    )
+    assert failed["2"].startswith("not released: 4 GPUs of node n1 taken")
+    assert [c[:2] for c in fake.calls] == [("nodes", "3"), ("release", "3")]
+
+
+def test_a_foreign_job_between_the_check_and_the_release_never_shares_a_gpu() -> None:
+    """Slurm itself never starts a job on GPUs another holds: the release goes, the job cannot start, and the
+    confirmation holds it again."""
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 6)]
+    snap = _snap(fake, NO_APPS)
+
+    def foreign(change) -> None:
+        if change == ("release", "1"):
+            fake.queue.append(running("9", "n1", 0, 4, partition="batch"))
+
+    fake.before_change = foreign
+    done = commit.apply(snap, [commit.Change("place", "1", nodes=("n1",), gpus=(("n1", 6),))], fake, confirm_seconds=1)
+    jobs = {j.id: j for j in fake.queue}
+    assert jobs["1"].state == "PENDING" and jobs["1"].held
+    assert "released but not started within 1 s; held again" in done.failed[0][1]
+    assert sum(4 for j in jobs.values() if j.state == "RUNNING") <= fake.size
+
+
+def test_jobs_that_moved_since_the_snapshot_are_skipped_not_failed() -> None:
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2, held=False), pending("2", 2), pending("3", 2, held=False)]
+    snap = _snap(fake, NO_APPS)
+    fake.queue = [j for j in fake.queue if j.id != "2"]  # cancelled
+    fake.hold("3")  # held by someone else meanwhile
+    fake.calls.clear()
+    planned = [
+        commit.Change("hold", "3"),
+        commit.Change("place", "2", nodes=("n1",), gpus=(("n1", 2),)),
+    ]
+    done = commit.apply(snap, planned, fake, confirm_seconds=0)
+    assert not done.failed and fake.calls == []
+    assert {c.target: why for c, why in done.skipped} == {
+        "3": "held already",
+        "2": "it left the queue since the snapshot",
+    }
+
+
+# ----------------------------------------------------------------------------- reservations
+
+
+def test_growing_on_a_full_node_adds_a_reservation_beside_the_old_one() -> None:
+    """4 GPUs run, the app holds 2 and grows to 4: 4 GPUs' cores beside its 2 do not fit, 2 more do."""
+    fake = FakeSlurm()
+    fake.queue = [running("9", "n1", 0, 4, partition="batch")]
+    fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 8)]
+    snap = _snap(fake)
+    done = commit.apply(snap, [_reserve(snap, "n1", 4)], fake, confirm_seconds=0)
+    assert not done.failed and not done.below_plan
+    assert [c[:2] for c in fake.calls] == [("create", "gpualloc-chat.n1~2")]
+    assert _held(fake, "n1") == 4
+    again = _snap(fake)  # the snapshot adds the pieces up, and the node is not "in a foreign reservation"
+    assert again.app_now["chat"] == {"n1": 4} and "n1" in again.nodes
+    assert [r.name for r in again.reservations["chat"]["n1"]] == ["gpualloc-chat.n1", "gpualloc-chat.n1~2"]
+
+
+def test_growing_with_room_makes_one_new_reservation_before_the_old_goes() -> None:
+    fake = FakeSlurm()
+    fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 8)]
+    snap = _snap(fake)
+    done = commit.apply(snap, [_reserve(snap, "n1", 4)], fake, confirm_seconds=0)
+    assert not done.failed
+    assert [c[:2] for c in fake.calls] == [("create", "gpualloc-chat.n1~2"), ("delete", "gpualloc-chat.n1")]
+    assert [(r.name, r.cores["n1"]) for r in fake.held_reservations] == [("gpualloc-chat.n1~2", 16)]
+
+
+def test_shrinking_deletes_whole_reservations_where_they_add_up_to_the_plan() -> None:
+    fake = FakeSlurm()
+    fake.held_reservations = [
+        core_reservation("gpualloc-chat.n1", "n1", 8),
+        core_reservation("gpualloc-chat.n1~2", "n1", 4),
+    ]
+    snap = _snap(fake)
+    done = commit.apply(snap, [_reserve(snap, "n1", 2)], fake, confirm_seconds=0)
+    assert not done.failed and [c[:2] for c in fake.calls] == [("delete", "gpualloc-chat.n1~2")]
+
+
+def test_shrinking_with_room_makes_the_smaller_one_first() -> None:
+    fake = FakeSlurm()
+    fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 16)]
+    snap = _snap(fake)
+    done = commit.apply(snap, [_reserve(snap, "n1", 3)], fake, confirm_seconds=0)
+    assert not done.failed and not done.below_plan and _creates_before_deletes(fake.calls)
+    assert [(r.name, r.cores["n1"]) for r in fake.held_reservations] == [("gpualloc-chat.n1~2", 12)]
+
+
+def test_shrinking_on_a_full_node_says_when_the_app_was_below_its_plan() -> None:
+    """4 GPUs run and the app holds 4: the node is full, 3 GPUs beside the 4 cannot be reserved. Slurm cannot
+    shrink a core reservation, so the old goes first; the moment in between is reported."""
+    fake = FakeSlurm()
+    fake.queue = [running("9", "n1", 0, 4, partition="batch")]
+    fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 16)]
+    snap = _snap(fake)
+    done = commit.apply(snap, [_reserve(snap, "n1", 3)], fake, confirm_seconds=0)
+    assert not done.failed and _held(fake, "n1") == 3
+    assert [c[:2] for c in fake.calls] == [("delete", "gpualloc-chat.n1"), ("create", "gpualloc-chat.n1~2")]
+    (line,) = done.below_plan
+    assert line.startswith("gpualloc-chat.n1: 0 GPUs of the plan's 3 on n1") and "Requested nodes are busy" in line
+
+
+def test_a_reservation_in_use_is_reported_and_the_app_keeps_more_than_its_plan() -> None:
+    fake = FakeSlurm()
+    fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 16)]
+    fake.in_use = {"gpualloc-chat.n1"}
+    snap = _snap(fake)
+    done = commit.apply(snap, [_reserve(snap, "n1", 2)], fake, confirm_seconds=0)
+    (why,) = [w for _, w in done.failed]
+    assert "delete gpualloc-chat.n1" in why and "in use" in why
+    assert _held(fake, "n1") == 6  # the old 4 and the new 2: never below the plan
+
+
+def test_an_expiring_reservation_is_renewed_in_place() -> None:
+    fake = FakeSlurm()
+    soon = replace(core_reservation("gpualloc-chat.n1", "n1", 8), end_time=int(NOW + 600))  # 10 min of a 60-min slot
+    fake.held_reservations = [soon]
+    config = config_from_dict({**CONFIG, "realtime": [{**CONFIG["realtime"][0], "demand": [2] * 24}]})
+    result = loop.cycle(config, fake, "greedy", now=NOW, confirm_seconds=0)
+    assert [c.summary() for c in result.changes] == ["reserve gpualloc-chat.n1 2->2 (renew)"]
+    assert fake.calls == [("renew", "gpualloc-chat.n1")] and not result.commit.failed
+
+
+def test_a_reservation_changed_since_the_snapshot_is_left_to_the_next_cycle() -> None:
+    fake = FakeSlurm()
+    snap = _snap(fake)
+    fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 8)]  # made by hand meanwhile
+    done = commit.apply(snap, [_reserve(snap, "n1", 2)], fake, confirm_seconds=0)
+    assert "changed since the snapshot (none then, gpualloc-chat.n1 2 now)" in done.failed[0][1]
+    assert fake.calls == []
+
+
+# ----------------------------------------------------------------------------- answers lost, not retried blindly
+
+
+def test_a_create_whose_answer_is_lost_is_read_back_not_made_twice() -> None:
+    fake = FakeSlurm()
+    snap = _snap(fake)
+    fake.faults = {("create", "gpualloc-chat.n1"): LOST}
+    done = commit.apply(snap, [_reserve(snap, "n1", 2)], fake, confirm_seconds=0)
+    assert not done.failed and [c[0] for c in fake.calls] == ["create"]
+    assert done.confirmed and "read back: made" in done.confirmed[0]
+
+
+def test_a_delete_whose_answer_is_lost_is_read_back() -> None:
+    fake = FakeSlurm()
+    fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 8)]
+    snap = _snap(fake)
+    fake.faults = {("delete", "gpualloc-chat.n1"): LOST}
+    done = commit.apply(snap, [_reserve(snap, "n1", 0)], fake, confirm_seconds=0)
+    assert not done.failed and fake.held_reservations == [] and len(done.confirmed) == 1
+
+
+def test_a_create_that_got_no_answer_and_was_not_made_is_tried_again() -> None:
+    fake = FakeSlurm()
+    snap = _snap(fake)
+    fake.faults = {("create", "gpualloc-chat.n1"): UNANSWERED}
+    slept: list[float] = []
+    done = commit.apply(snap, [_reserve(snap, "n1", 2)], fake, confirm_seconds=0, sleep=slept.append)
+    assert not done.failed and _held(fake, "n1") == 2 and slept == [commit.RETRY_DELAY]
+
+
+def test_a_refusal_is_not_tried_again() -> None:
+    fake = FakeSlurm()
+    snap = _snap(fake)
+    fake.faults = {("create", "gpualloc-chat.n1"): "Invalid user id"}
+    done = commit.apply(snap, [_reserve(snap, "n1", 2)], fake, confirm_seconds=0, sleep=lambda s: None)
+    assert "Invalid user id" in done.failed[0][1] and fake.calls == []
+
+
+def test_a_lost_answer_whose_read_back_fails_too_is_unknown_and_not_retried(monkeypatch) -> None:
+    fake = FakeSlurm()
+    snap = _snap(fake)
+    fake.faults = {("create", "gpualloc-chat.n1"): UNANSWERED}
+    real = fake.create_reservation
+
+    def create_then_lose_scontrol(*args):
+        fake.scontrol_error = "Unable to contact slurm controller"
+        real(*args)
+
+    monkeypatch.setattr(fake, "create_reservation", create_then_lose_scontrol)
+    done = commit.apply(snap, [_reserve(snap, "n1", 2)], fake, confirm_seconds=0, sleep=lambda s: None)
+    assert "unknown whether it was made" in done.failed[0][1] and fake.calls == []
+
+
+def test_a_release_whose_answer_is_lost_counts_as_made() -> None:
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2)]
+    snap = _snap(fake, NO_APPS)
+    fake.faults = {("release", "1"): LOST}
+    done = commit.apply(snap, [commit.Change("place", "1", nodes=("n1",), gpus=(("n1", 2),))], fake, confirm_seconds=1)
+    assert not done.failed and [c[0] for c in fake.calls] == ["nodes", "release"]
+    assert {j.id: j.state for j in fake.queue} == {"1": "RUNNING"} and done.confirmed
+
+
+# ----------------------------------------------------------------------------- the confirmation
+
+
+def _released(fake: FakeSlurm) -> tuple[snapshot.Snapshot, list[commit.Change]]:
+    fake.queue = [pending("1", 2)]
+    fake.start_released = False
+    return _snap(fake, NO_APPS), [commit.Change("place", "1", nodes=("n1",), gpus=(("n1", 2),))]
+
+
+class _Clock:
+    """Moves by what is slept: the confirmation's wait without a wall clock."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += max(seconds, 0.01)
+
+
+def test_squeue_unreadable_through_the_confirmation_holds_nothing_again() -> None:
+    fake = FakeSlurm()
+    snap, planned = _released(fake)
+    clock = _Clock()
+    real = fake.release
+
+    def release_then_lose_squeue(job: str) -> None:
+        real(job)
+        fake.squeue_error = "Socket timed out on send/recv operation"
+
+    fake.release = release_then_lose_squeue
+    done = commit.apply(snap, planned, fake, confirm_seconds=5, sleep=clock.sleep, clock=clock)
+    (why,) = [w for _, w in done.failed]
+    assert "whether it started is unknown" in why and "left as it is" in why
+    assert ("hold", "1") not in fake.calls
+
+
+def test_a_job_still_pending_after_the_wait_is_held_again_and_failed_reads_are_counted() -> None:
+    fake = FakeSlurm()
+    snap, planned = _released(fake)
+    clock = _Clock()
+    reads = {"n": 0}
+    real = fake.jobs
+
+    def flaky() -> list:
+        reads["n"] += 1
+        if 2 <= reads["n"] <= 4:  # the commit's own read is the first; three of the wait's fail
+            raise SlurmError("squeue --all --json: failed 3 times: Socket timed out")
+        return real()
+
+    fake.jobs = flaky
+    done = commit.apply(snap, planned, fake, confirm_seconds=2, sleep=clock.sleep, clock=clock)
+    (why,) = [w for _, w in done.failed]
+    assert why.startswith("released but not started within 2 s (3 reads of squeue failed meanwhile); held again")
+    assert fake.calls[-1] == ("hold", "1")
+
+
+# ----------------------------------------------------------------------------- one writer
+
+
+def test_a_second_writer_is_refused_with_the_holders_line(tmp_path: Path) -> None:
+    path = tmp_path / "state" / WRITER
+    with Lock(path, "gpualloc slurm run"):
+        with pytest.raises(
+            BusyError, match=r"another writer holds .*writer.lock \(pid \d+, gpualloc slurm run, since "
+        ):
+            Lock(path, "gpualloc slurm cycle").acquire()
+    with Lock(path, "gpualloc slurm cycle"):  # free again
+        assert f"pid {os.getpid()}, gpualloc slurm cycle" in path.read_text()
+    assert path.read_text() == ""
+
+
+def test_a_second_writer_waits_then_refuses(tmp_path: Path) -> None:
+    path = tmp_path / WRITER
+    clock = _Clock()
+    said: list[str] = []
+    with Lock(path, "gpualloc slurm run"):
+        waiting = Lock(path, "gpualloc slurm cycle", wait=3, on_wait=said.append, sleep=clock.sleep, clock=clock)
+        with pytest.raises(BusyError, match=r"; waited 3 s$"):
+            waiting.acquire()
+    assert len(said) == 1 and "gpualloc slurm run" in said[0] and clock.now >= 3
+
+
+def test_a_waiting_writer_goes_on_once_the_holder_lets_go(tmp_path: Path) -> None:
+    path = tmp_path / WRITER
+    holder = Lock(path, "gpualloc slurm run")
+    holder.acquire()
+    sleeps = {"n": 0}
+
+    def sleep(_seconds: float) -> None:
+        sleeps["n"] += 1
+        if sleeps["n"] == 2:
+            holder.release()  # the other writer's commit ends while this one waits
+
+    clock = _Clock()
+    with Lock(path, "gpualloc slurm cycle", wait=1e9, sleep=sleep, clock=clock):
+        assert "gpualloc slurm cycle" in path.read_text()
+    assert sleeps["n"] == 2
+
+
+def _cli(tmp_path: Path, monkeypatch, fake: FakeSlurm, *argv: str) -> int:
+    import yaml
+
+    from agents.cli import main
+    from agents.slurm import client
+
+    path = tmp_path / "slurm.yaml"
+    path.write_text(yaml.safe_dump({**NO_APPS, "slurm": {**NO_APPS["slurm"], "state_dir": str(tmp_path / "state")}}))
+    monkeypatch.setattr(client, "SlurmClient", lambda **_kwargs: fake)
+    return main(["slurm", argv[0], "--config", str(path), *argv[1:]])
+
+
+def test_the_cli_refuses_a_second_writer_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2)]
+    state = tmp_path / "state"
+    with Lock(state / WRITER, "gpualloc slurm run"):
+        assert _cli(tmp_path, monkeypatch, fake, "cycle", "--wait", "0") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "another writer holds" in err[0] and err[0].endswith("(nothing changed)"), err
+        assert fake.calls == [] and fake.polls == 0  # refused before the snapshot
+        assert _cli(tmp_path, monkeypatch, fake, "cycle", "--dry-run") == 0  # reading needs no lock
+        capsys.readouterr()
+    with Lock(state / RUN, "gpualloc slurm run"):
+        assert _cli(tmp_path, monkeypatch, fake, "run", "--every", "60", "--cycles", "1", "--budget", "0") == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "run.lock" in err[0] and "gpualloc slurm run" in err[0], err
+    assert fake.calls == []
+    assert _cli(tmp_path, monkeypatch, fake, "cycle") == 0 and fake.calls  # alone, it commits
+
+
+def test_the_lock_is_an_flock_that_another_process_sees(tmp_path: Path) -> None:
+    """What a second process meets: the kernel's lock on the file (and it goes with the process)."""
+    path = tmp_path / WRITER
+    with Lock(path, "gpualloc slurm run"):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+
+
+# ----------------------------------------------------------------------------- the budget
+
+
+def test_the_loop_with_a_budget_plans_full_seeded_by_its_scheduler() -> None:
+    from agents.options import PlanOptions
+    from tests.conftest import HANG_GUARD_S
+
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 4), pending("2", 8)]
+    lines: list[dict] = []
+
+    class Out:
+        def write(self, text: str) -> None:
+            lines.extend(json.loads(t) for t in text.splitlines())
+
+        def flush(self) -> None:
+            pass
+
+    options = PlanOptions(deterministic_time=0.01)  # CP-SAT's work is bounded; the wall budget is far away
+    config = config_from_dict(CONFIG)
+    failed = loop.run_loop(
+        config, fake, "greedy", 60, options, budget=HANG_GUARD_S, cycles=1, out=Out(), sleep=lambda s: None
+    )
+    summary = lines[-1]
+    assert failed == 0 and summary["scheduler"] == "full" and summary["hint"] == "greedy", summary
+    assert summary["status"] in ("optimal", "feasible")
