@@ -1,8 +1,9 @@
-"""Train the learned fast mode: imitate proven optima, self-label and POMO over a curriculum of sizes, export.
+"""Train the learned fast mode: imitate proven optima, then self-label and PPO over a curriculum of sizes, export.
 
 Read top to bottom. Usage::
 
     .venv/bin/python train.py --config configs/train/default.yaml [--device cpu|cuda|auto] [--no-export]
+        [--set FIELD=VALUE ...]   # e.g. --set rl.algorithm=pomo --set run_dir=runs/pomo
 
 Stages (:mod:`agents.learned.training` holds the pieces):
 
@@ -10,21 +11,29 @@ Stages (:mod:`agents.learned.training` holds the pieces):
    :mod:`agents.learned.optima`) replayed into the list action space, and
    ``small.instances`` fresh draws; every instance's first label is the best
    decode of the optimum's order and greedy's orderings.
-2. **Imitation.** ``imitation_epochs`` of ListMLE on those labels.
-3. **Self-labelling + POMO at the seed's sizes** (``small.rounds``): each round
+2. **Imitation** (pre-training). ``imitation_epochs`` of ListMLE on those labels.
+3. **Self-labelling + PPO at the seed's sizes** (``small.rounds``): each round
    draws ``small.samples`` orders per instance from the scores, keeps a draw
-   that beats its label, and steps on ListMLE plus the policy gradient with the
-   draws' mean as baseline.
+   that beats its label, and runs ``rl.epochs`` passes over the stored draws:
+   ListMLE on the labels plus PPO's clipped surrogate, the advantages against
+   the instance's group of draws (``rl.algorithm: pomo`` takes the former
+   single REINFORCE step instead).
 4. **Cluster sizes** (``large``): ``large.instances`` draws at 128-1,024 GPUs
    join, and ``large.rounds`` more rounds run over everything.
-5. **Export** of the best scorer (by the held-out evaluation after each round)
-   to ONNX with its card (:mod:`agents.learned.export`).
+5. **Selection and evaluation.** After every round the policy plans the
+   ``validation`` instances as the planner does; the best round is kept. It
+   alone then plans the ``eval`` instances, once. Three sets of seeds apart:
+   training's, validation's, evaluation's (``TrainConfig.draws``).
+6. **Export** of the selected scorer to ONNX with its card
+   (:mod:`agents.learned.export`): every round's validation figures
+   (``history``), the round chosen (``selection``) and the evaluation
+   (``evaluation``).
 
-After every round the policy plans the held-out instances of ``eval`` (seeds
-apart from training) as the planner does; the ratios to greedy go to
-TensorBoard (``run_dir/tb``: ``eval/alone``, ``eval/shipped``, per family) and to
-the card's ``history``. Bad config files give one line naming the file and
-field, and exit code 2.
+TensorBoard (``run_dir/tb``): ``validation/*`` per round (ratios to greedy, per
+family too), ``eval/*`` of the selected round, ``train/*`` (loss, labels
+improved) and ``ppo/*`` (clip fraction, approximate KL, explained variance of
+the group-mean baseline, entropy, surrogate) per round. Bad config files give
+one line naming the file and field, and exit code 2.
 """
 
 from __future__ import annotations
@@ -43,6 +52,9 @@ from agents.learned.config import ConfigError, TrainConfig, as_dict, choose_devi
 from agents.learned.optima import OptimaError
 from gpu_env.files import write_text_atomic
 
+SCORED = ("alone_vs_greedy", "shipped_vs_greedy", "large_alone_vs_greedy", "large_shipped_vs_greedy")
+"""A round's figures on the validation instances whose sum selects the round exported."""
+
 
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
@@ -57,7 +69,7 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
     from agents.learned.export import export_policy
     from agents.learned.scorer import QueueScorer
 
-    began = time.perf_counter()
+    began, cpu_began = time.perf_counter(), time.process_time()
     tr.seed_everything(cfg.seed)
     run_dir = Path(cfg.run_dir)
     writer = SummaryWriter(str(run_dir / "tb"))
@@ -77,48 +89,48 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
         _log(f"labels: {len(records)} CP-SAT plans from {cfg.optima} ({sum(r.optimal for r in records)} proven)")
     draws = cfg.draws()
     items += [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["small"])]
-    held = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["eval"])]
-    held_large = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["eval_large"])]
+    validation = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["validation"])]
+    validation_large = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["validation_large"])]
     took = time.perf_counter() - began
-    _log(f"instances: {len(items)} training, {len(held)} + {len(held_large)} held out ({took:.0f} s)")
+    _log(f"instances: {len(items)} training, {len(validation)} + {len(validation_large)} validation ({took:.0f} s)")
 
     model = QueueScorer(cfg.hidden, cfg.attention).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
     history: list[dict[str, Any]] = []
     best: dict[str, Any] = {"score": -np.inf}
+    decoded = 0  # orders drawn and decoded by the reinforcement rounds so far (a record's "draws")
 
-    def evaluate(phase: str, step: int) -> None:
-        small = tr.evaluate_policy(model, held, cfg.eval.samples, cfg.temperature)
-        large = tr.evaluate_policy(model, held_large, cfg.eval.samples, cfg.temperature) if held_large else small
-        labels = float(np.mean([it.label_objective / it.scale for it in items]))
-        record = {
-            "phase": phase,
-            "step": step,
-            "labels_vs_greedy": round(labels, 5),
+    def measure(held: list[tr.Item], held_large: list[tr.Item], samples: int) -> dict[str, Any]:
+        small = tr.evaluate_policy(model, held, samples, cfg.temperature)
+        large = tr.evaluate_policy(model, held_large, samples, cfg.temperature) if held_large else small
+        return {
             "alone_vs_greedy": round(small.alone, 5),
             "shipped_vs_greedy": round(small.shipped, 5),
             "large_alone_vs_greedy": round(large.alone, 5),
             "large_shipped_vs_greedy": round(large.shipped, 5),
             "below_greedy": small.below_greedy + (large.below_greedy if held_large else 0),
-            "seconds": round(time.perf_counter() - began, 1),
+            "per_family": {f: [round(a, 5), round(b, 5)] for f, (a, b) in small.per_family.items()},
         }
+
+    def validate(phase: str, step: int) -> None:
+        labels = float(np.mean([it.label_objective / it.scale for it in items]))
+        figures = measure(validation, validation_large, cfg.validation.samples)
+        per_family = figures.pop("per_family")
+        record = {"phase": phase, "step": step, "draws": decoded, "labels_vs_greedy": round(labels, 5), **figures}
+        record["seconds"] = round(time.perf_counter() - began, 1)
+        record["cpu_seconds"] = round(time.process_time() - cpu_began, 1)  # of this process: load-independent
         history.append(record)
-        for key in (
-            "labels_vs_greedy",
-            "alone_vs_greedy",
-            "shipped_vs_greedy",
-            "large_alone_vs_greedy",
-            "large_shipped_vs_greedy",
-        ):
-            writer.add_scalar(f"eval/{key}", record[key], step)
-        for fam, (alone, shipped) in small.per_family.items():
-            writer.add_scalar(f"eval/{fam}/alone", alone, step)
-            writer.add_scalar(f"eval/{fam}/shipped", shipped, step)
+        for key in ("labels_vs_greedy", *SCORED):
+            writer.add_scalar(f"validation/{key}", record[key], step)
+        for fam, (alone, shipped) in per_family.items():
+            writer.add_scalar(f"validation/{fam}/alone", alone, step)
+            writer.add_scalar(f"validation/{fam}/shipped", shipped, step)
         _log(
-            f"{phase:>10} {step:4d}  labels {labels:.4f}  held out: alone {small.alone:.4f} shipped {small.shipped:.4f}"
-            f"  large: alone {large.alone:.4f} shipped {large.shipped:.4f}  ({record['seconds']:.0f} s)"
+            f"{phase:>10} {step:4d}  labels {labels:.4f}  validation: alone {record['alone_vs_greedy']:.4f} "
+            f"shipped {record['shipped_vs_greedy']:.4f}  large: alone {record['large_alone_vs_greedy']:.4f} "
+            f"shipped {record['large_shipped_vs_greedy']:.4f}  ({record['seconds']:.0f} s)"
         )
-        score = small.alone + small.shipped + large.alone + large.shipped
+        score = sum(record[key] for key in SCORED)
         if score > best["score"]:
             best.update(score=score, state=copy.deepcopy(model.state_dict()), record=record)
 
@@ -127,9 +139,9 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
     for epoch, loss in enumerate(losses):
         writer.add_scalar("imitation/loss", loss, epoch)
     step = 0
-    evaluate("imitation", step)
+    validate("imitation", step)
 
-    # 3-4. Self-labelling and POMO, then the cluster sizes join.
+    # 3-4. Self-labelling and the reinforcement step (PPO), then the cluster sizes join.
     rng = np.random.default_rng(cfg.seed)
     for stage, stage_cfg in (("small", cfg.small), ("large", cfg.large)):
         if stage == "large" and stage_cfg.instances:
@@ -138,21 +150,54 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
             _log(f"large: {len(drawn)} instances at {list(stage_cfg.sizes)} GPUs join")
         for _ in range(stage_cfg.rounds):
             step += 1
-            stats = tr.self_label_round(
-                model, optimizer, items, stage_cfg.samples, rng, cfg.temperature, stage_cfg.pg_coef, cfg.batch
+            stats = tr.reinforce_round(
+                model, optimizer, items, stage_cfg.samples, rng, cfg.temperature, stage_cfg.pg_coef, cfg.batch, cfg.rl
             )
+            decoded += len(items) * stage_cfg.samples
             if cfg.label_epochs > 1:
                 tr.fit_imitation(model, optimizer, items, cfg.label_epochs - 1, cfg.batch, cfg.seed + step)
             writer.add_scalar("train/loss", stats.loss, step)
             writer.add_scalar("train/labels_improved", stats.improved, step)
-            evaluate(stage, step)
-    writer.close()
+            writer.add_scalar("train/mean_gain", stats.mean_gain, step)
+            if isinstance(stats, tr.PPOStats):
+                for key in ("clip_fraction", "approx_kl", "explained_variance", "entropy", "surrogate"):
+                    writer.add_scalar(f"ppo/{key}", getattr(stats, key), step)
+            validate(stage, step)
 
+    # 5. The selected round plans the evaluation instances, once.
     model.load_state_dict(best["state"])
+    evaluation_items = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["eval"])]
+    evaluation_large = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["eval_large"])]
+    evaluation = {
+        "set": "eval",
+        "seed": cfg.eval.seed,
+        "instances": [len(evaluation_items), len(evaluation_large)],
+        "phase": best["record"]["phase"],
+        "step": best["record"]["step"],
+        **measure(evaluation_items, evaluation_large, cfg.eval.samples),
+    }
+    for key in SCORED:
+        writer.add_scalar(f"eval/{key}", evaluation[key], best["record"]["step"])
+    writer.close()
+    selection = {
+        "set": "validation",
+        "seed": cfg.validation.seed,
+        "instances": [len(validation), len(validation_large)],
+        "criterion": " + ".join(SCORED),
+        **best["record"],
+    }
+    _log(
+        f"selected {selection['phase']} round {selection['step']}; evaluation ({len(evaluation_items)} + "
+        f"{len(evaluation_large)}): alone {evaluation['alone_vs_greedy']:.4f} shipped "
+        f"{evaluation['shipped_vs_greedy']:.4f}  large: alone {evaluation['large_alone_vs_greedy']:.4f} "
+        f"shipped {evaluation['large_shipped_vs_greedy']:.4f}"
+    )
     summary = {
         "device": device,
         "history": history,
         "best": best["record"],
+        "selection": selection,
+        "evaluation": evaluation,
         "instances": len(items),
         "seconds": round(time.perf_counter() - began, 1),
     }
@@ -165,7 +210,8 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
             config=as_dict(cfg),
             seed=cfg.seed,
             history=history,
-            evaluation=best["record"],
+            selection=selection,
+            evaluation=evaluation,
         )
         _log(f"exported {cfg.export} (best: {best['record']['phase']} round {best['record']['step']})")
     return summary
@@ -177,9 +223,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="configs/train/default.yaml", help="training config (YAML)")
     parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"), help="where the scorer trains")
     parser.add_argument("--no-export", action="store_true", help="train and report, write no policy file")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="replace a field of the config (dotted for a section's: rl.algorithm=pomo); repeatable",
+    )
     args = parser.parse_args(argv)
     try:
-        cfg = load_config(args.config)
+        cfg = load_config(args.config, args.set)
         device = choose_device(args.device)
         train(cfg, device=device, export=not args.no_export)
     except (ConfigError, OptimaError) as exc:

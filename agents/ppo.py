@@ -54,7 +54,10 @@ from gpu_env.plan import Plan
 from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
 from gpu_env.scenario import Scenario
 
-CARD_FORMAT = "gpualloc-policy/2"
+CARD_FORMAT = "gpualloc-policy/3"
+READABLE_CARD_FORMATS: tuple[str, ...] = ("gpualloc-policy/2", CARD_FORMAT)
+"""Formats :func:`load_policy` reads: /3 adds the card's ``selection`` (the round chosen on validation instances) and
+reports ``evaluation`` on instances of its own; what the planner checks (spec, temperature) is the same in both."""
 INPUTS: tuple[str, ...] = ("jobs", "mask", "cluster")
 OUTPUTS: tuple[str, ...] = ("scores", "mode")
 DEFAULT_TEMPERATURE = 1.0
@@ -159,8 +162,9 @@ def _read_card(card_file: Path) -> dict[str, Any]:
         raise PolicyError(f"{card_file}: not a readable JSON policy card ({exc})") from None
     if not isinstance(card, dict):
         raise PolicyError(f"{card_file}: expected a JSON object, got {type(card).__name__}")
-    if card.get("format") != CARD_FORMAT:
-        raise PolicyError(f"{card_file}: field 'format': expected {CARD_FORMAT!r}, got {card.get('format')!r}")
+    if card.get("format") not in READABLE_CARD_FORMATS:
+        expected = " or ".join(map(repr, READABLE_CARD_FORMATS))
+        raise PolicyError(f"{card_file}: field 'format': expected {expected}, got {card.get('format')!r}")
     return card
 
 

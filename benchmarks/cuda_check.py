@@ -4,7 +4,7 @@ One unattended script for scarce GPU time; it finishes in a few minutes and writ
 ``benchmarks/results/cuda.md``. It measures:
 
 * **update**: gradient steps of :class:`agents.learned.scorer.QueueScorer` on real training items
-  (ListMLE on the labels plus the POMO policy gradient over K drawn orders, backward, Adam), at
+  (ListMLE on the labels plus PPO's clipped surrogate over K stored orders, backward, Adam), at
   several batch sizes and network widths: instances per second, CPU against CUDA. The decoder
   (numba, CPU) is not in the loop: this is the part a GPU can speed up;
 * **forward**: scoring 1,024-GPU queues (480 jobs) per second, CPU against CUDA;
@@ -70,7 +70,7 @@ def _rate(step, seconds: float, device: str) -> float:
 
 
 def update_rate(items: list, batch: int, hidden: int, device: str, seconds: float) -> float:
-    """Instances per second through ListMLE + POMO gradient steps (the orders drawn once, outside the clock)."""
+    """Instances per second through PPO's steps: ListMLE + the clipped surrogate (orders drawn outside the clock)."""
     import torch
 
     from agents.learned import training as tr
@@ -86,13 +86,21 @@ def update_rate(items: list, batch: int, hidden: int, device: str, seconds: floa
     k = 16
     drawn = [o for it in chunk for o in tr.sample_orders(np.zeros(it.jobs.shape[0]), it.pending, k, rng, 1.0)]
     orders, order_lengths = tr._pad_orders(drawn, device)
-    advantage = torch.randn(batch, k, device=device)
+    after = torch.zeros(batch * k, device=device)
+    advantage = torch.randn(batch * k, device=device)
+    with torch.no_grad():
+        scores, mode = model(jobs, mask, cluster)
+        old = tr.draw_log_prob(
+            scores.repeat_interleave(k, dim=0), mode.repeat_interleave(k), orders, order_lengths, after, 1.0, True
+        )
 
     def step() -> None:
-        scores, _ = model(jobs, mask, cluster)
+        scores, mode = model(jobs, mask, cluster)
         listmle = -(order_log_prob(scores, labels, lengths) / lengths.clamp(min=1)).mean()
-        logp = order_log_prob(scores.repeat_interleave(k, dim=0), orders, order_lengths).view(batch, k)
-        loss = listmle - 0.5 * (logp * advantage).mean()
+        new = tr.draw_log_prob(
+            scores.repeat_interleave(k, dim=0), mode.repeat_interleave(k), orders, order_lengths, after, 1.0, True
+        )
+        loss = listmle - 0.5 * tr.clipped_surrogate(new - old, advantage, 0.2)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -166,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     small = _items(64, (16, 32, 64), seed=1)
     large = _items(1, (1024,), seed=2)
     lines += [
-        "## Update: ListMLE + POMO gradient steps",
+        "## Update: ListMLE + PPO gradient steps",
         "",
         "Instances per second (64-GPU-size queues, K = 16 drawn orders each).",
         "",

@@ -183,6 +183,19 @@ def test_planning_imports_neither_torch_nor_stable_baselines(tmp_path):
     assert out.returncode == 0, out.stderr
 
 
+def test_a_card_of_the_former_format_still_loads(exported, tmp_path):
+    """gpualloc-policy/2 cards (selected and reported on one held-out set) hold what the planner checks, as /3 does."""
+    _, path = exported
+    copy = tmp_path / "old.onnx"
+    shutil.copy(path, copy)
+    card = json.loads(path.with_suffix(".json").read_text())
+    card["format"] = "gpualloc-policy/2"
+    del card["selection"]
+    copy.with_suffix(".json").write_text(json.dumps(card))
+    assert ppo.load_policy(copy).temperature == 0.7
+    assert ppo.CARD_FORMAT == "gpualloc-policy/3" and "gpualloc-policy/2" in ppo.READABLE_CARD_FORMATS
+
+
 def test_mismatched_spec_is_refused(exported, tmp_path):
     _, path = exported
     copy = tmp_path / "p.onnx"

@@ -62,6 +62,13 @@ def test_shipped_configs_load():
         ({"eval": {"nope": 1}}, "unknown field eval.nope"),
         ({"learning_rate": -1}, "field learning_rate: expected a positive number"),
         ({"imitation_epochs": -2}, "field imitation_epochs: expected a number >= 0"),
+        ({"rl": {"algorithm": "a2c"}}, "field rl.algorithm: expected one of ppo, pomo"),
+        ({"rl": {"ratio": "token"}}, "field rl.ratio: expected one of job, order"),
+        ({"rl": {"epochs": 0}}, "field rl.epochs: expected an integer >= 1"),
+        ({"rl": {"clip": 1.5}}, r"field rl.clip: expected a number in \(0, 1\)"),
+        ({"rl": {"entropy_coef": -0.1}}, "field rl.entropy_coef: expected a number >= 0"),
+        ({"validation": {"seed": 10001}}, "field eval.seed: .* differ from the validation seeds"),
+        ({"validation": {"seed": 1}}, "field validation.seed: .* differ from the training seeds"),
     ],
 )
 def test_bad_configs_name_file_and_field(tmp_path, change, message):
@@ -88,6 +95,23 @@ def test_bad_config_exits_2_without_traceback(tmp_path):
     result = run_train("--config", str(missing), "--no-export")
     assert result.returncode == 2 and "none.json.gz" in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "policy.onnx").exists()
+
+
+def test_set_replaces_a_field_and_is_checked_as_the_file(tmp_path):
+    path = smoke_config(tmp_path)
+    cfg = load_config(path, ["rl.algorithm=pomo", "small.rounds=5", "seed=3", "validation.seed=500"])
+    assert (cfg.rl.algorithm, cfg.small.rounds, cfg.seed, cfg.validation.seed) == ("pomo", 5, 3, 500)
+    assert cfg.small.samples == load_config(path).small.samples  # the section's other fields stay
+    for item, message in (
+        ("rl.epochs=x", "field rl.epochs: expected an integer"),
+        ("rl.nope=1", "unknown field rl.nope"),
+        ("seed.x=1", "--set 'seed.x=1': field seed is not a section"),
+        ("seed", "--set 'seed': expected FIELD=VALUE"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            load_config(path, [item])
+    result = run_train("--config", str(path), "--no-export", "--set", "rl.algorithm=a2c")
+    assert result.returncode == 2 and "field rl.algorithm" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_cuda_without_cuda_is_a_clear_error():
@@ -171,6 +195,85 @@ def test_self_labelling_never_lowers_a_label():
         assert again.objective[0] == pytest.approx(it.label_objective, abs=1e-6)
 
 
+def test_gumbel_top_k_draws_follow_the_plackett_luce_log_prob_at_the_temperature():
+    """The draws of sample_orders are Plackett-Luce samples of scores / T, whose log-probability draw_log_prob gives."""
+    import itertools
+
+    scores = np.array([1.0, 0.0, 2.0, -9.0])
+    pending = np.array([0, 1, 2])
+    temperature = 0.7
+    orders = tr.sample_orders(scores, pending, 30_000, np.random.default_rng(0), temperature)
+    counts = {tuple(o): 0 for o in itertools.permutations(pending.tolist())}
+    for o in map(tuple, orders.tolist()):
+        counts[o] += 1
+    perms = torch.tensor([list(p) for p in counts])
+    after = torch.tensor([1.0] * 6)
+    logp = tr.draw_log_prob(
+        torch.tensor(scores, dtype=torch.float32).expand(6, -1),
+        torch.zeros(6),  # the mode: p(after) = 1/2
+        perms,
+        torch.full((6,), 3),
+        after,
+        temperature,
+        per_job=False,
+    )
+    want = (logp - np.log(0.5)).exp().numpy()
+    got = np.array(list(counts.values())) / orders.shape[0]
+    assert want.sum() == pytest.approx(1.0, abs=1e-5)
+    assert np.abs(got - want).max() < 0.01
+    per_job = tr.draw_log_prob(
+        torch.tensor(scores, dtype=torch.float32).expand(6, -1), torch.zeros(6), perms, torch.full((6,), 3), after,
+        temperature, per_job=True,
+    )  # fmt: skip
+    assert torch.allclose(per_job, (logp - np.log(0.5)) / 3 + np.log(0.5), atol=1e-5)
+
+
+def test_clipped_surrogate_by_hand():
+    adv = torch.tensor([1.0, 1.0, -1.0, -1.0])
+    ratio = torch.tensor([1.5, 0.9, 1.5, 0.5], requires_grad=True)
+    value = tr.clipped_surrogate(ratio.log(), adv, 0.2)
+    # min(r A, clip(r) A): 1.2 (clipped), 0.9, -1.5, -0.8 (clipped)
+    assert float(value.detach()) == pytest.approx((1.2 + 0.9 - 1.5 - 0.8) / 4, abs=1e-6)
+    value.backward()
+    assert ratio.grad[0] == 0 and ratio.grad[3] == 0  # no push past the clip
+    assert ratio.grad[1] > 0 and ratio.grad[2] < 0
+
+
+def test_explained_variance_of_the_group_baseline():
+    assert tr.explained_variance([np.array([1.0, 1.0]), np.array([2.0, 2.0])]) == pytest.approx(1.0)
+    assert tr.explained_variance([np.array([1.0, 2.0]), np.array([1.0, 2.0])]) == pytest.approx(0.0)
+    assert tr.explained_variance([np.array([3.0, 3.0])]) == 0.0  # nothing to explain
+
+
+def test_a_ppo_round_stores_the_drawing_policy_and_never_lowers_a_label():
+    from agents.learned.config import RLConfig
+
+    torch.manual_seed(0)
+    items = [tr.prepare(generate(f, seed=s)) for f in ("batch-fragmentation", "mixed-control") for s in range(2)]
+    model = QueueScorer(hidden=16)
+    before = [it.label_objective for it in items]
+    draws = tr.collect_draws(model, items, 6, np.random.default_rng(0), 1.0, 3, True, tr.RoundStats())
+    # The stored log-probabilities are the policy's: before any step every ratio is 1.
+    for it, d in zip(items, draws, strict=True):
+        scores, mode = model(*tr.collate([it]))
+        orders, lengths = tr._pad_orders(list(d.orders))
+        again = tr.draw_log_prob(
+            scores.expand(6, -1), mode.expand(6), orders, lengths, torch.from_numpy(d.after), 1.0, per_job=True
+        )
+        assert np.allclose(again.detach().numpy(), d.old_log_prob, atol=1e-5)
+        assert d.orders.shape == (6, it.pending.size) and d.reward.shape == (6,)
+        assert abs(float(d.advantage.mean())) < 1e-6  # centred on the group's mean
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    stats = tr.ppo_round(model, opt, items, 6, np.random.default_rng(1), 1.0, 1.0, 2, RLConfig(epochs=3))
+    assert isinstance(stats, tr.PPOStats) and np.isfinite(stats.loss)
+    assert 0.0 <= stats.clip_fraction <= 1.0 and stats.approx_kl >= 0.0 and stats.approx_kl > 0.0
+    assert stats.explained_variance <= 1.0 and stats.entropy > 0
+    for it, old in zip(items, before, strict=True):
+        assert it.label_objective >= old - 1e-9
+        again = decode(it.inst, it.label[None], np.array([it.label_mode]))
+        assert again.objective[0] == pytest.approx(it.label_objective, abs=1e-6)
+
+
 # ----------------------------------------------------------------------------- the smoke run
 
 
@@ -191,6 +294,35 @@ def test_smoke_run_writes_tensorboard_events_and_a_summary(smoke_run):
     assert phases == ["imitation", "small", "small", "large"]
     assert summary["device"] == "cpu" and summary["best"] in summary["history"]
     assert "labels: 6 CP-SAT plans" in result.stderr
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags = set()
+    for path in events:
+        acc = EventAccumulator(str(path))
+        acc.Reload()
+        tags |= set(acc.Tags()["scalars"])
+    ppo = {"ppo/clip_fraction", "ppo/approx_kl", "ppo/explained_variance", "ppo/entropy", "ppo/surrogate"}
+    assert ppo <= tags and "validation/shipped_vs_greedy" in tags and "eval/shipped_vs_greedy" in tags
+
+
+def test_smoke_run_selects_on_validation_and_reports_the_evaluation(smoke_run):
+    tmp, _ = smoke_run
+    summary = json.loads((tmp / "run" / "summary.json").read_text())
+    cfg = load_config(smoke_config(tmp))
+    selection, evaluation = summary["selection"], summary["evaluation"]
+    assert selection["set"] == "validation" and selection["seed"] == cfg.validation.seed
+    assert selection["instances"] == [cfg.validation.instances, cfg.validation.large_instances]
+    assert {k: v for k, v in selection.items() if k in summary["best"]} == summary["best"]
+    chosen = max(
+        summary["history"],
+        key=lambda h: h["alone_vs_greedy"] + h["shipped_vs_greedy"] + h["large_alone_vs_greedy"]
+        + h["large_shipped_vs_greedy"],
+    )  # fmt: skip
+    assert summary["best"] == chosen
+    assert evaluation["set"] == "eval" and evaluation["seed"] == cfg.eval.seed != cfg.validation.seed
+    assert evaluation["instances"] == [cfg.eval.instances, cfg.eval.large_instances]
+    assert (evaluation["phase"], evaluation["step"]) == (selection["phase"], selection["step"])
+    assert set(evaluation["per_family"]) <= set(cfg.families)
 
 
 def test_smoke_run_exports_a_policy_the_planner_loads(smoke_run):
@@ -200,10 +332,28 @@ def test_smoke_run_exports_a_policy_the_planner_loads(smoke_run):
     tmp, _ = smoke_run
     path = tmp / "run" / "policy.onnx"
     card = json.loads(path.with_suffix(".json").read_text())
-    assert card["config"]["hidden"] == 16 and card["history"] and card["evaluation"] in card["history"]
+    assert card["format"] == ppo.CARD_FORMAT == "gpualloc-policy/3"
+    assert card["config"]["hidden"] == 16 and card["config"]["rl"]["algorithm"] == "ppo" and card["history"]
+    assert card["selection"]["set"] == "validation" and card["evaluation"]["set"] == "eval"
+    assert {k: v for k, v in card["selection"].items() if k in card["history"][0]} in card["history"]
     sc = generate("training-heavy", seed=3)
     plan = ppo.plan(sc, ppo.PlanOptions(policy=path, samples=3, guard="none"))
     assert validate(sc, plan) == []
+
+
+def test_the_side_by_side_benchmark_plans_the_evaluation_draws(smoke_run, tmp_path):
+    """benchmarks/ppo_vs_pomo.py on the smoke policy against itself: every paired difference is 0."""
+    tmp, _ = smoke_run
+    policy = tmp / "run" / "policy.onnx"
+    out = tmp_path / "side.md"
+    arms = ["--arm", f"a={policy}", "--arm", f"b={policy}"]
+    options = ["--config", str(smoke_config(tmp)), "--best-time-limit", "0", "--out", str(out)]
+    command = [sys.executable, "benchmarks/ppo_vs_pomo.py", *arms, *options]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert result.returncode == 0, result.stderr
+    text = out.read_text()
+    assert "(4 at 8-64 GPUs, 2 at 128-1,024 GPUs)" in text and "PPO, 2 epochs, clip 0.2" in text
+    assert text.count("+0.0000 ± 0.0000") == 4
 
 
 def test_same_seed_same_policy(smoke_run, tmp_path):
@@ -212,8 +362,9 @@ def test_same_seed_same_policy(smoke_run, tmp_path):
     assert result.returncode == 0, result.stderr
     first = json.loads((tmp / "run" / "summary.json").read_text())["history"]
     second = json.loads((tmp_path / "run" / "summary.json").read_text())["history"]
-    strip = [{k: v for k, v in h.items() if k != "seconds"} for h in first]
-    assert strip == [{k: v for k, v in h.items() if k != "seconds"} for h in second]
+    clocks = ("seconds", "cpu_seconds")
+    strip = [{k: v for k, v in h.items() if k not in clocks} for h in first]
+    assert strip == [{k: v for k, v in h.items() if k not in clocks} for h in second]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
@@ -228,3 +379,24 @@ def test_held_out_seeds_apart_from_training(tmp_path):
     for bad in (0, 1, -1):
         with pytest.raises(ConfigError, match=r"field eval\.seed"):
             load_config(smoke_config(tmp_path, eval={"seed": bad}))
+    with pytest.raises(ConfigError, match=r"field validation\.seed"):
+        load_config(smoke_config(tmp_path, validation={"seed": 0}))
+
+
+def test_training_validation_and_evaluation_draw_no_instance_in_common():
+    from agents.learned.config import draw_specs
+
+    cfg = load_config(ROOT / "configs" / "train" / "default.yaml")
+    draws = cfg.draws()
+    sets = {
+        name: {d for key in keys for d in draw_specs(cfg.families, *draws[key])}
+        for name, keys in {
+            "training": ("small", "large"),
+            "validation": ("validation", "validation_large"),
+            "eval": ("eval", "eval_large"),
+        }.items()
+    }
+    assert len(sets["validation"]) == cfg.validation.instances + cfg.validation.large_instances
+    assert len(sets["eval"]) == cfg.eval.instances + cfg.eval.large_instances
+    assert not sets["training"] & sets["validation"] and not sets["training"] & sets["eval"]
+    assert not sets["validation"] & sets["eval"]

@@ -5,7 +5,8 @@ The ONNX model takes :data:`agents.ppo.INPUTS` (``jobs`` (B, n, F), ``mask``
 (B, n), ``mode`` (B,)). The batch and job axes are dynamic, so one file plans
 any queue. The card (``<name>.json``) records what the planner checks before use
 (:func:`agents.ppo.observation_spec`), the Gumbel temperature, and what a reader
-wants to know (config, seed, training history, evaluation, versions).
+wants to know (config, seed, training history on the validation instances, the
+round selected on them, its evaluation on instances of their own, versions).
 """
 
 from __future__ import annotations
@@ -90,6 +91,7 @@ def export_policy(
     config: dict[str, Any] | None = None,
     seed: int | None = None,
     history: list[dict[str, Any]] | None = None,
+    selection: dict[str, Any] | None = None,
     evaluation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Export ``model`` to ``path`` (``.onnx``) and its card to ``path`` with ``.json``; check the round trip.
@@ -100,8 +102,9 @@ def export_policy(
         temperature: Gumbel temperature the planner draws orders with.
         config: The training config, as plain data.
         seed: The training seed.
-        history: Per-round training records.
-        evaluation: Evaluation results to record.
+        history: Per-round training records (their figures on the validation instances).
+        selection: The round exported and the validation instances it was chosen on.
+        evaluation: The exported round on instances of its own, never used to choose it.
 
     Returns:
         The card.
@@ -131,6 +134,7 @@ def export_policy(
         "seed": seed,
         "config": config,
         "history": history,
+        "selection": selection,
         "evaluation": evaluation,
         "export_check": {"max_score_difference": check},
         "versions": {

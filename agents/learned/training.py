@@ -1,4 +1,4 @@
-"""Training the queue scorer: imitation of proven optima, then self-labelling and POMO on the compiled decoder.
+"""Training the queue scorer: imitation of proven optima, then self-labelling and PPO on the compiled decoder.
 
 Every phase works on *labels*: for each training instance, the best job order
 (and trade mode) known so far, with the objective the decoder reaches with it.
@@ -11,11 +11,19 @@ Every phase works on *labels*: for each training instance, the best job order
 2. **Imitation.** The scorer is fitted to the labels by ListMLE: the
    Plackett-Luce likelihood of the label order (:func:`agents.learned.scorer.order_log_prob`),
    and the mode logit to the label's mode.
-3. **Self-labelling and POMO.** Each round draws K orders per instance from the
-   current scores (Gumbel-top-k), decodes them all in one compiled call per
-   instance, replaces a label when a draw beats it (SLIM's self-labelling), and
-   takes a policy-gradient step with the K draws' mean as the shared baseline
-   (POMO), beside the ListMLE step on the labels.
+3. **Self-labelling and PPO.** Each round draws K orders per instance from the
+   current scores (Gumbel-top-k: Plackett-Luce samples) and a mode each,
+   decodes them all in one compiled call per instance, and replaces a label
+   when a draw beats it (SLIM's self-labelling). The draws are stored with
+   their log-probabilities (:func:`draw_log_prob`) and their advantages: the
+   reward less the mean of the instance's K draws (POMO's shared baseline)
+   (:func:`collect_draws`). Then several epochs of PPO over them in batches of
+   instances of similar length, the advantages normalised over each batch
+   (:func:`ppo_round`): ListMLE on the labels plus the clipped
+   surrogate (:func:`clipped_surrogate`), the old log-probabilities fixed.
+   :func:`self_label_round` is the former step, kept for the comparison
+   (``rl.algorithm: pomo``): one REINFORCE step per batch against the same
+   baseline, the draws used once.
 4. **Curriculum over sizes.** Later stages add larger clusters (128-1,024 GPUs),
    where no optimum is known and the labels come from greedy's orders and the
    policy's own best draws.
@@ -31,6 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from agents.learned.config import RLConfig, draw_specs
 from agents.learned.scorer import QueueScorer, order_log_prob
 from gpu_env.generators import generate
 from gpu_env.listsched import MODE_AFTER, MODE_INLINE, ListInstance, decode
@@ -123,20 +132,6 @@ def prepare(scenario: Scenario, placements: np.ndarray | None = None, optimum: f
         optimum=optimum,
         greedy=float(g),
     )
-
-
-def draw_specs(families: dict[str, float], sizes: Sequence[int], count: int, seed: int) -> list[tuple[str, int, int]]:
-    """(family, generator seed, GPUs) of ``count`` draws: families by weight, sizes uniformly, seeded by ``seed``."""
-    rng = np.random.default_rng(seed)
-    names = list(families)
-    p = np.array([families[n] for n in names], dtype=np.float64)
-    p = p / p.sum()
-    out = []
-    for _ in range(count):
-        fam = names[int(rng.choice(len(names), p=p))]
-        gpus = int(rng.choice(sizes))
-        out.append((fam, int(rng.integers(0, 2**31 - 1)), gpus))
-    return out
 
 
 def draw_scenarios(families: dict[str, float], sizes: Sequence[int], count: int, seed: int) -> list[Scenario]:
@@ -273,6 +268,253 @@ def self_label_round(
     return stats
 
 
+@dataclass
+class Draws:
+    """One instance's draws of a PPO round, stored for the epochs over them.
+
+    Attributes:
+        orders: (k, m) the drawn orders.
+        after: (k,) 1.0 where the draw's mode is :data:`~gpu_env.listsched.MODE_AFTER`.
+        reward: (k,) objective / scale of each draw.
+        advantage: (k,) reward less the group's mean (POMO's shared baseline); :func:`ppo_round` divides it by
+            the standard deviation of those over each batch.
+        old_log_prob: (k,) log-probability of each draw (order and mode) under the policy that drew it,
+            per job where ``RLConfig.ratio`` is ``job``.
+    """
+
+    orders: np.ndarray
+    after: np.ndarray
+    reward: np.ndarray
+    advantage: np.ndarray
+    old_log_prob: np.ndarray | None
+
+
+@dataclass
+class PPOStats(RoundStats):
+    """What one PPO round did, beside the self-labelling (the TensorBoard scalars ``ppo/*``)."""
+
+    surrogate: float = 0.0  # mean clipped surrogate objective (to be maximised) over the epochs
+    clip_fraction: float = 0.0  # share of draws whose ratio left [1 - clip, 1 + clip], over the epochs
+    approx_kl: float = 0.0  # mean of (ratio - 1) - log ratio over the last epoch: KL(old || new), estimated
+    explained_variance: float = 0.0  # 1 - Var(reward - group mean) / Var(reward) over the round's draws
+    entropy: float = 0.0  # mean entropy of the first pick (per log of the pending jobs) and of the mode
+
+
+def draw_log_prob(
+    scores: torch.Tensor,
+    mode_logit: torch.Tensor,
+    orders: torch.Tensor,
+    lengths: torch.Tensor,
+    after: torch.Tensor,
+    temperature: float,
+    per_job: bool,
+) -> torch.Tensor:
+    """Log-probability of drawn (order, mode) pairs under the policy that draws them.
+
+    An order is a Plackett-Luce draw from ``scores / temperature`` (:func:`sample_orders`' Gumbel-top-k), the mode
+    a Bernoulli draw from ``sigmoid(mode_logit)``.
+
+    Args:
+        scores: (D, n) scores, one row per draw.
+        mode_logit: (D,) mode logits.
+        orders: (D, L) padded orders.
+        lengths: (D,) jobs per order.
+        after: (D,) 1.0 where the draw's mode is ``after``.
+        temperature: The Gumbel temperature.
+        per_job: Divide the order's log-probability by its number of jobs.
+
+    Returns:
+        (D,) log-probabilities.
+    """
+    logp = order_log_prob(scores / temperature, orders, lengths)
+    if per_job:
+        logp = logp / lengths.clamp(min=1)
+    mode = -torch.nn.functional.binary_cross_entropy_with_logits(mode_logit, after, reduction="none")
+    return logp + mode
+
+
+def clipped_surrogate(log_ratio: torch.Tensor, advantage: torch.Tensor, clip: float) -> torch.Tensor:
+    """PPO's clipped surrogate objective (to be maximised): mean of min(r A, clip(r, 1 - clip, 1 + clip) A)."""
+    ratio = log_ratio.exp()
+    return torch.min(ratio * advantage, ratio.clamp(1.0 - clip, 1.0 + clip) * advantage).mean()
+
+
+def _entropy(scores: torch.Tensor, mode_logit: torch.Tensor, mask: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(B,) entropy of the first pick (divided by the log of the pending jobs) plus that of the mode."""
+    logp = torch.log_softmax(scores / temperature, dim=1)
+    first = -(logp.exp() * torch.where(mask > 0, logp, torch.zeros_like(logp))).sum(dim=1)
+    first = first / torch.log(mask.sum(dim=1).clamp(min=2.0))
+    p = torch.sigmoid(mode_logit)
+    mode = torch.nn.functional.binary_cross_entropy_with_logits(mode_logit, p.detach(), reduction="none")
+    return first + mode
+
+
+def collect_draws(
+    model: QueueScorer,
+    items: Sequence[Item],
+    k: int,
+    rng: np.random.Generator,
+    temperature: float,
+    batch: int,
+    per_job: bool,
+    stats: RoundStats,
+) -> list[Draws]:
+    """Draw and decode k orders per instance with the current policy; a draw beating its label replaces it.
+
+    The draws' rewards, advantages (against the instance's group) and log-probabilities are stored for
+    :func:`ppo_round`'s epochs; ``stats`` counts the improved labels.
+    """
+    dev = _device(model)
+    model.eval()
+    out: list[Draws] = []
+    gains = []
+    with torch.no_grad():
+        for lo in range(0, len(items), batch):
+            chunk = items[lo : lo + batch]
+            scores, mode_logit = model(*collate(chunk, dev))
+            s_np = scores.cpu().numpy()
+            p_after = torch.sigmoid(mode_logit).cpu().numpy()
+            drawn = []
+            for b, it in enumerate(chunk):
+                orders = sample_orders(s_np[b], it.pending, k, rng, temperature)
+                modes = np.where(rng.random(k) < p_after[b], MODE_AFTER, MODE_INLINE).astype(np.int64)
+                dec = decode(it.inst, orders, modes)
+                best = dec.best
+                gains.append(float(dec.objective[best] - it.label_objective) / it.scale)
+                if dec.objective[best] > it.label_objective + 1e-9:
+                    it.label = orders[best].copy()
+                    it.label_mode = int(modes[best])
+                    it.label_objective = float(dec.objective[best])
+                    stats.improved += 1
+                reward = dec.objective / it.scale
+                after = (modes == MODE_AFTER).astype(np.float32)
+                drawn.append(Draws(orders, after, reward, reward - reward.mean(), None))
+            orders_t, lengths = _pad_orders([o for d in drawn for o in d.orders], dev)
+            logp = draw_log_prob(
+                scores.repeat_interleave(k, dim=0),
+                mode_logit.repeat_interleave(k),
+                orders_t,
+                lengths,
+                torch.from_numpy(np.concatenate([d.after for d in drawn])).to(dev),
+                temperature,
+                per_job,
+            )
+            for d, row in zip(drawn, logp.view(len(chunk), k).cpu().numpy(), strict=True):
+                d.old_log_prob = row
+            out += drawn
+    stats.mean_gain = float(np.mean(gains)) if gains else 0.0
+    return out
+
+
+def explained_variance(rewards: Sequence[np.ndarray]) -> float:
+    """1 - Var(reward - group mean) / Var(reward) over every draw: the share of the rewards' spread explained.
+
+    The baseline of a draw is the mean of its instance's group (POMO's shared baseline): 1 where the draws of an
+    instance never differ, 0 where the baselines explain nothing.
+    """
+    r = np.concatenate(list(rewards)) if rewards else np.zeros(0)
+    if r.size < 2 or not r.var() > 0:
+        return 0.0
+    residual = np.concatenate([x - x.mean() for x in rewards])
+    return float(1.0 - residual.var() / r.var())
+
+
+def ppo_round(
+    model: QueueScorer,
+    optimizer: torch.optim.Optimizer,
+    items: Sequence[Item],
+    k: int,
+    rng: np.random.Generator,
+    temperature: float,
+    pg_coef: float,
+    batch: int,
+    rl: RLConfig,
+) -> PPOStats:
+    """One self-labelling round with PPO: draw and store, then ``rl.epochs`` passes of the clipped surrogate.
+
+    Each pass takes the batches of ``batch`` instances of similar length in a new order; a step's loss is ListMLE
+    on the labels (as the draws left them) plus ``pg_coef`` times the negated clipped surrogate, less
+    ``rl.entropy_coef`` times the entropy. The old log-probabilities are those of the policy that drew.
+    """
+    stats = PPOStats()
+    per_job = rl.ratio == "job"
+    draws = collect_draws(model, items, k, rng, temperature, batch, per_job, stats)
+    stats.explained_variance = explained_variance([d.reward for d in draws])
+    dev = _device(model)
+    model.train()
+    # Batches of instances of similar length (an order is padded to its batch's longest), in a new order each epoch.
+    by_length = np.argsort([it.pending.size for it in items], kind="stable")
+    batches = [by_length[lo : lo + batch] for lo in range(0, len(items), batch)]
+    steps = clipped = seen = 0
+    for _ in range(rl.epochs):
+        kl_sum, kl_n = 0.0, 0
+        for b in rng.permutation(len(batches)):
+            idx = batches[b]
+            chunk = [items[i] for i in idx]
+            jobs, mask, cluster = collate(chunk, dev)
+            scores, mode_logit = model(jobs, mask, cluster)
+            loss = _label_loss(scores, mode_logit, chunk)
+            flat = [o for i in idx for o in draws[i].orders]
+            orders_t, lengths = _pad_orders(flat, dev)
+            counts = torch.tensor([draws[i].orders.shape[0] for i in idx], device=dev)
+            after = torch.from_numpy(np.concatenate([draws[i].after for i in idx])).to(dev)
+            new = draw_log_prob(
+                scores.repeat_interleave(counts, dim=0),
+                mode_logit.repeat_interleave(counts),
+                orders_t,
+                lengths,
+                after,
+                temperature,
+                per_job,
+            )
+            old = torch.from_numpy(np.concatenate([draws[i].old_log_prob for i in idx])).to(dev)
+            centred = np.concatenate([draws[i].advantage for i in idx])
+            # Normalised over the batch, whose instances have similar lengths: over the whole round, the small
+            # instances' spread would drown the large ones' (POMO's step normalised over its batch too).
+            adv = torch.from_numpy((centred / (centred.std() + 1e-6)).astype(np.float32)).to(dev)
+            log_ratio = new - old
+            ratio = log_ratio.exp()
+            surrogate = clipped_surrogate(log_ratio, adv, rl.clip)
+            entropy = _entropy(scores, mode_logit, mask, temperature).mean()
+            loss = loss - pg_coef * surrogate - rl.entropy_coef * entropy
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            with torch.no_grad():
+                clipped += int(((ratio - 1.0).abs() > rl.clip).sum())
+                seen += ratio.numel()
+                kl_sum += float(((ratio - 1.0) - log_ratio).sum())
+                kl_n += ratio.numel()
+            steps += 1
+            stats.loss += float(loss.detach()) * len(chunk)
+            stats.surrogate += float(surrogate.detach())
+            stats.entropy += float(entropy.detach())
+        stats.approx_kl = kl_sum / max(kl_n, 1)
+    stats.loss /= max(len(items) * rl.epochs, 1)
+    stats.surrogate /= max(steps, 1)
+    stats.entropy /= max(steps, 1)
+    stats.clip_fraction = clipped / max(seen, 1)
+    return stats
+
+
+def reinforce_round(
+    model: QueueScorer,
+    optimizer: torch.optim.Optimizer,
+    items: Sequence[Item],
+    k: int,
+    rng: np.random.Generator,
+    temperature: float,
+    pg_coef: float,
+    batch: int,
+    rl: RLConfig,
+) -> RoundStats:
+    """One self-labelling round with the step ``rl.algorithm`` names: :func:`ppo_round` or :func:`self_label_round`."""
+    if rl.algorithm == "ppo":
+        return ppo_round(model, optimizer, items, k, rng, temperature, pg_coef, batch, rl)
+    return self_label_round(model, optimizer, items, k, rng, temperature, pg_coef, batch)
+
+
 def fit_imitation(
     model: QueueScorer, optimizer: torch.optim.Optimizer, items: Sequence[Item], epochs: int, batch: int, seed: int
 ) -> list[float]:
@@ -347,16 +589,25 @@ def seed_everything(seed: int) -> None:
 
 
 __all__ = [
+    "Draws",
     "Evaluation",
     "Item",
+    "PPOStats",
+    "RoundStats",
+    "clipped_surrogate",
     "collate",
+    "collect_draws",
+    "draw_log_prob",
     "draw_scenarios",
     "draw_specs",
     "evaluate_policy",
+    "explained_variance",
     "fit_imitation",
     "imitation_loss",
     "order_from_plan",
+    "ppo_round",
     "prepare",
+    "reinforce_round",
     "sample_orders",
     "seed_everything",
     "self_label_round",
