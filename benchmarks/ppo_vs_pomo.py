@@ -165,6 +165,12 @@ def report(arms: list[Arm], small: dict[str, np.ndarray], large: dict[str, np.nd
     return "\n".join(lines) + "\n"
 
 
+def _shown(path: Path) -> str:
+    """A path as the results file shows it: relative to the repository where it lies inside."""
+    resolved = path.resolve()
+    return resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT) else path.as_posix()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arm", action="append", required=True, help="NAME=POLICY.onnx (the first is the reference)")
@@ -192,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         "# PPO against the former POMO step, side by side",
         "",
         f"- Command: `{command}`",
-        f"- Instances: the `eval` draws of `{Path(args.config).as_posix()}` (seeds {cfg.eval.seed}/"
+        f"- Instances: the `eval` draws of `{_shown(Path(args.config))}` (seeds {cfg.eval.seed}/"
         f"{cfg.eval.seed + 1}); no arm's training or round selection saw them.",
         f"- Machine: {platform.platform()}, Python {platform.python_version()}; {time.perf_counter() - began:.0f} s.",
     ]
