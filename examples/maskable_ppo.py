@@ -5,7 +5,7 @@ vector env, the model, training with TensorBoard, then the seven benchmark
 scenarios planned by the trained policy and compared with greedy and with the
 shipped learned planner.
 
-    PYTHONPATH=. .venv/bin/python examples/maskable_ppo.py                       # the defaults (100k timesteps)
+    PYTHONPATH=. .venv/bin/python examples/maskable_ppo.py                       # the defaults (300k timesteps)
     PYTHONPATH=. .venv/bin/python examples/maskable_ppo.py --timesteps 20000 --num-envs 4 --seed 3
     .venv/bin/tensorboard --logdir runs/maskable_ppo                              # the curves
 
@@ -84,7 +84,7 @@ ROOT = Path(__file__).resolve().parent.parent
 class Args:
     """The run's settings; every field is a command-line option (``--num-envs`` for ``num_envs``)."""
 
-    timesteps: int = 100_000
+    timesteps: int = 300_000
     """Environment steps to train for (all envs together)."""
     num_envs: int = 8
     """Episodes stepped side by side."""
