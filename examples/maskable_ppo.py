@@ -26,6 +26,9 @@ What it does:
   generator at every reset. The seven benchmark scenarios are draws of the same
   families with the seeds written in their files; a draw with such a (family, seed)
   is thrown away and drawn again, so training never sees them.
+* **Network** (``--policy rows``, the default): every job row is embedded by
+  one MLP and scored with shared weights (:class:`JobRowsPolicy`), as the
+  shipped scorer does; ``--policy mlp`` is SB3's ``MultiInputPolicy``.
 * **Seeds**: the same ``--seed`` gives the same training draws, the same
   network and the same plans (torch on one thread, on the CPU).
 * **The model file**: ``RUN_DIR/model.zip`` is SB3's own format (a zip that
