@@ -74,6 +74,66 @@ TRADE_CANDIDATES = 8
 PROMOTE_LIMIT = 4
 """Promotions tried per round (greedy's ``promote_limit``)."""
 
+BLOCK_LOWEST = 0
+BLOCK_BEST_FIT = 1
+BLOCK_NODE_FIT = 2
+BLOCK_RULES = {"lowest": BLOCK_LOWEST, "best_fit": BLOCK_BEST_FIT, "node_fit": BLOCK_NODE_FIT}
+"""Which free block a turn takes: the lowest-index one, the one with the largest touching perimeter (busy cells and
+edges around it), or the one in the node(s) busiest over the job's span (keeping emptier nodes whole)."""
+START_RULES = ("earliest", "packed")
+"""Which start a turn takes: the earliest feasible one (the most valuable), or, ``packed``, among the first
+:data:`PACK_ROWS` feasible starts worth at least ``1 - pack_tolerance`` of the earliest's value, the one whose
+best-fit block touches most."""
+PACK_TOLERANCE = 0.03
+"""Fraction of a job's value the ``packed`` start rule may give up for a better fit (greedy's ``pack_tolerance``)."""
+PACK_ROWS = 4
+"""Feasible starts the ``packed`` rule compares."""
+
+
+class Choice(NamedTuple):
+    """How a turn chooses among the starts and blocks the rules allow (built by :func:`choice`).
+
+    Attributes:
+        trade_candidates: Starts per job whose trade is evaluated exactly.
+        block_rule: A value of :data:`BLOCK_RULES`.
+        packed: The ``packed`` start rule (else ``earliest``).
+        pack_tolerance: Fraction of the value the ``packed`` rule may give up.
+    """
+
+    trade_candidates: np.int64
+    block_rule: np.int64
+    packed: np.bool_
+    pack_tolerance: np.float64
+
+
+def choice(
+    trade_candidates: int = TRADE_CANDIDATES,
+    block_rule: str = "lowest",
+    start_rule: str = "earliest",
+    pack_tolerance: float = PACK_TOLERANCE,
+) -> Choice:
+    """A :class:`Choice` with the types the compiled code reads (one specialisation for every choice).
+
+    Raises:
+        ValueError: An unknown block or start rule, or fewer than one trade candidate.
+    """
+    if block_rule not in BLOCK_RULES:
+        raise ValueError(f"block_rule: expected one of {', '.join(BLOCK_RULES)}, got {block_rule!r}")
+    if start_rule not in START_RULES:
+        raise ValueError(f"start_rule: expected one of {', '.join(START_RULES)}, got {start_rule!r}")
+    if trade_candidates < 1:
+        raise ValueError(f"trade_candidates must be positive, got {trade_candidates}")
+    return Choice(
+        np.int64(trade_candidates),
+        np.int64(BLOCK_RULES[block_rule]),
+        np.bool_(start_rule == "packed"),
+        np.float64(pack_tolerance),
+    )
+
+
+CHOICE = choice()
+"""The decoder's default: earliest start, lowest block, :data:`TRADE_CANDIDATES`."""
+
 _EPS = 1e-9
 _ONE = np.uint64(1)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -199,6 +259,8 @@ class Decoded:
         first: (K, n) first GPU of each job's block, -1 when unplaced.
         curves: (K, A, T) real-time curves.
         promotions: Promotions that improved the best candidate (its row holds the improved plan).
+        chosen: The best candidate by :func:`decode`'s margin, the one promotion worked on (-1 without candidates).
+        promotion_decodes: Orders promotion decoded (improving or not).
     """
 
     objective: np.ndarray
@@ -206,6 +268,8 @@ class Decoded:
     first: np.ndarray
     curves: np.ndarray
     promotions: int = 0
+    chosen: int = -1
+    promotion_decodes: int = 0
 
     @property
     def best(self) -> int:
@@ -285,13 +349,20 @@ def decode(
     trade_candidates: int = TRADE_CANDIDATES,
     promote_rounds: int = 0,
     promote_limit: int = PROMOTE_LIMIT,
+    *,
+    block_rule: str = "lowest",
+    start_rule: str = "earliest",
+    pack_tolerance: float = PACK_TOLERANCE,
+    seed: tuple[np.ndarray, np.ndarray] | None = None,
+    margin: float = 0.0,
 ) -> Decoded:
     """Decode K job orders into K plans, in one compiled call.
 
-    With ``promote_rounds``, the best candidate is then improved as greedy improves its best sweep:
-    each of the ``promote_limit`` most valuable jobs its plan left out is moved, one at a time, to
-    the front of its order and the order decoded again; an improvement is kept (and replaces that
-    candidate's plan in the result), and a round that improves nothing ends the pass.
+    The best candidate is the first whose objective exceeds every earlier one's by more than ``margin``. With
+    ``promote_rounds``, it is then improved as greedy improves its best sweep: each of the ``promote_limit`` most
+    valuable jobs its plan left out is moved, one at a time, to the front of its order and the order decoded again; an
+    improvement (by more than 1e-9) is kept (and replaces that candidate's plan in the result), and a round that
+    improves nothing ends the pass.
 
     Args:
         inst: The scenario's arrays (:meth:`ListInstance.build`).
@@ -301,10 +372,19 @@ def decode(
         trade_candidates: Starts per job whose trade is evaluated exactly.
         promote_rounds: Rounds of promotion on the best candidate (0: none).
         promote_limit: Promotions tried per round.
+        block_rule: Which free block a turn takes (:data:`BLOCK_RULES`).
+        start_rule: Which feasible start a turn takes (:data:`START_RULES`).
+        pack_tolerance: Fraction of a job's value the ``packed`` start rule may give up.
+        seed: (start, first GPU) of each job, -1 for none, shape (n,) each: the last candidate takes these
+            placements (in its order) instead of choosing, then the jobs it left out take a turn without trading
+            and one more with (most valuable first); its mode is the one promotion decodes it in. A seed that does
+            not fit (cells taken twice, or capacity short of the curves) gives that candidate the objective -inf.
+        margin: How much more a candidate must be worth than the best before it to replace it.
 
     Returns:
         The K plans' placements, curves and objectives.
     """
+    how = choice(trade_candidates, block_rule, start_rule, pack_tolerance)
     orders = np.ascontiguousarray(orders, dtype=np.int64)
     modes = np.ascontiguousarray(modes, dtype=np.int64)
     if orders.ndim != 2 or modes.shape != (orders.shape[0],):
@@ -316,26 +396,35 @@ def decode(
     if orders.size and (orders.max() >= inst.k.size or orders.min() < -1):
         raise ValueError(f"orders name jobs outside 0..{inst.k.size - 1}")
     K, n = orders.shape[0], inst.k.size
+    if seed is None:
+        seed_start = seed_first = np.zeros(0, dtype=np.int64)
+    else:
+        seed_start, seed_first = (np.ascontiguousarray(x, dtype=np.int64) for x in seed)
+        if seed_start.shape != (n,) or seed_first.shape != (n,) or K == 0:
+            raise ValueError(f"a seed is (start, first) of shape ({n},) each, for the last of at least one order")
     A, T = inst.curves.shape
     objective = np.zeros(K, dtype=np.float64)
     start = np.full((K, n), -1, dtype=np.int64)
     first = np.full((K, n), -1, dtype=np.int64)
     curves = np.zeros((K, A, T), dtype=np.int64)
-    promoted = np.zeros(1, dtype=np.int64)
+    counts = np.zeros(3, dtype=np.int64)
     _decode_all(
         inst,
         orders,
         modes,
-        int(trade_candidates),
+        how,
         int(promote_rounds),
         int(promote_limit),
+        seed_start,
+        seed_first,
+        float(margin),
         objective,
         start,
         first,
         curves,
-        promoted,
+        counts,
     )
-    return Decoded(objective, start, first, curves, int(promoted[0]))
+    return Decoded(objective, start, first, curves, int(counts[0]), int(counts[1]), int(counts[2]))
 
 
 # ----------------------------------------------------------------------------- compiled
@@ -448,7 +537,9 @@ class _Realtime(NamedTuple):
     slots: np.ndarray  # (1,)
 
 
-class _Scratch(NamedTuple):
+class Scratch(NamedTuple):
+    """The compiled turn's work space (:func:`new_scratch`), reused by every turn of an episode."""
+
     span: np.ndarray  # (NW,) uint64
     room: np.ndarray  # (T,) int64 slack
     floor_room: np.ndarray  # (T,) int64 capacity above the ramp floors
@@ -464,7 +555,7 @@ class _Scratch(NamedTuple):
 
 @njit(cache=True, nogil=True, inline="always")
 def _set_room(
-    inst: ListInstance, load: np.ndarray, curves: np.ndarray, sc: _Scratch, excess: np.ndarray
+    inst: ListInstance, load: np.ndarray, curves: np.ndarray, sc: Scratch, excess: np.ndarray
 ) -> None:  # pragma: no cover
     """Slack, capacity above the floors and the curves' excess over demand and floor, per slot."""
     A, T = curves.shape
@@ -491,8 +582,8 @@ def _decide(
     load: np.ndarray,
     penalty: float,
     excess: np.ndarray,
-    trade_candidates: int,
-    sc: _Scratch,
+    choice: Choice,
+    sc: Scratch,
 ) -> tuple:  # pragma: no cover - compiled
     """Job j's decision: (start, first GPU, traded, new penalty); start -1 when it stays unplaced.
 
@@ -501,6 +592,10 @@ def _decide(
     T = inst.slots
     k, d = inst.k[j], inst.d[j]
     t0, a0 = _earliest(inst, j, busy, sc.room, sc.span)
+    if t0 >= 0 and choice.packed:
+        t0, a0 = _packed(inst, j, t0, a0, busy, choice, sc)
+    elif t0 >= 0 and choice.block_rule != BLOCK_LOWEST:
+        a0, _ = _pick_block(inst, j, t0, busy, choice.block_rule, sc)
     base = inst.values[j, t0] if t0 >= 0 else 0.0
     if not trade or not (inst.first_value[j] > base + inst.min_penalty):
         return t0, a0, False, penalty
@@ -521,7 +616,7 @@ def _decide(
     best_gain = 0.0
     best_t = np.int64(-1)  # not the literal -1: _find_block below would be compiled for Literal[int](-1) too
     best_penalty = penalty
-    for _ in range(min(trade_candidates, n_rows)):
+    for _ in range(min(choice.trade_candidates, n_rows)):
         r = -1
         for i in range(n_rows):
             if sc.rows[i] >= 0 and (r < 0 or sc.bound[i] > sc.bound[r]):
@@ -558,7 +653,118 @@ def _decide(
             _copy(sc.best_curves, sc.trial)
     if best_t < 0:
         return t0, a0, False, penalty
-    return best_t, _find_block(inst, j, best_t, busy, sc.span), True, best_penalty
+    a, _ = _pick_block(inst, j, best_t, busy, choice.block_rule, sc)
+    return best_t, a, True, best_penalty
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _busy_at(busy: np.ndarray, s: int, g: int) -> bool:  # pragma: no cover - compiled
+    return ((busy[s, g >> 6] >> np.uint64(g & 63)) & _ONE) != 0
+
+
+@njit(cache=True, nogil=True)
+def _block_free(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> bool:  # pragma: no cover
+    """Whether GPUs a..a+k-1 are free over job j's span from t."""
+    for s in range(t, t + inst.d[j]):
+        for g in range(a, a + inst.k[j]):
+            if _busy_at(busy, s, g):
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def _contact(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Touching perimeter of job j's block from GPU a at start t: busy or edge cells around it.
+
+    Left and right count the slots of the span in which the neighbouring GPU is busy (a node or cluster edge counts
+    as busy); before and after count the GPUs of the block busy in the slot before the start and the slot after the
+    end (the horizon's start and end count as busy).
+    """
+    G, ns, T = inst.gpus, inst.node_size, inst.slots
+    k, d = inst.k[j], inst.d[j]
+    b = a + k
+    score = 0
+    for side, edge in ((a - 1, a % ns == 0), (b, b % ns == 0 or b >= G)):
+        if edge:
+            score += d
+        else:
+            for s in range(t, t + d):
+                if _busy_at(busy, s, side):
+                    score += 1
+    for slot, edge in ((t - 1, t == 0), (t + d, t + d >= T)):
+        if edge:
+            score += k
+        else:
+            for g in range(a, b):
+                if _busy_at(busy, slot, g):
+                    score += 1
+    return score
+
+
+@njit(cache=True, nogil=True)
+def _node_load(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Busy GPU-slots over job j's span from t in the node(s) its block from GPU a lies in."""
+    G, ns = inst.gpus, inst.node_size
+    k, d = inst.k[j], inst.d[j]
+    total = 0
+    for g in range((a // ns) * ns, min(((a + k - 1) // ns + 1) * ns, G)):
+        for s in range(t, t + d):
+            if _busy_at(busy, s, g):
+                total += 1
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _pick_block(
+    inst: ListInstance, j: int, t: int, busy: np.ndarray, rule: int, sc: Scratch
+) -> tuple:  # pragma: no cover - compiled
+    """(first GPU, score) of job j's block at start t among the free ones by a block rule; (-1, -1) when none.
+
+    The lowest free block scores 0; the others score by :func:`_contact` or :func:`_node_load`, the first of the
+    highest winning.
+    """
+    if rule == BLOCK_LOWEST:
+        return _find_block(inst, j, t, busy, sc.span), 0
+    G, ns = inst.gpus, inst.node_size
+    k = inst.k[j]
+    best_a, best_score = -1, -1
+    for a in range(0, G - k + 1, ns if k > ns else 1):
+        if k <= ns and a // ns != (a + k - 1) // ns:
+            continue
+        if not _block_free(inst, j, t, a, busy):
+            continue
+        score = _contact(inst, j, t, a, busy) if rule == BLOCK_BEST_FIT else _node_load(inst, j, t, a, busy)
+        if score > best_score:
+            best_a, best_score = a, score
+    return best_a, best_score
+
+
+@njit(cache=True, nogil=True)
+def _packed(
+    inst: ListInstance, j: int, t0: int, a0: int, busy: np.ndarray, choice: Choice, sc: Scratch
+) -> tuple:  # pragma: no cover - compiled
+    """The ``packed`` start rule from the earliest feasible start t0 (lowest free block a0): (start, first GPU).
+
+    Among the first :data:`PACK_ROWS` feasible starts, in order, until one is worth less than
+    ``1 - pack_tolerance`` of t0's value, the start whose best-fit block touches most (the first of equals).
+    """
+    T = inst.slots
+    k, d = inst.k[j], inst.d[j]
+    floor = inst.values[j, t0] * (1.0 - choice.pack_tolerance)
+    best_t, best_a, best_score = t0, a0, -1
+    rows = 0
+    for t in range(t0, inst.hi[j]):
+        if rows == PACK_ROWS:
+            break
+        if not _fits(k, t, d, T, sc.room) or _find_block(inst, j, t, busy, sc.span) < 0:
+            continue
+        rows += 1
+        if inst.values[j, t] < floor:
+            break
+        a, score = _pick_block(inst, j, t, busy, BLOCK_BEST_FIT, sc)
+        if score > best_score:
+            best_t, best_a, best_score = t, a, score
+    return best_t, best_a
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -624,10 +830,11 @@ def new_live(inst: ListInstance) -> Live:
 
 
 @njit(cache=True, nogil=True)
-def _new_scratch(inst: ListInstance) -> _Scratch:  # pragma: no cover - compiled
+def new_scratch(inst: ListInstance) -> Scratch:  # pragma: no cover - compiled
+    """A :class:`Scratch` sized for an instance."""
     A, T = inst.curves.shape
     nw = inst.busy.shape[1]
-    return _Scratch(
+    return Scratch(
         np.zeros(nw, dtype=np.uint64),
         np.zeros(T, dtype=np.int64),
         np.zeros(T, dtype=np.int64),
@@ -643,13 +850,9 @@ def _new_scratch(inst: ListInstance) -> _Scratch:  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _turn(
-    inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int, sc: _Scratch
-) -> bool:  # pragma: no cover
+def _turn(inst: ListInstance, live: Live, j: int, trade: bool, choice: Choice, sc: Scratch) -> bool:  # pragma: no cover
     """Job j's decision applied to ``live`` (``sc.room`` and ``live.excess`` current); whether it was placed."""
-    t, a, traded, new_penalty = _decide(
-        inst, j, trade, live.busy, live.load, live.money[1], live.excess, trade_candidates, sc
-    )
+    t, a, traded, new_penalty = _decide(inst, j, trade, live.busy, live.load, live.money[1], live.excess, choice, sc)
     if t < 0:
         return False
     _place(inst, j, t, a, live.busy, live.load)
@@ -665,7 +868,7 @@ def _turn(
 
 @njit(cache=True, nogil=True)
 def _run(
-    inst: ListInstance, live: Live, order: np.ndarray, trade: bool, trade_candidates: int, sc: _Scratch
+    inst: ListInstance, live: Live, order: np.ndarray, trade: bool, choice: Choice, sc: Scratch
 ) -> None:  # pragma: no cover - compiled
     """Every job of ``order`` not decided yet takes its turn; jobs that fit nowhere join ``live.left``."""
     _set_room(inst, live.load, live.curves, sc, live.excess)
@@ -674,14 +877,16 @@ def _run(
         if j < 0 or live.decided[j]:
             continue
         live.decided[j] = True
-        if not _turn(inst, live, j, trade, trade_candidates, sc):
+        if not _turn(inst, live, j, trade, choice, sc):
             live.left[live.count[0]] = j
             live.count[0] += 1
 
 
 @njit(cache=True, nogil=True)
-def _second_turn(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scratch) -> None:  # pragma: no cover
-    """The jobs left out, most valuable first (ties: job index), take another turn and may trade."""
+def _second_turn(
+    inst: ListInstance, live: Live, trade: bool, choice: Choice, sc: Scratch
+) -> None:  # pragma: no cover - compiled
+    """The jobs left out, most valuable first (ties: job index), take another turn (with ``trade``, trading)."""
     left = live.left
     n_left = live.count[0]
     for i in range(1, n_left):
@@ -698,33 +903,37 @@ def _second_turn(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scr
     kept = 0
     for i in range(n_left):
         j = left[i]
-        if not _turn(inst, live, j, np.bool_(True), trade_candidates, sc):  # np.bool_: not a literal, one compile
+        if not _turn(inst, live, j, trade, choice, sc):
             left[kept] = j
             kept += 1
     live.count[0] = kept
 
 
 @njit(cache=True, nogil=True)
-def _step(
-    inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int, sc: _Scratch
+def take_turn(
+    inst: ListInstance, live: Live, j: int, trade: bool, choice: Choice, sc: Scratch
 ) -> bool:  # pragma: no cover - compiled
-    """One decision of the environment: job j takes its turn (``sc``: the work space of :func:`_new_scratch`)."""
+    """One decision of the environment: job j takes its turn (``sc``: the work space of :func:`new_scratch`).
+
+    Returns:
+        Whether it was placed (False too when it had its turn already).
+    """
     if live.decided[j]:
         return False
     one = np.full(1, j, dtype=np.int64)
     before = live.count[0]
-    _run(inst, live, one, trade, trade_candidates, sc)
+    _run(inst, live, one, trade, choice, sc)
     return live.count[0] == before
 
 
 @njit(cache=True, nogil=True)
-def _finish(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scratch) -> None:  # pragma: no cover
-    """MODE_AFTER's end of an episode: the jobs left out take their second turn."""
-    _second_turn(inst, live, trade_candidates, sc)
+def finish_after(inst: ListInstance, live: Live, choice: Choice, sc: Scratch) -> None:  # pragma: no cover - compiled
+    """MODE_AFTER's end of an episode: the jobs left out take their second turn, in which they may trade."""
+    _second_turn(inst, live, np.bool_(True), choice, sc)  # np.bool_: not a literal, one compile
 
 
 @njit(cache=True, nogil=True)
-def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: _Scratch) -> None:  # pragma: no cover
+def fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: Scratch) -> None:  # pragma: no cover
     """Whether each job may take its turn: out[j] when job j is undecided and fits somewhere.
 
     Fits: a start in its window whose block is free and whose capacity above the ramp floors covers
@@ -741,11 +950,9 @@ def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: _Scratc
         out[j] = t >= 0
 
 
-@njit(cache=True, nogil=True)
-def _decode_one(
-    inst: ListInstance, live: Live, order: np.ndarray, mode: int, trade_candidates: int, sc: _Scratch
-) -> float:  # pragma: no cover - compiled
-    """Decode one order into ``live`` (reset first); returns the plan's objective."""
+@njit(cache=True, nogil=True, inline="always")
+def _reset(inst: ListInstance, live: Live) -> None:  # pragma: no cover - compiled
+    """``live`` back to the state before the first decision (inherited work, demand-following curves)."""
     _copy(live.busy, inst.busy)
     _copy(live.load, inst.load)
     _copy(live.curves, inst.curves)
@@ -756,11 +963,62 @@ def _decode_one(
         live.decided[j] = not inst.pending[j]
         live.start[j] = -1 if inst.pending[j] else 0
         live.first[j] = inst.held_first[j]
+
+
+@njit(cache=True, nogil=True)
+def _decode_one(
+    inst: ListInstance, live: Live, order: np.ndarray, mode: int, choice: Choice, sc: Scratch
+) -> float:  # pragma: no cover - compiled
+    """Decode one order into ``live`` (reset first); returns the plan's objective."""
+    _reset(inst, live)
     if inst.curves.shape[0] == 0:
         mode = 0
-    _run(inst, live, order, mode == 1, trade_candidates, sc)
+    _run(inst, live, order, mode == 1, choice, sc)
     if mode == 2:
-        _second_turn(inst, live, trade_candidates, sc)
+        _second_turn(inst, live, np.bool_(True), choice, sc)
+    return live.money[0] - live.money[1]
+
+
+@njit(cache=True, nogil=True)
+def _decode_seeded(
+    inst: ListInstance,
+    live: Live,
+    order: np.ndarray,
+    seed_start: np.ndarray,
+    seed_first: np.ndarray,
+    choice: Choice,
+    sc: Scratch,
+) -> float:  # pragma: no cover - compiled
+    """Take a seed's placements (in ``order``), then give the jobs it left out two more turns; the objective.
+
+    -inf when the placements do not fit: a cell taken twice, or less capacity than the curves leave.
+    """
+    _reset(inst, live)
+    for p in range(order.size):
+        j = order[p]
+        if j < 0 or live.decided[j]:
+            continue
+        live.decided[j] = True
+        t, a = seed_start[j], seed_first[j]
+        if t < 0:
+            live.left[live.count[0]] = j
+            live.count[0] += 1
+            continue
+        if not _block_free(inst, j, t, a, live.busy):
+            return -np.inf
+        _place(inst, j, t, a, live.busy, live.load)
+        live.money[0] += inst.values[j, t]
+        live.start[j] = t
+        live.first[j] = a
+    A, T = live.curves.shape
+    for t in range(T):
+        used = live.load[t]
+        for c in range(A):
+            used += live.curves[c, t]
+        if used > inst.gpus:
+            return -np.inf
+    _second_turn(inst, live, np.bool_(False), choice, sc)
+    _second_turn(inst, live, np.bool_(True), choice, sc)
     return live.money[0] - live.money[1]
 
 
@@ -769,17 +1027,21 @@ def _decode_all(
     inst: ListInstance,
     orders: np.ndarray,
     modes: np.ndarray,
-    trade_candidates: int,
+    choice: Choice,
     promote_rounds: int,
     promote_limit: int,
+    seed_start: np.ndarray,
+    seed_first: np.ndarray,
+    margin: float,
     objective: np.ndarray,
     start: np.ndarray,
     first: np.ndarray,
     curves_out: np.ndarray,
-    promoted: np.ndarray,
+    counts: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
+    """:func:`decode`'s compiled body; ``counts`` receives (promotions, chosen candidate, promotion decodes)."""
     n = inst.k.size
-    sc = _new_scratch(inst)
+    sc = new_scratch(inst)
     live = Live(
         np.empty_like(inst.busy),
         np.empty_like(inst.load),
@@ -795,12 +1057,16 @@ def _decode_all(
     K, m = orders.shape
     best = -1
     for c in range(K):
-        objective[c] = _decode_one(inst, live, orders[c], modes[c], trade_candidates, sc)
+        if seed_start.size and c == K - 1:
+            objective[c] = _decode_seeded(inst, live, orders[c], seed_start, seed_first, choice, sc)
+        else:
+            objective[c] = _decode_one(inst, live, orders[c], modes[c], choice, sc)
         _copy(start[c], live.start)
         _copy(first[c], live.first)
         _copy(curves_out[c], live.curves)
-        if best < 0 or objective[c] > objective[best]:
+        if best < 0 or objective[c] > objective[best] + margin:
             best = c
+    counts[1] = best
     if best < 0 or promote_rounds == 0:
         return
     # Promotion (greedy's): the most valuable jobs the best plan left out, one at a time, go to the front
@@ -845,14 +1111,15 @@ def _decode_all(
                     trial[w] = order[p]
                     w += 1
             trial[w:] = -1  # repeats of u removed with it leave cells to pad
-            value = _decode_one(inst, live, trial, mode, trade_candidates, sc)
+            value = _decode_one(inst, live, trial, mode, choice, sc)
+            counts[2] += 1
             if value > objective[best] + _EPS:
                 objective[best] = value
                 _copy(start[best], live.start)
                 _copy(first[best], live.first)
                 _copy(curves_out[best], live.curves)
                 _copy(order, trial)
-                promoted[0] += 1
+                counts[0] += 1
                 improved = True
         if not improved:
             return

@@ -91,8 +91,7 @@ def order_from_plan(inst: ListInstance, placements: np.ndarray) -> np.ndarray:
 def _greedy_orders(scenario: Scenario) -> list[list[int]]:
     from agents import greedy
 
-    ctx = greedy._Context(scenario)
-    return [greedy.ORDERINGS[name](ctx) for name in ("weight", "value", "density", "deadline")]
+    return greedy.orderings(scenario, ("weight", "value", "density", "deadline"))
 
 
 def prepare(scenario: Scenario, placements: np.ndarray | None = None, optimum: float | None = None) -> Item:
