@@ -43,16 +43,13 @@ real-time capacity may still place nothing, by its mode and the trade rule).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
-from gpu_env import rules
-
-# The engine's compiled kernels: their njit (compiled, or the plain-Python stand-in with GPUALLOC_NUMBA=0) and its
-# real-time curves, so that the rules' real-time step is compiled once for the engine and the decoder alike.
-from gpu_env.batch._kernels import _realtime_one, njit
+# The compiled rules (njit: compiled, or the plain-Python stand-in with GPUALLOC_NUMBA=0): blocks, capacity and the
+# real-time step, compiled once for the decoder and the batched engine alike.
+from gpu_env import placement, rules
 from gpu_env.objective import (
     peak_reservation,
     ramp_floors,
@@ -61,6 +58,7 @@ from gpu_env.objective import (
     shortfall_penalty,
     start_values,
 )
+from gpu_env.placement import BLOCK_BEST_FIT, BLOCK_LOWEST, BLOCK_NODE_FIT, njit
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Scenario
 
@@ -74,9 +72,6 @@ TRADE_CANDIDATES = 8
 PROMOTE_LIMIT = 4
 """Promotions tried per round (greedy's ``promote_limit``)."""
 
-BLOCK_LOWEST = 0
-BLOCK_BEST_FIT = 1
-BLOCK_NODE_FIT = 2
 BLOCK_RULES = {"lowest": BLOCK_LOWEST, "best_fit": BLOCK_BEST_FIT, "node_fit": BLOCK_NODE_FIT}
 """Which free block a turn takes: the lowest-index one, the one with the largest touching perimeter (busy cells and
 edges around it), or the one in the node(s) busiest over the job's span (keeping emptier nodes whole)."""
@@ -86,8 +81,6 @@ START_RULES = ("earliest", "packed")
 best-fit block touches most."""
 PACK_TOLERANCE = 0.03
 """Fraction of a job's value the ``packed`` start rule may give up for a better fit (greedy's ``pack_tolerance``)."""
-PACK_ROWS = 4
-"""Feasible starts the ``packed`` rule compares."""
 
 
 class Choice(NamedTuple):
@@ -144,7 +137,8 @@ class ListInstance(NamedTuple):
 
     ``n`` jobs (every job of the scenario, file order), ``A`` apps, ``T`` slots,
     ``W = T + longest duration`` grid columns, ``NW`` 64-GPU words. The apps' arrays keep a leading
-    episode axis of 1: the engine's real-time kernel reads them as one episode's (``_Realtime``).
+    episode axis of 1: the compiled real-time step reads them as one episode's
+    (:class:`gpu_env.placement.RealtimeView`).
     """
 
     gpus: int
@@ -190,13 +184,13 @@ class ListInstance(NamedTuple):
         pending = np.array([job.running_on is None for job in jobs], dtype=np.bool_)
         values = start_values(sc)
         first_value = np.where(hi > lo, values[np.arange(n), np.minimum(lo, T)], 0.0).astype(np.float64)
-        pattern = np.array([_block_pattern(int(x), ns) for x in k], dtype=np.uint64)
+        pattern = np.array([placement.block_pattern(int(x), ns) for x in k], dtype=np.uint64)
         W = T + int(d.max(initial=0))
         busy = np.zeros((max(W, 1), (G + 63) // 64), dtype=np.uint64)
         load = np.zeros(T, dtype=np.int64)
         held = np.flatnonzero(~pending)
         for i in held:
-            _mark(busy, 0, int(d[i]), int(jobs[i].running_on[0]), int(k[i]))
+            placement.mark(busy, 0, int(d[i]), int(jobs[i].running_on[0]), int(k[i]))
             load[: min(int(d[i]), T)] += k[i]
         value0 = float(values[held, 0].sum()) if held.size else 0.0
         apps = sc.apps
@@ -235,18 +229,6 @@ class ListInstance(NamedTuple):
             penalty0=shortfall_penalty(curves, demand, penalty),
             value0=value0,
         )
-
-
-@lru_cache(maxsize=256)
-def _block_pattern(k: int, node_size: int) -> int:
-    """Bit a set when a block of k GPUs may start at GPU a (mod 64): it stays inside its node.
-
-    0 when blocks may cross a 64-GPU word (k > node size, or nodes that do not tile 64), which
-    sends the decoder to its general search.
-    """
-    if k > node_size or 64 % node_size:
-        return 0
-    return sum(1 << a for a in range(64) if a % node_size + k <= node_size)
 
 
 @dataclass(frozen=True)
@@ -443,100 +425,6 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:  # pragma: no cover - compi
         d[i] = s[i]
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _lowest_bit(m: np.uint64) -> int:  # pragma: no cover - compiled
-    i = 0
-    while ((m >> np.uint64(i)) & _ONE) == 0:
-        i += 1
-    return i
-
-
-@njit(cache=True, nogil=True)
-def _find_block(inst: ListInstance, j: int, t: int, busy: np.ndarray, span: np.ndarray) -> int:  # pragma: no cover
-    """Lowest allowed first GPU of a block of job j free over [t, t + d), or -1 (``span``: (NW,) scratch)."""
-    G, ns = inst.gpus, inst.node_size
-    k, d = inst.k[j], inst.d[j]
-    nw = busy.shape[1]
-    for w in range(nw):
-        acc = np.uint64(0)
-        for s in range(t, t + d):
-            acc |= busy[s, w]
-        span[w] = ~acc
-    rem = G & 63
-    if rem:
-        span[nw - 1] &= (_ONE << np.uint64(rem)) - _ONE
-    pattern = inst.block_pattern[j]
-    if pattern != np.uint64(0):  # k <= node_size and nodes tile the words: blocks never cross a word
-        for w in range(nw):
-            m = span[w]
-            covered = 1
-            while covered < k and m != np.uint64(0):
-                shift = min(covered, k - covered)
-                m &= m >> np.uint64(shift)
-                covered += shift
-            m &= pattern
-            if m != np.uint64(0):
-                return w * 64 + _lowest_bit(m)
-        return -1
-    step = ns if k > ns else 1
-    for a in range(0, G - k + 1, step):
-        if k <= ns and a // ns != (a + k - 1) // ns:
-            continue
-        ok = True
-        for g in range(a, a + k):
-            if ((span[g >> 6] >> np.uint64(g & 63)) & _ONE) == 0:
-                ok = False
-                break
-        if ok:
-            return a
-    return -1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fits(k: int, t: int, d: int, T: int, room: np.ndarray) -> bool:  # pragma: no cover - compiled
-    for s in range(t, min(t + d, T)):
-        if room[s] < k:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _earliest(
-    inst: ListInstance, j: int, busy: np.ndarray, room: np.ndarray, span: np.ndarray
-) -> tuple:  # pragma: no cover
-    """(start, first GPU) of job j's earliest feasible start on its lowest free block, or (-1, -1)."""
-    T = inst.slots
-    k, d = inst.k[j], inst.d[j]
-    for t in range(inst.lo[j], inst.hi[j]):
-        if not _fits(k, t, d, T, room):
-            continue
-        a = _find_block(inst, j, t, busy, span)
-        if a >= 0:
-            return t, a
-    return -1, -1
-
-
-class _Realtime(NamedTuple):
-    """The fields of an engine state that :func:`gpu_env.batch._kernels._realtime_one` reads, for one episode.
-
-    ``base`` and ``demand`` are the demand (curves follow demand); ``load`` the job load to serve around;
-    ``curves`` and ``shortfall_cost`` receive the curves and their penalty.
-    """
-
-    base: np.ndarray  # (1, A, T)
-    curves: np.ndarray  # (1, A, T) out
-    demand: np.ndarray  # (1, A, T)
-    floors: np.ndarray  # (1, A, T)
-    gpus: np.ndarray  # (1,)
-    initial: np.ndarray  # (1, A)
-    load: np.ndarray  # (1, T)
-    order: np.ndarray  # (1, A)
-    penalty: np.ndarray  # (1, A)
-    ramp: np.ndarray  # (1, A)
-    shortfall_cost: np.ndarray  # (1,) out
-    slots: np.ndarray  # (1,)
-
-
 class Scratch(NamedTuple):
     """The compiled turn's work space (:func:`new_scratch`), reused by every turn of an episode."""
 
@@ -591,11 +479,11 @@ def _decide(
     """
     T = inst.slots
     k, d = inst.k[j], inst.d[j]
-    t0, a0 = _earliest(inst, j, busy, sc.room, sc.span)
+    t0, a0 = placement.earliest(inst, j, busy, sc.room, sc.span)
     if t0 >= 0 and choice.packed:
-        t0, a0 = _packed(inst, j, t0, a0, busy, choice, sc)
+        t0, a0 = placement.packed_start(inst, j, t0, a0, busy, choice.pack_tolerance, sc.room, sc.span)
     elif t0 >= 0 and choice.block_rule != BLOCK_LOWEST:
-        a0, _ = _pick_block(inst, j, t0, busy, choice.block_rule, sc)
+        a0, _ = placement.pick_block(inst, j, t0, busy, choice.block_rule, sc.span)
     base = inst.values[j, t0] if t0 >= 0 else 0.0
     if not trade or not (inst.first_value[j] > base + inst.min_penalty):
         return t0, a0, False, penalty
@@ -606,7 +494,11 @@ def _decide(
     n_rows = 0
     for t in range(inst.lo[j], inst.hi[j]):
         b = inst.values[j, t] - inst.min_penalty * (sc.need[min(t + d, T)] - sc.need[t])
-        if b > base + _EPS and _fits(k, t, d, T, sc.floor_room) and _find_block(inst, j, t, busy, sc.span) >= 0:
+        if (
+            b > base + _EPS
+            and placement.fits(k, t, d, T, sc.floor_room)
+            and placement.find_block(inst, j, t, busy, sc.span) >= 0
+        ):
             sc.rows[n_rows] = t
             sc.bound[n_rows] = b
             n_rows += 1
@@ -614,7 +506,7 @@ def _decide(
         return t0, a0, False, penalty
     # The best few by bound, largest first (ties: earlier start), evaluated exactly.
     best_gain = 0.0
-    best_t = np.int64(-1)  # not the literal -1: _find_block below would be compiled for Literal[int](-1) too
+    best_t = np.int64(-1)  # not the literal -1: find_block below would be compiled for Literal[int](-1) too
     best_penalty = penalty
     for _ in range(min(choice.trade_candidates, n_rows)):
         r = -1
@@ -629,7 +521,7 @@ def _decide(
             sc.trial_load[0, s] = load[s]
         for s in range(t, min(t + d, T)):
             sc.trial_load[0, s] += k
-        view = _Realtime(
+        view = placement.RealtimeView(
             inst.demand,
             sc.trial,
             inst.demand,
@@ -643,7 +535,7 @@ def _decide(
             sc.cost,
             inst.slots_arr,
         )
-        _realtime_one(view, 0, sc.work)
+        placement.realtime_one(view, 0, sc.work)
         new_penalty = sc.cost[0]
         gain = inst.values[j, t] - (new_penalty - penalty)
         if gain > base + _EPS and (best_t < 0 or gain > best_gain + _EPS):
@@ -653,132 +545,14 @@ def _decide(
             _copy(sc.best_curves, sc.trial)
     if best_t < 0:
         return t0, a0, False, penalty
-    a, _ = _pick_block(inst, j, best_t, busy, choice.block_rule, sc)
+    a, _ = placement.pick_block(inst, j, best_t, busy, choice.block_rule, sc.span)
     return best_t, a, True, best_penalty
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _busy_at(busy: np.ndarray, s: int, g: int) -> bool:  # pragma: no cover - compiled
-    return ((busy[s, g >> 6] >> np.uint64(g & 63)) & _ONE) != 0
-
-
-@njit(cache=True, nogil=True)
-def _block_free(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> bool:  # pragma: no cover
-    """Whether GPUs a..a+k-1 are free over job j's span from t."""
-    for s in range(t, t + inst.d[j]):
-        for g in range(a, a + inst.k[j]):
-            if _busy_at(busy, s, g):
-                return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _contact(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
-    """Touching perimeter of job j's block from GPU a at start t: busy or edge cells around it.
-
-    Left and right count the slots of the span in which the neighbouring GPU is busy (a node or cluster edge counts
-    as busy); before and after count the GPUs of the block busy in the slot before the start and the slot after the
-    end (the horizon's start and end count as busy).
-    """
-    G, ns, T = inst.gpus, inst.node_size, inst.slots
-    k, d = inst.k[j], inst.d[j]
-    b = a + k
-    score = 0
-    for side, edge in ((a - 1, a % ns == 0), (b, b % ns == 0 or b >= G)):
-        if edge:
-            score += d
-        else:
-            for s in range(t, t + d):
-                if _busy_at(busy, s, side):
-                    score += 1
-    for slot, edge in ((t - 1, t == 0), (t + d, t + d >= T)):
-        if edge:
-            score += k
-        else:
-            for g in range(a, b):
-                if _busy_at(busy, slot, g):
-                    score += 1
-    return score
-
-
-@njit(cache=True, nogil=True)
-def _node_load(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
-    """Busy GPU-slots over job j's span from t in the node(s) its block from GPU a lies in."""
-    G, ns = inst.gpus, inst.node_size
-    k, d = inst.k[j], inst.d[j]
-    total = 0
-    for g in range((a // ns) * ns, min(((a + k - 1) // ns + 1) * ns, G)):
-        for s in range(t, t + d):
-            if _busy_at(busy, s, g):
-                total += 1
-    return total
-
-
-@njit(cache=True, nogil=True)
-def _pick_block(
-    inst: ListInstance, j: int, t: int, busy: np.ndarray, rule: int, sc: Scratch
-) -> tuple:  # pragma: no cover - compiled
-    """(first GPU, score) of job j's block at start t among the free ones by a block rule; (-1, -1) when none.
-
-    The lowest free block scores 0; the others score by :func:`_contact` or :func:`_node_load`, the first of the
-    highest winning.
-    """
-    if rule == BLOCK_LOWEST:
-        return _find_block(inst, j, t, busy, sc.span), 0
-    G, ns = inst.gpus, inst.node_size
-    k = inst.k[j]
-    best_a, best_score = -1, -1
-    for a in range(0, G - k + 1, ns if k > ns else 1):
-        if k <= ns and a // ns != (a + k - 1) // ns:
-            continue
-        if not _block_free(inst, j, t, a, busy):
-            continue
-        score = _contact(inst, j, t, a, busy) if rule == BLOCK_BEST_FIT else _node_load(inst, j, t, a, busy)
-        if score > best_score:
-            best_a, best_score = a, score
-    return best_a, best_score
-
-
-@njit(cache=True, nogil=True)
-def _packed(
-    inst: ListInstance, j: int, t0: int, a0: int, busy: np.ndarray, choice: Choice, sc: Scratch
-) -> tuple:  # pragma: no cover - compiled
-    """The ``packed`` start rule from the earliest feasible start t0 (lowest free block a0): (start, first GPU).
-
-    Among the first :data:`PACK_ROWS` feasible starts, in order, until one is worth less than
-    ``1 - pack_tolerance`` of t0's value, the start whose best-fit block touches most (the first of equals).
-    """
-    T = inst.slots
-    k, d = inst.k[j], inst.d[j]
-    floor = inst.values[j, t0] * (1.0 - choice.pack_tolerance)
-    best_t, best_a, best_score = t0, a0, -1
-    rows = 0
-    for t in range(t0, inst.hi[j]):
-        if rows == PACK_ROWS:
-            break
-        if not _fits(k, t, d, T, sc.room) or _find_block(inst, j, t, busy, sc.span) < 0:
-            continue
-        rows += 1
-        if inst.values[j, t] < floor:
-            break
-        a, score = _pick_block(inst, j, t, busy, BLOCK_BEST_FIT, sc)
-        if score > best_score:
-            best_t, best_a, best_score = t, a, score
-    return best_t, best_a
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _mark(busy: np.ndarray, t: int, d: int, a: int, k: int) -> None:  # pragma: no cover - compiled
-    """Mark GPUs a..a+k-1 busy over slots [t, t + d)."""
-    for s in range(t, t + d):
-        for g in range(a, a + k):
-            busy[s, g >> 6] |= _ONE << np.uint64(g & 63)
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _place(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray, load: np.ndarray) -> None:  # pragma: no cover
     k, d = inst.k[j], inst.d[j]
-    _mark(busy, t, d, a, k)
+    placement.mark(busy, t, d, a, k)
     for s in range(t, min(t + d, inst.slots)):
         load[s] += k
 
@@ -946,7 +720,7 @@ def fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: Scratch)
         out[j] = False
         if live.decided[j]:
             continue
-        t, _ = _earliest(inst, j, live.busy, room, sc.span)
+        t, _ = placement.earliest(inst, j, live.busy, room, sc.span)
         out[j] = t >= 0
 
 
@@ -1004,7 +778,7 @@ def _decode_seeded(
             live.left[live.count[0]] = j
             live.count[0] += 1
             continue
-        if not _block_free(inst, j, t, a, live.busy):
+        if not placement.block_free(inst, j, t, a, live.busy):
             return -np.inf
         _place(inst, j, t, a, live.busy, live.load)
         live.money[0] += inst.values[j, t]
