@@ -187,11 +187,10 @@ class ListInstance(NamedTuple):
         pattern = np.array([placement.block_pattern(int(x), ns) for x in k], dtype=np.uint64)
         W = T + int(d.max(initial=0))
         busy = np.zeros((max(W, 1), (G + 63) // 64), dtype=np.uint64)
-        load = np.zeros(T, dtype=np.int64)
+        load = rules.inherited_load(sc)
         held = np.flatnonzero(~pending)
         for i in held:
             placement.mark(busy, 0, int(d[i]), int(jobs[i].running_on[0]), int(k[i]))
-            load[: min(int(d[i]), T)] += k[i]
         value0 = float(values[held, 0].sum()) if held.size else 0.0
         apps = sc.apps
         A = len(apps)
