@@ -1,6 +1,8 @@
 """Greedy: the seed's fast mode, a hand-written heuristic that sees the whole queue first.
 
-It plans in sweeps over the queue and keeps the best plan by objective:
+It plans in sweeps over the queue and keeps the best plan by objective. A sweep is the compiled list-scheduling
+decoder (:func:`gpu_env.listsched.decode`) run on one of greedy's orderings: greedy chooses the orderings, the
+decoder places them, all of them and the promotions after in one compiled call.
 
 1. **Real-time capacity follows demand.** Each app gets the least ramp-feasible
    curve that covers its demand (:func:`gpu_env.rules.cover_curve`): it ramps
@@ -13,17 +15,16 @@ It plans in sweeps over the queue and keeps the best plan by objective:
    past the horizon) on a block chosen by the block rule.
 3. **Jobs against the penalty.** When a job can start earlier, or only, by
    taking capacity from the real-time curves, the curves are recomputed with the
-   job's load as a cap (``cover_curve(..., cap=...)``, which keeps the ramp); the
-   job takes that start when its extra value beats the penalty of the extra
-   shortfall. A cheap bound prunes the starts where this cannot pay.
+   job's load as a cap (the decoder's compiled :func:`gpu_env.objective.realtime_curves`,
+   which keeps the ramp); the job takes that start when its extra value beats the
+   penalty of the extra shortfall. A cheap bound prunes the starts where this cannot pay.
 4. **Multi-start and promotion.** Sweeps run for several orderings (by default
    priority and realisable value), each with trades inline and with trades
    deferred to the jobs the sweep left out; one more start takes FIFO's own
    placements on these curves and adds the jobs FIFO left out. Then the most
    valuable jobs the best sweep left out are promoted, one at a time, to the
    front of its ordering and the sweep is redone, kept when the objective
-   rises. Sweeps that share a prefix of their ordering replay its decisions
-   instead of recomputing them.
+   rises.
 5. **Guard.** Should FIFO's plan still score higher, it is returned (the last
    resort; it has not fired on any scenario measured, see ``docs/greedy.md``).
 
@@ -31,10 +32,9 @@ Blocks go to the lowest-index free block by default: best-fit (touching
 perimeter) and node-fit rules are implemented and were measured, and did not
 beat it on the seven families (``benchmarks/results/greedy_variants.md``).
 
-Every sweep places through :class:`gpu_env.occupancy.Occupancy`, so every plan
-keeps the rules of SPEC section 2. Everything is deterministic: nothing is drawn
-at random, ties break by position in the file. :data:`FAST` is a one-sweep
-configuration for callers that need close to FIFO's speed.
+Every plan keeps the rules of SPEC section 2 (the decoder places by them; the tests validate its plans).
+Everything is deterministic: nothing is drawn at random, ties break by position in the file. :data:`FAST` is a
+one-sweep configuration for callers that need close to FIFO's speed.
 
 >>> from gpu_env.generators import generate
 >>> from agents.greedy import plan
@@ -50,16 +50,14 @@ from enum import StrEnum
 
 import numpy as np
 
-from agents import fifo
 from agents.options import PlanOptions
-from gpu_env import rules
-from gpu_env.objective import ramp_floors, realtime_curves, serving_order, shortfall_penalty, start_values
-from gpu_env.occupancy import FREE, Occupancy, OverlapError
+from gpu_env import listsched
+from gpu_env.listsched import MODE_AFTER, MODES, ListInstance, decode, fifo_replay
 from gpu_env.plan import Plan
-from gpu_env.scenario import Job, Scenario
+from gpu_env.scenario import Scenario
 
-BLOCK_RULES = ("lowest", "best_fit", "node_fit")
-START_RULES = ("earliest", "packed")
+BLOCK_RULES = tuple(listsched.BLOCK_RULES)
+START_RULES = listsched.START_RULES
 
 
 class TradeMode(StrEnum):
@@ -73,47 +71,83 @@ class TradeMode(StrEnum):
 TRADE_MODES = tuple(TradeMode)
 _EPS = 1e-9
 
-# A decision of a sweep: (job, start, first GPU, real-time curves after a trade or None, penalty after it),
-# or None when the job stays unplaced.
-_Decision = tuple[int, int, int, "np.ndarray | None", float] | None
+
+@dataclass(frozen=True)
+class JobKeys:
+    """What the orderings sort pending jobs by (one entry per job of the scenario, file order).
+
+    Attributes:
+        weight: Priority: value per GPU-slot.
+        area: GPUs times duration.
+        release: First allowed start.
+        deadline: The deadline, or ``T + duration`` without one.
+        has_deadline: Whether the job has a deadline.
+        first_value: What the job earns at the first start of its window (0 without one).
+        pending: Indices of the jobs not inherited, file order.
+    """
+
+    weight: list[float]
+    area: list[int]
+    release: list[int]
+    deadline: list[int]
+    has_deadline: list[bool]
+    first_value: list[float]
+    pending: list[int]
+
+    @classmethod
+    def of(cls, scenario: Scenario, first_value: np.ndarray | None = None) -> JobKeys:
+        """A scenario's keys; ``first_value`` when the caller has it (:attr:`ListInstance.first_value`)."""
+        jobs, T = scenario.jobs, scenario.slots
+        if first_value is None:
+            first_value = ListInstance.build(scenario).first_value
+        return cls(
+            weight=[job.weight for job in jobs],
+            area=[job.area for job in jobs],
+            release=[job.release for job in jobs],
+            deadline=[job.deadline if job.deadline is not None else T + job.duration for job in jobs],
+            has_deadline=[job.deadline is not None for job in jobs],
+            first_value=[float(v) for v in first_value],
+            pending=[i for i, job in enumerate(jobs) if job.running_on is None],
+        )
 
 
 # ----------------------------------------------------------------------------- orderings
 
 
-def _order_weight(ctx: _Context) -> list[int]:
+def _order_weight(keys: JobKeys) -> list[int]:
     """Priority (weight per GPU-slot) first; within a priority, jobs with a deadline, then the larger value."""
     return sorted(
-        ctx.pending, key=lambda i: (-ctx.weight[i], not ctx.has_deadline[i], -ctx.first_value[i], ctx.release[i], i)
+        keys.pending,
+        key=lambda i: (-keys.weight[i], not keys.has_deadline[i], -keys.first_value[i], keys.release[i], i),
     )
 
 
-def _order_value(ctx: _Context) -> list[int]:
+def _order_value(keys: JobKeys) -> list[int]:
     """Realisable value (at the release, decay and horizon included), largest first."""
-    return sorted(ctx.pending, key=lambda i: (-ctx.first_value[i], i))
+    return sorted(keys.pending, key=lambda i: (-keys.first_value[i], i))
 
 
-def _order_density(ctx: _Context) -> list[int]:
+def _order_density(keys: JobKeys) -> list[int]:
     """Realisable value per GPU-slot of the job (weight times decay, truncation included)."""
-    return sorted(ctx.pending, key=lambda i: (-ctx.first_value[i] / ctx.area[i], -ctx.area[i], i))
+    return sorted(keys.pending, key=lambda i: (-keys.first_value[i] / keys.area[i], -keys.area[i], i))
 
 
-def _order_deadline(ctx: _Context) -> list[int]:
+def _order_deadline(keys: JobKeys) -> list[int]:
     """Earliest deadline first, jobs without one after; then by priority."""
-    return sorted(ctx.pending, key=lambda i: (ctx.deadline[i], -ctx.weight[i], -ctx.first_value[i], i))
+    return sorted(keys.pending, key=lambda i: (keys.deadline[i], -keys.weight[i], -keys.first_value[i], i))
 
 
-def _order_arrival(ctx: _Context) -> list[int]:
+def _order_arrival(keys: JobKeys) -> list[int]:
     """FIFO's order: release, then position in the file."""
-    return sorted(ctx.pending, key=lambda i: (ctx.release[i], i))
+    return sorted(keys.pending, key=lambda i: (keys.release[i], i))
 
 
-def _order_size(ctx: _Context) -> list[int]:
+def _order_size(keys: JobKeys) -> list[int]:
     """Largest area first (bin packing's order), then by priority."""
-    return sorted(ctx.pending, key=lambda i: (-ctx.area[i], -ctx.weight[i], i))
+    return sorted(keys.pending, key=lambda i: (-keys.area[i], -keys.weight[i], i))
 
 
-ORDERINGS: dict[str, Callable[[_Context], list[int]]] = {
+ORDERINGS: dict[str, Callable[[JobKeys], list[int]]] = {
     "weight": _order_weight,
     "value": _order_value,
     "density": _order_density,
@@ -192,7 +226,7 @@ class GreedyResult:
         ordering: The sweep that won, as ``"ordering/trade mode"`` (``"+promoted"`` when
             promotion improved it, ``"fifo-seeded/after"`` for the FIFO start), or ``"fifo"``
             when the guard fired.
-        sweeps: Sweeps run (sweeps skipped as repeats not counted).
+        sweeps: Orders decoded (the FIFO seed and promotion's included).
         guard_fired: Whether FIFO's plan scored higher and was returned instead.
     """
 
@@ -203,415 +237,18 @@ class GreedyResult:
     guard_fired: bool = False
 
 
-# ----------------------------------------------------------------------------- shared per scenario
-
-
-class _Context:
-    """What every sweep shares: job values by start, real-time data, the grid with inherited work."""
-
-    def __init__(self, scenario: Scenario) -> None:
-        sc = scenario
-        T = sc.slots
-        self.scenario = sc
-        jobs = sc.jobs
-        self.weight = [job.weight for job in jobs]
-        self.area = [job.area for job in jobs]
-        # values[i, t]: what job i earns when it starts at t (its slots inside the horizon, decayed).
-        self.values = start_values(sc)
-        self.release = [job.release for job in jobs]
-        self.deadline = [job.deadline if job.deadline is not None else T + job.duration for job in jobs]
-        self.has_deadline = [job.deadline is not None for job in jobs]
-        self.window = [rules.start_window(job, T) for job in jobs]
-        # The most a job can earn: at the first start of its window (values fall with the start).
-        self.first_value = [float(self.values[i, w.start]) if len(w) else 0.0 for i, w in enumerate(self.window)]
-        self.pending = [i for i, job in enumerate(jobs) if job.running_on is None]
-        self.block_starts = {k: rules.allowed_block_starts(k, sc.gpus, sc.node_size) for k in {j.gpus for j in jobs}}
-
-        # Real-time: demand, penalties, the ramp floors; apps served in order of penalty.
-        apps = sc.apps
-        self.demand = sc.demand
-        self.penalty = np.array([app.penalty for app in apps], dtype=np.float64)
-        self.floors = ramp_floors(sc)
-        self.app_order = serving_order(apps)
-        self.min_penalty = float(self.penalty.min()) if apps else float("inf")
-
-        self._curve_cache: dict[bytes, tuple[np.ndarray, float]] = {}
-
-        # The grid every sweep starts from: inherited work and demand-following curves.
-        grid = Occupancy(sc)
-        grid.place_inherited()
-        self.base_curves = self.curves(grid.job_load)
-        for i, curve in enumerate(self.base_curves):
-            grid.set_curve(i, curve)
-        self.base_grid = grid
-        self.base_value = float(sum(self.values[i, 0] for i in grid.placed))
-        self.base_penalty = self.penalty_of(self.base_curves)
-
-    def curves(self, load: np.ndarray) -> np.ndarray:
-        """Real-time curves that serve the most demand next to a job load, shape (apps, T).
-
-        :func:`gpu_env.objective.realtime_curves` of the demand: apps in order of
-        penalty, each under what the load and the apps before it leave.
-        """
-        sc = self.scenario
-        return realtime_curves(self.demand, sc.apps, self.app_order, self.floors, sc.gpus, load)
-
-    def curves_and_penalty(self, load: np.ndarray) -> tuple[np.ndarray, float]:
-        """:meth:`curves` and their penalty, remembered by load (sweeps often ask the same)."""
-        key = load.tobytes()
-        hit = self._curve_cache.get(key)
-        if hit is None:
-            curves = self.curves(load)
-            hit = self._curve_cache[key] = (curves, self.penalty_of(curves))
-        return hit
-
-    def objective_of(self, plan: Plan) -> float:
-        """A valid plan's objective, by the formula of :func:`gpu_env.metrics.compute_metrics` (SPEC section 3)."""
-        sc = self.scenario
-        value = sum(float(self.values[sc.job_index(p.job), p.start]) for p in plan.placements)
-        curves = np.array([plan.curve(app.name, sc.slots) for app in sc.apps], dtype=np.int64)
-        return value - self.penalty_of(curves.reshape(len(sc.apps), sc.slots))
-
-    def penalty_of(self, curves: np.ndarray) -> float:
-        """Sum over apps of penalty times shortfall (:func:`gpu_env.objective.shortfall_penalty`)."""
-        return shortfall_penalty(curves, self.demand, self.penalty)
-
-
-# ----------------------------------------------------------------------------- one sweep
-
-
-class _Sweep:
-    """One greedy sweep over an ordering under one trade mode, on its own copy of the grid."""
-
-    def __init__(self, ctx: _Context, config: GreedyConfig, mode: str) -> None:
-        self.ctx = ctx
-        self.config = config
-        self.mode = mode
-        self.grid = ctx.base_grid.copy()
-        self.job_value = ctx.base_value
-        self.set_curves(ctx.base_curves, ctx.base_penalty)
-        self.order: list[int] = []
-        self.log: list[_Decision] = []  # the decision at each position of the order, in the first pass
-        self.second: dict[int, _Decision] = {}  # position -> decision of a second turn
-
-    @property
-    def objective(self) -> float:
-        """Job value minus real-time penalty of the grid."""
-        return self.job_value - self.penalty
-
-    @property
-    def unplaced(self) -> list[int]:
-        """Jobs of the ordering this sweep left out."""
-        return [
-            j for p, (j, d) in enumerate(zip(self.order, self.log, strict=True)) if d is None and p not in self.second
-        ]
-
-    def first_trade(self) -> int:
-        """Position of the first trade in the first pass (the order's length when there is none)."""
-        return next((p for p, d in enumerate(self.log) if d is not None and d[3] is not None), len(self.log))
-
-    def run(self, order: list[int], replay: _Sweep | None = None, prefix: int = 0) -> _Sweep:
-        """Place the jobs in this order; the first ``prefix`` decisions are copied from ``replay``.
-
-        In mode ``"after"`` the jobs left out then get a second turn, most valuable
-        first, in which they may take real-time capacity.
-        """
-        self.order = order
-        trade = self.mode == "inline"
-        for position, j in enumerate(order):
-            decision = replay.log[position] if replay is not None and position < prefix else self.decide(j, trade)
-            if decision is not None:
-                self.apply(decision)
-            self.log.append(decision)
-        if self.mode == "after":
-            self.second_turn(trade=True)
-        return self
-
-    def second_turn(self, trade: bool) -> None:
-        """Give the jobs left out another turn, most valuable first (with ``trade``, taking real-time capacity)."""
-        order = self.order
-        left = [p for p, decision in enumerate(self.log) if decision is None and p not in self.second]
-        for position in sorted(left, key=lambda p: (-self.ctx.first_value[order[p]], order[p])):
-            decision = self.decide(order[position], trade)
-            if decision is not None:
-                self.apply(decision)
-                self.second[position] = decision
-
-    def start_from(self, plan: Plan) -> bool:
-        """Take another plan's placements (on this sweep's real-time curves), then place the jobs it left out.
-
-        The placements go in arrival order; the jobs the plan left out then get a
-        turn as they are and one in which they may trade. Returns False (and the
-        sweep must be dropped) when the placements do not fit next to the curves.
-        """
-        ctx = self.ctx
-        spots = {}
-        for placement in plan.placements:
-            j = ctx.scenario.job_index(placement.job)
-            if ctx.scenario.jobs[j].running_on is None:
-                spots[j] = (placement.start, placement.gpus[0])
-        self.order = _order_arrival(ctx)
-        try:
-            for j in self.order:
-                decision = (j, *spots[j], None, self.penalty) if j in spots else None
-                if decision is not None:
-                    self.apply(decision)
-                self.log.append(decision)
-        except OverlapError:  # cells taken twice: not a plan this grid can hold; any other error is a bug
-            return False
-        if (self.grid.slack() < 0).any():
-            return False
-        self.second_turn(trade=False)
-        self.second_turn(trade=True)
-        return True
-
-    def apply(self, decision: tuple[int, int, int, np.ndarray | None, float]) -> None:
-        """Place a job and, after a trade, install the lowered real-time curves."""
-        j, t, first, curves, penalty = decision
-        self.grid.place(j, t, first)
-        self.job_value += float(self.ctx.values[j, t])
-        if curves is not None:
-            for i, curve in enumerate(curves):
-                self.grid.set_curve(i, curve)
-            self.set_curves(curves, penalty)
-
-    def set_curves(self, curves: np.ndarray, penalty: float) -> None:
-        """Record the real-time curves, their penalty, their total and their releasable excess per slot."""
-        self.curves = curves
-        self.penalty = penalty
-        self.rt_total = curves.sum(axis=0)
-        # GPUs the curves hold above both demand and ramp floor: a trade may take them without shortfall.
-        self.excess = np.maximum(0, curves - np.maximum(self.ctx.demand, self.ctx.floors)).sum(axis=0)
-
-    # -------------------------------------------------------------- one job
-
-    def decide(self, j: int, trade: bool) -> _Decision:
-        """Job j's best start and block; with ``trade``, taking real-time capacity where that pays."""
-        ctx = self.ctx
-        job = ctx.scenario.jobs[j]
-        values = ctx.values[j]
-        best: _Decision = None
-        base = 0.0
-        if self.config.block_rule == "lowest" and self.config.start_rule == "earliest":
-            spot = self.grid.earliest(job)  # a scan that stops at the first fit: the fast path
-            if spot is not None:
-                base = float(values[spot[0]])
-                best = (j, spot[0], spot[1], None, self.penalty)
-        else:
-            feasible = self.grid.feasible(job)
-            fits = feasible.any(axis=1)
-            t = int(fits.argmax())
-            if fits[t]:
-                t, b = self.choose(job, feasible, t, values)
-                base = float(values[t])
-                best = (j, t, int(ctx.block_starts[job.gpus][b]), None, self.penalty)
-        if trade and ctx.first_value[j] > base + ctx.min_penalty:
-            traded = self.trade(j, base)
-            if traded is not None:
-                best = traded
-        return best
-
-    def choose(self, job: Job, feasible: np.ndarray, t0: int, values: np.ndarray) -> tuple[int, int]:
-        """The start and block index among feasible ones, by the start and block rules."""
-        if self.config.start_rule == "packed":
-            floor = values[t0] * (1.0 - self.config.pack_tolerance)
-            rows = np.flatnonzero(feasible[t0:].any(axis=1))[:4] + t0
-            best_score, best = -1.0, (t0, int(feasible[t0].argmax()))
-            for t in rows:
-                t = int(t)
-                if values[t] < floor:
-                    break
-                blocks = np.flatnonzero(feasible[t])
-                score = self.contact(job, t, blocks)
-                b = int(score.argmax())
-                if score[b] > best_score + _EPS:
-                    best_score, best = float(score[b]), (t, int(blocks[b]))
-            return best
-        return t0, self.block(job, t0, feasible[t0])
-
-    def block(self, job: Job, t: int, free: np.ndarray) -> int:
-        """Index of the block to use at start t among the free ones (``free`` is a (B,) mask)."""
-        if self.config.block_rule == "lowest":
-            return int(free.argmax())
-        blocks = np.flatnonzero(free)
-        if blocks.size == 1:
-            return int(blocks[0])
-        score = self.contact(job, t, blocks) if self.config.block_rule == "best_fit" else self.node_load(job, t, blocks)
-        return int(blocks[int(score.argmax())])
-
-    def contact(self, job: Job, t: int, blocks: np.ndarray) -> np.ndarray:
-        """Touching perimeter of each block at start t: busy or edge cells around it, shape (len(blocks),).
-
-        Left and right count the slots of the span in which the neighbouring GPU
-        is busy (a node or cluster edge counts as busy); before and after count
-        the GPUs of the block busy in the slot before the start and the slot after
-        the end (the horizon's start and end count as busy).
-        """
-        sc = self.ctx.scenario
-        k, d = job.gpus, job.duration
-        G, ns, T = sc.gpus, sc.node_size, sc.slots
-        a = self.ctx.block_starts[k][blocks]
-        busy = self.grid.owner[:, t : t + d] != FREE  # (G, d)
-        side = busy.sum(axis=1)
-        left = np.where(a % ns == 0, d, side[a - 1])
-        b = a + k
-        right = np.where((b % ns == 0) | (b >= G), d, side[np.minimum(b, G - 1)])
-        score = left + right
-        for slot, edge in ((t - 1, t == 0), (t + d, t + d >= T)):
-            if edge:
-                score = score + k
-            else:
-                col = np.concatenate(([0], np.cumsum(self.grid.owner[:, slot] != FREE)))
-                score = score + col[b] - col[a]
-        return score
-
-    def node_load(self, job: Job, t: int, blocks: np.ndarray) -> np.ndarray:
-        """Busy GPU-slots over the job's span in the node(s) of each block; the busiest node wins."""
-        sc = self.ctx.scenario
-        a = self.ctx.block_starts[job.gpus][blocks]
-        busy = np.concatenate(([0], np.cumsum((self.grid.owner[:, t : t + job.duration] != FREE).sum(axis=1))))
-        ns = sc.node_size
-        lo = (a // ns) * ns
-        hi = np.minimum(((a + job.gpus - 1) // ns + 1) * ns, sc.gpus)
-        return busy[hi] - busy[lo]
-
-    # -------------------------------------------------------------- trading real-time capacity
-
-    def trade(self, j: int, base: float) -> _Decision:
-        """The best start that takes real-time capacity, when its value beats the extra penalty.
-
-        A cheap bound on each start's extra shortfall (the GPUs the job needs
-        beyond the slack and the curves' excess over demand and ramp floor, at
-        the least penalty; it ignores the ramp) prunes the starts first; the grid
-        is then asked where the block is free with the curves at their ramp
-        floors, and the best few starts are evaluated exactly by recomputing the
-        curves with the job's load as a cap.
-
-        Args:
-            j: The job.
-            base: Value of the job's best start without a trade (0 when it has none).
-
-        Returns:
-            The decision, or None when no trade beats ``base``.
-        """
-        ctx = self.ctx
-        job = ctx.scenario.jobs[j]
-        values = ctx.values[j]
-        window = ctx.window[j]
-        T, k, d = ctx.scenario.slots, job.gpus, job.duration
-        slack = ctx.scenario.gpus - self.grid.job_load - self.rt_total
-        need = np.concatenate(([0], np.cumsum(np.maximum(0, k - slack - self.excess))))
-        starts = np.arange(window.start, window.stop)
-        bound = values[starts] - ctx.min_penalty * (need[np.minimum(starts + d, T)] - need[starts])
-        keep = bound > base + _EPS
-        if not keep.any():
-            return None
-        saved = self.grid.curves
-        self.grid.curves = ctx.floors  # the least real-time allocation the ramps allow
-        try:
-            free = self.grid.feasible(job)
-        finally:
-            self.grid.curves = saved
-        keep &= free[window.start : window.stop].any(axis=1)
-        rows, bound = starts[keep], bound[keep]
-        best = None
-        for r in np.argsort(-bound, kind="stable")[: self.config.trade_candidates]:
-            t = int(rows[r])
-            if best is not None and bound[r] <= best[0] + _EPS:
-                break  # no later candidate can beat the best found
-            load = self.grid.job_load.copy()
-            load[t : min(t + d, T)] += k
-            curves, penalty = ctx.curves_and_penalty(load)
-            gain = float(values[t]) - (penalty - self.penalty)
-            if gain > base + _EPS and (best is None or gain > best[0] + _EPS):
-                best = (gain, t, curves, penalty)
-        if best is None:
-            return None
-        _, t, curves, penalty = best
-        first = int(ctx.block_starts[k][self.block(job, t, free[t])])
-        return (j, t, first, curves, penalty)
-
-
-# ----------------------------------------------------------------------------- the search
-
-
-class _Search:
-    """Runs sweeps, replaying the longest shared prefix of an earlier sweep, and keeps the best."""
-
-    def __init__(self, ctx: _Context, config: GreedyConfig) -> None:
-        self.ctx = ctx
-        self.config = config
-        self.done: list[_Sweep] = []
-        self.best: _Sweep | None = None
-        self.best_name = ""
-
-    def sweep(self, order: list[int], mode: str, name: str) -> bool:
-        """Run one sweep; True when it beats the best so far.
-
-        A sweep's first pass is a function of its order and trade mode, so an
-        earlier sweep's first-pass decisions are replayed over their shared prefix:
-        from a sweep of the same mode, or, for modes that do not trade in the first
-        pass, from an inline sweep up to its first trade (until then the two agree).
-        A "fifo" sweep is never replayed: its decisions are FIFO's.
-        """
-        replay, prefix = None, 0
-        for other in self.done:
-            if other.mode == mode:
-                n = _common_prefix(order, other.order)
-            elif mode in ("off", "after") and other.mode == "inline":
-                n = min(_common_prefix(order, other.order), other.first_trade())
-            else:
-                continue
-            if n > prefix:
-                replay, prefix = other, n
-        if replay is not None and prefix == len(order) == len(replay.order):
-            if replay.mode == mode or not replay.unplaced:
-                return False  # the same sweep again, or one that would repeat an inline sweep that traded nothing
-        result = _Sweep(self.ctx, self.config, mode).run(order, replay, prefix)
-        self.done.append(result)
-        if self.best is None or result.objective > self.best.objective + _EPS:
-            self.best, self.best_name = result, f"{name}/{mode}"
-            return True
-        return False
-
-    def promote(self) -> None:
-        """Move each unplaced job of the best sweep to the front of its ordering; keep improvements."""
-        for _ in range(self.config.promote_rounds):
-            assert self.best is not None
-            improved = False
-            candidates = sorted(self.best.unplaced, key=lambda i: (-self.ctx.first_value[i], i))
-            for u in candidates[: self.config.promote_limit]:
-                best = self.best
-                if u not in best.unplaced:
-                    continue
-                order = [u, *(j for j in best.order if j != u)]
-                name = self.best_name.split("/")[0].removesuffix("+promoted") + "+promoted"
-                if self.sweep(order, "after" if best.mode == "fifo" else best.mode, name):
-                    improved = True
-            if not improved:
-                return
-
-    def fifo_start(self, fifo_plan: Plan) -> None:
-        """One more start: FIFO's placements on greedy's curves, then the jobs FIFO left out."""
-        result = _Sweep(self.ctx, self.config, "fifo")
-        if not result.start_from(fifo_plan):
-            return
-        self.done.append(result)
-        if self.best is None or result.objective > self.best.objective + _EPS:
-            self.best, self.best_name = result, "fifo-seeded/after"
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
+def orderings(scenario: Scenario, names: tuple[str, ...] | list[str]) -> list[list[int]]:
+    """Greedy's job orders of a scenario by name (:data:`ORDERINGS`): pending jobs, each order once."""
+    keys = JobKeys.of(scenario)
+    return [ORDERINGS[name](keys) for name in names]
 
 
 def solve(scenario: Scenario, config: GreedyConfig = DEFAULT) -> GreedyResult:
     """Plan with the heuristic under a configuration, and say how the plan was found.
+
+    One compiled call decodes every sweep (each ordering under each trade mode, modes first), the FIFO seed last,
+    keeps the first best (a later sweep must beat it by more than 1e-9) and promotes on it
+    (:func:`gpu_env.listsched.decode`).
 
     Args:
         scenario: The problem.
@@ -620,24 +257,49 @@ def solve(scenario: Scenario, config: GreedyConfig = DEFAULT) -> GreedyResult:
     Returns:
         The best plan found, with its objective.
     """
-    ctx = _Context(scenario)
-    search = _Search(ctx, config)
-    modes = config.trades if scenario.apps else ("off",)  # without apps there is nothing to trade
+    inst = ListInstance.build(scenario)
+    keys = JobKeys.of(scenario, inst.first_value)
+    modes = config.trades if scenario.apps else (TradeMode.OFF,)  # without apps there is nothing to trade
+    names: list[str] = []
+    rows: list[list[int]] = []
+    row_modes: list[int] = []
     for mode in dict.fromkeys(modes):
         for name in config.orderings:
-            search.sweep(ORDERINGS[name](ctx), mode, name)
-    fifo_plan = fifo.plan(scenario) if config.fifo_seed or config.fifo_guard else None
-    if config.fifo_seed and fifo_plan is not None:
-        search.fifo_start(fifo_plan)
-    search.promote()
-    best = search.best
-    assert best is not None  # GreedyConfig requires at least one ordering and mode
-    result = GreedyResult(Plan.from_occupancy(best.grid, "greedy"), best.objective, search.best_name, len(search.done))
-    if config.fifo_guard and fifo_plan is not None:
-        score = ctx.objective_of(fifo_plan)
+            names.append(f"{name}/{mode}")
+            rows.append(ORDERINGS[name](keys))
+            row_modes.append(MODES[mode])
+    fifo_run = fifo_replay(scenario, inst) if config.fifo_seed or config.fifo_guard else None
+    seed = None
+    if config.fifo_seed and fifo_run is not None:
+        # FIFO's placements on greedy's curves, then the jobs FIFO left out; promotion redoes it in mode "after".
+        names.append("fifo-seeded/after")
+        rows.append(_order_arrival(keys))
+        row_modes.append(MODE_AFTER)
+        seed = (fifo_run.start[0], fifo_run.first[0])
+    found = decode(
+        inst,
+        np.array(rows, dtype=np.int64).reshape(len(rows), len(keys.pending)),
+        np.array(row_modes, dtype=np.int64),
+        config.trade_candidates,
+        config.promote_rounds,
+        config.promote_limit,
+        block_rule=config.block_rule,
+        start_rule=config.start_rule,
+        pack_tolerance=config.pack_tolerance,
+        seed=seed,
+        margin=_EPS,
+    )
+    best = found.chosen
+    name = names[best]
+    if found.promotions:
+        ordering, mode = name.split("/")
+        name = f"{ordering}+promoted/{mode}"
+    sweeps = len(rows) + found.promotion_decodes
+    result = GreedyResult(found.plan(best, scenario, "greedy"), float(found.objective[best]), name, sweeps)
+    if config.fifo_guard and fifo_run is not None:
+        score = float(fifo_run.objective[0])
         if score > result.objective + 1e-6:  # the last resort: FIFO's own plan
-            fifo_plan.scheduler = "greedy"
-            return GreedyResult(fifo_plan, score, "fifo", result.sweeps, guard_fired=True)
+            return GreedyResult(fifo_run.plan(0, scenario, "greedy"), score, "fifo", sweeps, guard_fired=True)
     return result
 
 

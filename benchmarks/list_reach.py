@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents.learned.optima import DEFAULT_PATH, load_optima  # noqa: E402
-from agents.learned.training import _greedy_orders, order_from_plan  # noqa: E402
+from agents.learned.training import greedy_orders, order_from_plan  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.listsched import MODE_AFTER, MODE_INLINE, MODE_OFF, ListInstance, decode  # noqa: E402
 
@@ -38,7 +38,7 @@ def main() -> int:
         inst = ListInstance.build(sc)
         order = order_from_plan(inst, rec.placements)
         replay = decode(inst, np.array([order] * 3), np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]))
-        greedy = [np.asarray(o, dtype=np.int64) for o in _greedy_orders(sc)]
+        greedy = [np.asarray(o, dtype=np.int64) for o in greedy_orders(sc)]
         modes = np.array([m for _ in greedy for m in (MODE_INLINE, MODE_AFTER)])
         heuristic = decode(inst, np.array([o for o in greedy for _ in (0, 1)]), modes)
         ratio = float(replay.objective.max()) / rec.objective

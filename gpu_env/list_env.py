@@ -34,15 +34,15 @@ import numpy as np
 from gymnasium import spaces
 
 from gpu_env.listsched import (
+    CHOICE,
     MODES,
-    TRADE_CANDIDATES,
     ListInstance,
     Live,
-    _finish,
-    _fits_somewhere,
-    _new_scratch,
-    _step,
+    finish_after,
+    fits_somewhere,
     new_live,
+    new_scratch,
+    take_turn,
 )
 from gpu_env.plan import Placement, Plan
 from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
@@ -178,7 +178,7 @@ class GpuClusterListEnv(gym.Env):
             )
         self.scenario, self.inst, self.rows = scenario, inst, rows
         self.live = new_live(inst)
-        self._scratch = _new_scratch(inst)  # the compiled step's work space, reused by every step
+        self._scratch = new_scratch(inst)  # the compiled step's work space, reused by every step
         self._fits = np.zeros(inst.k.size, dtype=np.bool_)
         w_max = max((job.weight for job in scenario.jobs), default=1.0) or 1.0
         self.reward_scale = self.fixed_reward_scale or float(scenario.gpus * scenario.slots * w_max)
@@ -205,7 +205,7 @@ class GpuClusterListEnv(gym.Env):
             if self._steps >= self._step_limit:
                 return self._end(terminated=False)
             return self._observation(), 0.0, False, False, {**self._info(), "invalid_action": reason}
-        _step(inst, live, int(self.rows[a]), self.trades == "inline", TRADE_CANDIDATES, self._scratch)
+        take_turn(inst, live, int(self.rows[a]), self.trades == "inline", CHOICE, self._scratch)
         self._update_mask()
         terminated = not self._mask.any()
         if terminated:
@@ -224,7 +224,7 @@ class GpuClusterListEnv(gym.Env):
         """The last step: with ``trades="after"`` the jobs left out take their second turn first."""
         inst, live = self._require()
         if terminated and self.trades == "after" and not self._finished:
-            _finish(inst, live, TRADE_CANDIDATES, self._scratch)
+            finish_after(inst, live, CHOICE, self._scratch)
         self._finished = True
         return self._observation(), self._pay(), terminated, not terminated, self._info()
 
@@ -264,7 +264,7 @@ class GpuClusterListEnv(gym.Env):
 
     def _update_mask(self) -> None:
         inst, live = self._require()
-        _fits_somewhere(inst, live, self._fits, self._scratch)
+        fits_somewhere(inst, live, self._fits, self._scratch)
         self._mask = self._fits[self.rows]
 
     def _observation(self) -> dict[str, np.ndarray]:

@@ -43,16 +43,13 @@ real-time capacity may still place nothing, by its mode and the trade rule).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import NamedTuple
 
 import numpy as np
 
-from gpu_env import rules
-
-# The engine's compiled kernels: their njit (compiled, or the plain-Python stand-in with GPUALLOC_NUMBA=0) and its
-# real-time curves, so that the rules' real-time step is compiled once for the engine and the decoder alike.
-from gpu_env.batch._kernels import _realtime_one, njit
+# The compiled rules (njit: compiled, or the plain-Python stand-in with GPUALLOC_NUMBA=0): blocks, capacity and the
+# real-time step, compiled once for the decoder and the batched engine alike.
+from gpu_env import placement, rules
 from gpu_env.objective import (
     peak_reservation,
     ramp_floors,
@@ -61,6 +58,7 @@ from gpu_env.objective import (
     shortfall_penalty,
     start_values,
 )
+from gpu_env.placement import BLOCK_BEST_FIT, BLOCK_LOWEST, BLOCK_NODE_FIT, njit
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Scenario
 
@@ -74,6 +72,61 @@ TRADE_CANDIDATES = 8
 PROMOTE_LIMIT = 4
 """Promotions tried per round (greedy's ``promote_limit``)."""
 
+BLOCK_RULES = {"lowest": BLOCK_LOWEST, "best_fit": BLOCK_BEST_FIT, "node_fit": BLOCK_NODE_FIT}
+"""Which free block a turn takes: the lowest-index one, the one with the largest touching perimeter (busy cells and
+edges around it), or the one in the node(s) busiest over the job's span (keeping emptier nodes whole)."""
+START_RULES = ("earliest", "packed")
+"""Which start a turn takes: the earliest feasible one (the most valuable), or, ``packed``, among the first
+:data:`PACK_ROWS` feasible starts worth at least ``1 - pack_tolerance`` of the earliest's value, the one whose
+best-fit block touches most."""
+PACK_TOLERANCE = 0.03
+"""Fraction of a job's value the ``packed`` start rule may give up for a better fit (greedy's ``pack_tolerance``)."""
+
+
+class Choice(NamedTuple):
+    """How a turn chooses among the starts and blocks the rules allow (built by :func:`choice`).
+
+    Attributes:
+        trade_candidates: Starts per job whose trade is evaluated exactly.
+        block_rule: A value of :data:`BLOCK_RULES`.
+        packed: The ``packed`` start rule (else ``earliest``).
+        pack_tolerance: Fraction of the value the ``packed`` rule may give up.
+    """
+
+    trade_candidates: np.int64
+    block_rule: np.int64
+    packed: np.bool_
+    pack_tolerance: np.float64
+
+
+def choice(
+    trade_candidates: int = TRADE_CANDIDATES,
+    block_rule: str = "lowest",
+    start_rule: str = "earliest",
+    pack_tolerance: float = PACK_TOLERANCE,
+) -> Choice:
+    """A :class:`Choice` with the types the compiled code reads (one specialisation for every choice).
+
+    Raises:
+        ValueError: An unknown block or start rule, or fewer than one trade candidate.
+    """
+    if block_rule not in BLOCK_RULES:
+        raise ValueError(f"block_rule: expected one of {', '.join(BLOCK_RULES)}, got {block_rule!r}")
+    if start_rule not in START_RULES:
+        raise ValueError(f"start_rule: expected one of {', '.join(START_RULES)}, got {start_rule!r}")
+    if trade_candidates < 1:
+        raise ValueError(f"trade_candidates must be positive, got {trade_candidates}")
+    return Choice(
+        np.int64(trade_candidates),
+        np.int64(BLOCK_RULES[block_rule]),
+        np.bool_(start_rule == "packed"),
+        np.float64(pack_tolerance),
+    )
+
+
+CHOICE = choice()
+"""The decoder's default: earliest start, lowest block, :data:`TRADE_CANDIDATES`."""
+
 _EPS = 1e-9
 _ONE = np.uint64(1)
 _ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
@@ -84,7 +137,8 @@ class ListInstance(NamedTuple):
 
     ``n`` jobs (every job of the scenario, file order), ``A`` apps, ``T`` slots,
     ``W = T + longest duration`` grid columns, ``NW`` 64-GPU words. The apps' arrays keep a leading
-    episode axis of 1: the engine's real-time kernel reads them as one episode's (``_Realtime``).
+    episode axis of 1: the compiled real-time step reads them as one episode's
+    (:class:`gpu_env.placement.RealtimeView`).
     """
 
     gpus: int
@@ -130,14 +184,13 @@ class ListInstance(NamedTuple):
         pending = np.array([job.running_on is None for job in jobs], dtype=np.bool_)
         values = start_values(sc)
         first_value = np.where(hi > lo, values[np.arange(n), np.minimum(lo, T)], 0.0).astype(np.float64)
-        pattern = np.array([_block_pattern(int(x), ns) for x in k], dtype=np.uint64)
+        pattern = np.array([placement.block_pattern(int(x), ns) for x in k], dtype=np.uint64)
         W = T + int(d.max(initial=0))
         busy = np.zeros((max(W, 1), (G + 63) // 64), dtype=np.uint64)
-        load = np.zeros(T, dtype=np.int64)
+        load = rules.inherited_load(sc)
         held = np.flatnonzero(~pending)
         for i in held:
-            _mark(busy, 0, int(d[i]), int(jobs[i].running_on[0]), int(k[i]))
-            load[: min(int(d[i]), T)] += k[i]
+            placement.mark(busy, 0, int(d[i]), int(jobs[i].running_on[0]), int(k[i]))
         value0 = float(values[held, 0].sum()) if held.size else 0.0
         apps = sc.apps
         A = len(apps)
@@ -177,18 +230,6 @@ class ListInstance(NamedTuple):
         )
 
 
-@lru_cache(maxsize=256)
-def _block_pattern(k: int, node_size: int) -> int:
-    """Bit a set when a block of k GPUs may start at GPU a (mod 64): it stays inside its node.
-
-    0 when blocks may cross a 64-GPU word (k > node size, or nodes that do not tile 64), which
-    sends the decoder to its general search.
-    """
-    if k > node_size or 64 % node_size:
-        return 0
-    return sum(1 << a for a in range(64) if a % node_size + k <= node_size)
-
-
 @dataclass(frozen=True)
 class Decoded:
     """What :func:`decode` returns for K candidates.
@@ -199,6 +240,8 @@ class Decoded:
         first: (K, n) first GPU of each job's block, -1 when unplaced.
         curves: (K, A, T) real-time curves.
         promotions: Promotions that improved the best candidate (its row holds the improved plan).
+        chosen: The best candidate by :func:`decode`'s margin, the one promotion worked on (-1 without candidates).
+        promotion_decodes: Orders promotion decoded (improving or not).
     """
 
     objective: np.ndarray
@@ -206,6 +249,8 @@ class Decoded:
     first: np.ndarray
     curves: np.ndarray
     promotions: int = 0
+    chosen: int = -1
+    promotion_decodes: int = 0
 
     @property
     def best(self) -> int:
@@ -285,13 +330,20 @@ def decode(
     trade_candidates: int = TRADE_CANDIDATES,
     promote_rounds: int = 0,
     promote_limit: int = PROMOTE_LIMIT,
+    *,
+    block_rule: str = "lowest",
+    start_rule: str = "earliest",
+    pack_tolerance: float = PACK_TOLERANCE,
+    seed: tuple[np.ndarray, np.ndarray] | None = None,
+    margin: float = 0.0,
 ) -> Decoded:
     """Decode K job orders into K plans, in one compiled call.
 
-    With ``promote_rounds``, the best candidate is then improved as greedy improves its best sweep:
-    each of the ``promote_limit`` most valuable jobs its plan left out is moved, one at a time, to
-    the front of its order and the order decoded again; an improvement is kept (and replaces that
-    candidate's plan in the result), and a round that improves nothing ends the pass.
+    The best candidate is the first whose objective exceeds every earlier one's by more than ``margin``. With
+    ``promote_rounds``, it is then improved as greedy improves its best sweep: each of the ``promote_limit`` most
+    valuable jobs its plan left out is moved, one at a time, to the front of its order and the order decoded again; an
+    improvement (by more than 1e-9) is kept (and replaces that candidate's plan in the result), and a round that
+    improves nothing ends the pass.
 
     Args:
         inst: The scenario's arrays (:meth:`ListInstance.build`).
@@ -301,10 +353,19 @@ def decode(
         trade_candidates: Starts per job whose trade is evaluated exactly.
         promote_rounds: Rounds of promotion on the best candidate (0: none).
         promote_limit: Promotions tried per round.
+        block_rule: Which free block a turn takes (:data:`BLOCK_RULES`).
+        start_rule: Which feasible start a turn takes (:data:`START_RULES`).
+        pack_tolerance: Fraction of a job's value the ``packed`` start rule may give up.
+        seed: (start, first GPU) of each job, -1 for none, shape (n,) each: the last candidate takes these
+            placements (in its order) instead of choosing, then the jobs it left out take a turn without trading
+            and one more with (most valuable first); its mode is the one promotion decodes it in. A seed that does
+            not fit (cells taken twice, or capacity short of the curves) gives that candidate the objective -inf.
+        margin: How much more a candidate must be worth than the best before it to replace it.
 
     Returns:
         The K plans' placements, curves and objectives.
     """
+    how = choice(trade_candidates, block_rule, start_rule, pack_tolerance)
     orders = np.ascontiguousarray(orders, dtype=np.int64)
     modes = np.ascontiguousarray(modes, dtype=np.int64)
     if orders.ndim != 2 or modes.shape != (orders.shape[0],):
@@ -316,26 +377,35 @@ def decode(
     if orders.size and (orders.max() >= inst.k.size or orders.min() < -1):
         raise ValueError(f"orders name jobs outside 0..{inst.k.size - 1}")
     K, n = orders.shape[0], inst.k.size
+    if seed is None:
+        seed_start = seed_first = np.zeros(0, dtype=np.int64)
+    else:
+        seed_start, seed_first = (np.ascontiguousarray(x, dtype=np.int64) for x in seed)
+        if seed_start.shape != (n,) or seed_first.shape != (n,) or K == 0:
+            raise ValueError(f"a seed is (start, first) of shape ({n},) each, for the last of at least one order")
     A, T = inst.curves.shape
     objective = np.zeros(K, dtype=np.float64)
     start = np.full((K, n), -1, dtype=np.int64)
     first = np.full((K, n), -1, dtype=np.int64)
     curves = np.zeros((K, A, T), dtype=np.int64)
-    promoted = np.zeros(1, dtype=np.int64)
+    counts = np.zeros(3, dtype=np.int64)
     _decode_all(
         inst,
         orders,
         modes,
-        int(trade_candidates),
+        how,
         int(promote_rounds),
         int(promote_limit),
+        seed_start,
+        seed_first,
+        float(margin),
         objective,
         start,
         first,
         curves,
-        promoted,
+        counts,
     )
-    return Decoded(objective, start, first, curves, int(promoted[0]))
+    return Decoded(objective, start, first, curves, int(counts[0]), int(counts[1]), int(counts[2]))
 
 
 # ----------------------------------------------------------------------------- compiled
@@ -354,101 +424,9 @@ def _copy(dst: np.ndarray, src: np.ndarray) -> None:  # pragma: no cover - compi
         d[i] = s[i]
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _lowest_bit(m: np.uint64) -> int:  # pragma: no cover - compiled
-    i = 0
-    while ((m >> np.uint64(i)) & _ONE) == 0:
-        i += 1
-    return i
+class Scratch(NamedTuple):
+    """The compiled turn's work space (:func:`new_scratch`), reused by every turn of an episode."""
 
-
-@njit(cache=True, nogil=True)
-def _find_block(inst: ListInstance, j: int, t: int, busy: np.ndarray, span: np.ndarray) -> int:  # pragma: no cover
-    """Lowest allowed first GPU of a block of job j free over [t, t + d), or -1 (``span``: (NW,) scratch)."""
-    G, ns = inst.gpus, inst.node_size
-    k, d = inst.k[j], inst.d[j]
-    nw = busy.shape[1]
-    for w in range(nw):
-        acc = np.uint64(0)
-        for s in range(t, t + d):
-            acc |= busy[s, w]
-        span[w] = ~acc
-    rem = G & 63
-    if rem:
-        span[nw - 1] &= (_ONE << np.uint64(rem)) - _ONE
-    pattern = inst.block_pattern[j]
-    if pattern != np.uint64(0):  # k <= node_size and nodes tile the words: blocks never cross a word
-        for w in range(nw):
-            m = span[w]
-            covered = 1
-            while covered < k and m != np.uint64(0):
-                shift = min(covered, k - covered)
-                m &= m >> np.uint64(shift)
-                covered += shift
-            m &= pattern
-            if m != np.uint64(0):
-                return w * 64 + _lowest_bit(m)
-        return -1
-    step = ns if k > ns else 1
-    for a in range(0, G - k + 1, step):
-        if k <= ns and a // ns != (a + k - 1) // ns:
-            continue
-        ok = True
-        for g in range(a, a + k):
-            if ((span[g >> 6] >> np.uint64(g & 63)) & _ONE) == 0:
-                ok = False
-                break
-        if ok:
-            return a
-    return -1
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _fits(k: int, t: int, d: int, T: int, room: np.ndarray) -> bool:  # pragma: no cover - compiled
-    for s in range(t, min(t + d, T)):
-        if room[s] < k:
-            return False
-    return True
-
-
-@njit(cache=True, nogil=True)
-def _earliest(
-    inst: ListInstance, j: int, busy: np.ndarray, room: np.ndarray, span: np.ndarray
-) -> tuple:  # pragma: no cover
-    """(start, first GPU) of job j's earliest feasible start on its lowest free block, or (-1, -1)."""
-    T = inst.slots
-    k, d = inst.k[j], inst.d[j]
-    for t in range(inst.lo[j], inst.hi[j]):
-        if not _fits(k, t, d, T, room):
-            continue
-        a = _find_block(inst, j, t, busy, span)
-        if a >= 0:
-            return t, a
-    return -1, -1
-
-
-class _Realtime(NamedTuple):
-    """The fields of an engine state that :func:`gpu_env.batch._kernels._realtime_one` reads, for one episode.
-
-    ``base`` and ``demand`` are the demand (curves follow demand); ``load`` the job load to serve around;
-    ``curves`` and ``shortfall_cost`` receive the curves and their penalty.
-    """
-
-    base: np.ndarray  # (1, A, T)
-    curves: np.ndarray  # (1, A, T) out
-    demand: np.ndarray  # (1, A, T)
-    floors: np.ndarray  # (1, A, T)
-    gpus: np.ndarray  # (1,)
-    initial: np.ndarray  # (1, A)
-    load: np.ndarray  # (1, T)
-    order: np.ndarray  # (1, A)
-    penalty: np.ndarray  # (1, A)
-    ramp: np.ndarray  # (1, A)
-    shortfall_cost: np.ndarray  # (1,) out
-    slots: np.ndarray  # (1,)
-
-
-class _Scratch(NamedTuple):
     span: np.ndarray  # (NW,) uint64
     room: np.ndarray  # (T,) int64 slack
     floor_room: np.ndarray  # (T,) int64 capacity above the ramp floors
@@ -464,7 +442,7 @@ class _Scratch(NamedTuple):
 
 @njit(cache=True, nogil=True, inline="always")
 def _set_room(
-    inst: ListInstance, load: np.ndarray, curves: np.ndarray, sc: _Scratch, excess: np.ndarray
+    inst: ListInstance, load: np.ndarray, curves: np.ndarray, sc: Scratch, excess: np.ndarray
 ) -> None:  # pragma: no cover
     """Slack, capacity above the floors and the curves' excess over demand and floor, per slot."""
     A, T = curves.shape
@@ -491,8 +469,8 @@ def _decide(
     load: np.ndarray,
     penalty: float,
     excess: np.ndarray,
-    trade_candidates: int,
-    sc: _Scratch,
+    choice: Choice,
+    sc: Scratch,
 ) -> tuple:  # pragma: no cover - compiled
     """Job j's decision: (start, first GPU, traded, new penalty); start -1 when it stays unplaced.
 
@@ -500,7 +478,11 @@ def _decide(
     """
     T = inst.slots
     k, d = inst.k[j], inst.d[j]
-    t0, a0 = _earliest(inst, j, busy, sc.room, sc.span)
+    t0, a0 = placement.earliest(inst, j, busy, sc.room, sc.span)
+    if t0 >= 0 and choice.packed:
+        t0, a0 = placement.packed_start(inst, j, t0, a0, busy, choice.pack_tolerance, sc.room, sc.span)
+    elif t0 >= 0 and choice.block_rule != BLOCK_LOWEST:
+        a0, _ = placement.pick_block(inst, j, t0, busy, choice.block_rule, sc.span)
     base = inst.values[j, t0] if t0 >= 0 else 0.0
     if not trade or not (inst.first_value[j] > base + inst.min_penalty):
         return t0, a0, False, penalty
@@ -511,7 +493,11 @@ def _decide(
     n_rows = 0
     for t in range(inst.lo[j], inst.hi[j]):
         b = inst.values[j, t] - inst.min_penalty * (sc.need[min(t + d, T)] - sc.need[t])
-        if b > base + _EPS and _fits(k, t, d, T, sc.floor_room) and _find_block(inst, j, t, busy, sc.span) >= 0:
+        if (
+            b > base + _EPS
+            and placement.fits(k, t, d, T, sc.floor_room)
+            and placement.find_block(inst, j, t, busy, sc.span) >= 0
+        ):
             sc.rows[n_rows] = t
             sc.bound[n_rows] = b
             n_rows += 1
@@ -519,9 +505,9 @@ def _decide(
         return t0, a0, False, penalty
     # The best few by bound, largest first (ties: earlier start), evaluated exactly.
     best_gain = 0.0
-    best_t = np.int64(-1)  # not the literal -1: _find_block below would be compiled for Literal[int](-1) too
+    best_t = np.int64(-1)  # not the literal -1: find_block below would be compiled for Literal[int](-1) too
     best_penalty = penalty
-    for _ in range(min(trade_candidates, n_rows)):
+    for _ in range(min(choice.trade_candidates, n_rows)):
         r = -1
         for i in range(n_rows):
             if sc.rows[i] >= 0 and (r < 0 or sc.bound[i] > sc.bound[r]):
@@ -534,7 +520,7 @@ def _decide(
             sc.trial_load[0, s] = load[s]
         for s in range(t, min(t + d, T)):
             sc.trial_load[0, s] += k
-        view = _Realtime(
+        view = placement.RealtimeView(
             inst.demand,
             sc.trial,
             inst.demand,
@@ -548,7 +534,7 @@ def _decide(
             sc.cost,
             inst.slots_arr,
         )
-        _realtime_one(view, 0, sc.work)
+        placement.realtime_one(view, 0, sc.work)
         new_penalty = sc.cost[0]
         gain = inst.values[j, t] - (new_penalty - penalty)
         if gain > base + _EPS and (best_t < 0 or gain > best_gain + _EPS):
@@ -558,21 +544,14 @@ def _decide(
             _copy(sc.best_curves, sc.trial)
     if best_t < 0:
         return t0, a0, False, penalty
-    return best_t, _find_block(inst, j, best_t, busy, sc.span), True, best_penalty
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _mark(busy: np.ndarray, t: int, d: int, a: int, k: int) -> None:  # pragma: no cover - compiled
-    """Mark GPUs a..a+k-1 busy over slots [t, t + d)."""
-    for s in range(t, t + d):
-        for g in range(a, a + k):
-            busy[s, g >> 6] |= _ONE << np.uint64(g & 63)
+    a, _ = placement.pick_block(inst, j, best_t, busy, choice.block_rule, sc.span)
+    return best_t, a, True, best_penalty
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _place(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray, load: np.ndarray) -> None:  # pragma: no cover
     k, d = inst.k[j], inst.d[j]
-    _mark(busy, t, d, a, k)
+    placement.mark(busy, t, d, a, k)
     for s in range(t, min(t + d, inst.slots)):
         load[s] += k
 
@@ -624,10 +603,11 @@ def new_live(inst: ListInstance) -> Live:
 
 
 @njit(cache=True, nogil=True)
-def _new_scratch(inst: ListInstance) -> _Scratch:  # pragma: no cover - compiled
+def new_scratch(inst: ListInstance) -> Scratch:  # pragma: no cover - compiled
+    """A :class:`Scratch` sized for an instance."""
     A, T = inst.curves.shape
     nw = inst.busy.shape[1]
-    return _Scratch(
+    return Scratch(
         np.zeros(nw, dtype=np.uint64),
         np.zeros(T, dtype=np.int64),
         np.zeros(T, dtype=np.int64),
@@ -643,13 +623,9 @@ def _new_scratch(inst: ListInstance) -> _Scratch:  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _turn(
-    inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int, sc: _Scratch
-) -> bool:  # pragma: no cover
+def _turn(inst: ListInstance, live: Live, j: int, trade: bool, choice: Choice, sc: Scratch) -> bool:  # pragma: no cover
     """Job j's decision applied to ``live`` (``sc.room`` and ``live.excess`` current); whether it was placed."""
-    t, a, traded, new_penalty = _decide(
-        inst, j, trade, live.busy, live.load, live.money[1], live.excess, trade_candidates, sc
-    )
+    t, a, traded, new_penalty = _decide(inst, j, trade, live.busy, live.load, live.money[1], live.excess, choice, sc)
     if t < 0:
         return False
     _place(inst, j, t, a, live.busy, live.load)
@@ -665,7 +641,7 @@ def _turn(
 
 @njit(cache=True, nogil=True)
 def _run(
-    inst: ListInstance, live: Live, order: np.ndarray, trade: bool, trade_candidates: int, sc: _Scratch
+    inst: ListInstance, live: Live, order: np.ndarray, trade: bool, choice: Choice, sc: Scratch
 ) -> None:  # pragma: no cover - compiled
     """Every job of ``order`` not decided yet takes its turn; jobs that fit nowhere join ``live.left``."""
     _set_room(inst, live.load, live.curves, sc, live.excess)
@@ -674,14 +650,16 @@ def _run(
         if j < 0 or live.decided[j]:
             continue
         live.decided[j] = True
-        if not _turn(inst, live, j, trade, trade_candidates, sc):
+        if not _turn(inst, live, j, trade, choice, sc):
             live.left[live.count[0]] = j
             live.count[0] += 1
 
 
 @njit(cache=True, nogil=True)
-def _second_turn(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scratch) -> None:  # pragma: no cover
-    """The jobs left out, most valuable first (ties: job index), take another turn and may trade."""
+def _second_turn(
+    inst: ListInstance, live: Live, trade: bool, choice: Choice, sc: Scratch
+) -> None:  # pragma: no cover - compiled
+    """The jobs left out, most valuable first (ties: job index), take another turn (with ``trade``, trading)."""
     left = live.left
     n_left = live.count[0]
     for i in range(1, n_left):
@@ -698,33 +676,37 @@ def _second_turn(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scr
     kept = 0
     for i in range(n_left):
         j = left[i]
-        if not _turn(inst, live, j, np.bool_(True), trade_candidates, sc):  # np.bool_: not a literal, one compile
+        if not _turn(inst, live, j, trade, choice, sc):
             left[kept] = j
             kept += 1
     live.count[0] = kept
 
 
 @njit(cache=True, nogil=True)
-def _step(
-    inst: ListInstance, live: Live, j: int, trade: bool, trade_candidates: int, sc: _Scratch
+def take_turn(
+    inst: ListInstance, live: Live, j: int, trade: bool, choice: Choice, sc: Scratch
 ) -> bool:  # pragma: no cover - compiled
-    """One decision of the environment: job j takes its turn (``sc``: the work space of :func:`_new_scratch`)."""
+    """One decision of the environment: job j takes its turn (``sc``: the work space of :func:`new_scratch`).
+
+    Returns:
+        Whether it was placed (False too when it had its turn already).
+    """
     if live.decided[j]:
         return False
     one = np.full(1, j, dtype=np.int64)
     before = live.count[0]
-    _run(inst, live, one, trade, trade_candidates, sc)
+    _run(inst, live, one, trade, choice, sc)
     return live.count[0] == before
 
 
 @njit(cache=True, nogil=True)
-def _finish(inst: ListInstance, live: Live, trade_candidates: int, sc: _Scratch) -> None:  # pragma: no cover
-    """MODE_AFTER's end of an episode: the jobs left out take their second turn."""
-    _second_turn(inst, live, trade_candidates, sc)
+def finish_after(inst: ListInstance, live: Live, choice: Choice, sc: Scratch) -> None:  # pragma: no cover - compiled
+    """MODE_AFTER's end of an episode: the jobs left out take their second turn, in which they may trade."""
+    _second_turn(inst, live, np.bool_(True), choice, sc)  # np.bool_: not a literal, one compile
 
 
 @njit(cache=True, nogil=True)
-def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: _Scratch) -> None:  # pragma: no cover
+def fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: Scratch) -> None:  # pragma: no cover
     """Whether each job may take its turn: out[j] when job j is undecided and fits somewhere.
 
     Fits: a start in its window whose block is free and whose capacity above the ramp floors covers
@@ -737,15 +719,13 @@ def _fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: _Scratc
         out[j] = False
         if live.decided[j]:
             continue
-        t, _ = _earliest(inst, j, live.busy, room, sc.span)
+        t, _ = placement.earliest(inst, j, live.busy, room, sc.span)
         out[j] = t >= 0
 
 
-@njit(cache=True, nogil=True)
-def _decode_one(
-    inst: ListInstance, live: Live, order: np.ndarray, mode: int, trade_candidates: int, sc: _Scratch
-) -> float:  # pragma: no cover - compiled
-    """Decode one order into ``live`` (reset first); returns the plan's objective."""
+@njit(cache=True, nogil=True, inline="always")
+def _reset(inst: ListInstance, live: Live) -> None:  # pragma: no cover - compiled
+    """``live`` back to the state before the first decision (inherited work, demand-following curves)."""
     _copy(live.busy, inst.busy)
     _copy(live.load, inst.load)
     _copy(live.curves, inst.curves)
@@ -756,11 +736,62 @@ def _decode_one(
         live.decided[j] = not inst.pending[j]
         live.start[j] = -1 if inst.pending[j] else 0
         live.first[j] = inst.held_first[j]
+
+
+@njit(cache=True, nogil=True)
+def _decode_one(
+    inst: ListInstance, live: Live, order: np.ndarray, mode: int, choice: Choice, sc: Scratch
+) -> float:  # pragma: no cover - compiled
+    """Decode one order into ``live`` (reset first); returns the plan's objective."""
+    _reset(inst, live)
     if inst.curves.shape[0] == 0:
         mode = 0
-    _run(inst, live, order, mode == 1, trade_candidates, sc)
+    _run(inst, live, order, mode == 1, choice, sc)
     if mode == 2:
-        _second_turn(inst, live, trade_candidates, sc)
+        _second_turn(inst, live, np.bool_(True), choice, sc)
+    return live.money[0] - live.money[1]
+
+
+@njit(cache=True, nogil=True)
+def _decode_seeded(
+    inst: ListInstance,
+    live: Live,
+    order: np.ndarray,
+    seed_start: np.ndarray,
+    seed_first: np.ndarray,
+    choice: Choice,
+    sc: Scratch,
+) -> float:  # pragma: no cover - compiled
+    """Take a seed's placements (in ``order``), then give the jobs it left out two more turns; the objective.
+
+    -inf when the placements do not fit: a cell taken twice, or less capacity than the curves leave.
+    """
+    _reset(inst, live)
+    for p in range(order.size):
+        j = order[p]
+        if j < 0 or live.decided[j]:
+            continue
+        live.decided[j] = True
+        t, a = seed_start[j], seed_first[j]
+        if t < 0:
+            live.left[live.count[0]] = j
+            live.count[0] += 1
+            continue
+        if not placement.block_free(inst, j, t, a, live.busy):
+            return -np.inf
+        _place(inst, j, t, a, live.busy, live.load)
+        live.money[0] += inst.values[j, t]
+        live.start[j] = t
+        live.first[j] = a
+    A, T = live.curves.shape
+    for t in range(T):
+        used = live.load[t]
+        for c in range(A):
+            used += live.curves[c, t]
+        if used > inst.gpus:
+            return -np.inf
+    _second_turn(inst, live, np.bool_(False), choice, sc)
+    _second_turn(inst, live, np.bool_(True), choice, sc)
     return live.money[0] - live.money[1]
 
 
@@ -769,17 +800,21 @@ def _decode_all(
     inst: ListInstance,
     orders: np.ndarray,
     modes: np.ndarray,
-    trade_candidates: int,
+    choice: Choice,
     promote_rounds: int,
     promote_limit: int,
+    seed_start: np.ndarray,
+    seed_first: np.ndarray,
+    margin: float,
     objective: np.ndarray,
     start: np.ndarray,
     first: np.ndarray,
     curves_out: np.ndarray,
-    promoted: np.ndarray,
+    counts: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
+    """:func:`decode`'s compiled body; ``counts`` receives (promotions, chosen candidate, promotion decodes)."""
     n = inst.k.size
-    sc = _new_scratch(inst)
+    sc = new_scratch(inst)
     live = Live(
         np.empty_like(inst.busy),
         np.empty_like(inst.load),
@@ -795,12 +830,16 @@ def _decode_all(
     K, m = orders.shape
     best = -1
     for c in range(K):
-        objective[c] = _decode_one(inst, live, orders[c], modes[c], trade_candidates, sc)
+        if seed_start.size and c == K - 1:
+            objective[c] = _decode_seeded(inst, live, orders[c], seed_start, seed_first, choice, sc)
+        else:
+            objective[c] = _decode_one(inst, live, orders[c], modes[c], choice, sc)
         _copy(start[c], live.start)
         _copy(first[c], live.first)
         _copy(curves_out[c], live.curves)
-        if best < 0 or objective[c] > objective[best]:
+        if best < 0 or objective[c] > objective[best] + margin:
             best = c
+    counts[1] = best
     if best < 0 or promote_rounds == 0:
         return
     # Promotion (greedy's): the most valuable jobs the best plan left out, one at a time, go to the front
@@ -845,14 +884,15 @@ def _decode_all(
                     trial[w] = order[p]
                     w += 1
             trial[w:] = -1  # repeats of u removed with it leave cells to pad
-            value = _decode_one(inst, live, trial, mode, trade_candidates, sc)
+            value = _decode_one(inst, live, trial, mode, choice, sc)
+            counts[2] += 1
             if value > objective[best] + _EPS:
                 objective[best] = value
                 _copy(start[best], live.start)
                 _copy(first[best], live.first)
                 _copy(curves_out[best], live.curves)
                 _copy(order, trial)
-                promoted[0] += 1
+                counts[0] += 1
                 improved = True
         if not improved:
             return

@@ -15,14 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from agents import cli, full, greedy, ppo, registry
+from agents import cli, full, ppo, registry
 from agents.fanout import Task, TaskResult, execute, run_tasks, warm_up_learned
 from agents.options import PlanOptions
-from agents.registry import SchedulerUnavailableError, get_scheduler, run_scheduler
+from agents.registry import SchedulerUnavailableError, get_scheduler
 from gpu_env import generators, traces
 from gpu_env.files import OutputError, atomic_path, write_text_atomic
 from gpu_env.generators import generate
-from gpu_env.occupancy import OverlapError
 from gpu_env.validation import validate
 from tests.conftest import HANG_GUARD_S
 
@@ -243,43 +242,6 @@ def test_from_trace_reports_a_bad_request_in_one_line_and_lets_a_bug_through(mon
     monkeypatch.setattr(traces, "from_trace", buggy)
     with pytest.raises(ValueError, match="injected"):
         cli.main(["from-trace", "--traces", str(tmp_path)])
-
-
-# ----------------------------------------------------------------------------- greedy's FIFO-seeded start
-
-
-def _inside_start_from(monkeypatch, error: BaseException) -> None:
-    """Make every placement inside ``_Sweep.start_from`` raise ``error``."""
-    real_start, real_apply, inside = greedy._Sweep.start_from, greedy._Sweep.apply, []
-
-    def start_from(self, plan):
-        inside.append(True)
-        try:
-            return real_start(self, plan)
-        finally:
-            inside.pop()
-
-    def apply(self, decision):
-        if inside:
-            raise error
-        return real_apply(self, decision)
-
-    monkeypatch.setattr(greedy._Sweep, "start_from", start_from)
-    monkeypatch.setattr(greedy._Sweep, "apply", apply)
-
-
-def test_greedy_drops_the_fifo_start_on_an_overlap(monkeypatch):
-    sc = generate("mixed-control", seed=3)
-    _inside_start_from(monkeypatch, OverlapError("job 'j1' overlaps another job at start 0 on GPU 0"))
-    plan = run_scheduler("greedy", sc)
-    assert validate(sc, plan) == []
-    assert "fifo-seeded" not in str(plan.info)
-
-
-def test_greedy_lets_a_bug_in_the_fifo_start_through(monkeypatch):
-    _inside_start_from(monkeypatch, ValueError("shapes (3,) and (4,) not aligned (injected)"))
-    with pytest.raises(ValueError, match="injected"):
-        run_scheduler("greedy", generate("mixed-control", seed=3))
 
 
 # ----------------------------------------------------------------------------- a failed task keeps its traceback

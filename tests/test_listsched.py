@@ -48,26 +48,6 @@ def placements(dec: Decoded, i: int) -> dict[int, tuple[int, int]]:
     return {j: (int(dec.start[i, j]), int(dec.first[i, j])) for j in range(dec.start.shape[1]) if dec.start[i, j] >= 0}
 
 
-def greedy_sweep(sc: Scenario, order: list[int], mode: str) -> tuple[dict[int, tuple[int, int]], float]:
-    """The reference: one greedy sweep of ``order`` under a trade mode, as job -> (start, first GPU) and objective."""
-    sweep = greedy._Sweep(greedy._Context(sc), greedy.DEFAULT, mode).run(list(order))
-    return {j: (s.start, s.first_gpu) for j, s in sweep.grid.placed.items()}, sweep.objective
-
-
-def modes_of(sc: Scenario) -> list[str]:
-    return list(MODES) if sc.apps else ["off"]
-
-
-def assert_matches_greedy(sc: Scenario, order: list[int]) -> None:
-    names = modes_of(sc)
-    inst = ListInstance.build(sc)
-    dec = decode(inst, np.array([order] * len(names)).reshape(len(names), -1), np.array([MODES[m] for m in names]))
-    for i, mode in enumerate(names):
-        expected, objective = greedy_sweep(sc, order, mode)
-        assert placements(dec, i) == expected, f"mode {mode}"
-        assert dec.objective[i] == pytest.approx(objective, rel=1e-6, abs=1e-6), f"mode {mode}"
-
-
 def assert_valid_rows(sc: Scenario, dec: Decoded) -> None:
     for i in range(dec.objective.size):
         plan = dec.plan(i, sc, "list")
@@ -75,37 +55,8 @@ def assert_valid_rows(sc: Scenario, dec: Decoded) -> None:
         assert dec.objective[i] == pytest.approx(compute_metrics(sc, plan).objective, rel=1e-6, abs=1e-6)
 
 
-# ----------------------------------------------------------------------------- against greedy's sweep
-
-
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_greedy_orderings_decode_as_greedy_sweeps(family: str, seed: int):
-    sc = generate(family, seed, gpus=16)
-    ctx = greedy._Context(sc)
-    for name in ("weight", "value", "deadline"):
-        order = greedy.ORDERINGS[name](ctx)
-        assert_matches_greedy(sc, order)
-        assert_matches_greedy(sc, order[::-1])
-
-
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-@quiet(6)
-@given(seed=st.integers(0, 50), gpus=st.sampled_from((*SIZES, 12)), apps=st.booleans(), data=st.data())
-def test_random_orders_decode_as_greedy_sweeps(family: str, seed: int, gpus: int, apps: bool, data: st.DataObject):
-    sc = small(family, seed, gpus)
-    if not apps:
-        sc = replace(sc, apps=())
-    order = data.draw(st.permutations(pending(sc)), label="order")
-    assert_matches_greedy(sc, order)
-
-
-@pytest.mark.parametrize(("family", "gpus"), [("scale-64x30", 96), ("mixed-control", 80)])
-def test_more_than_one_word_of_gpus_decodes_as_greedy(family: str, gpus: int):
-    sc = generate(family, 3, gpus=gpus)
-    rng = np.random.default_rng(0)
-    for _ in range(2):
-        assert_matches_greedy(sc, [int(j) for j in rng.permutation(pending(sc))])
+# Placement by placement against greedy's Python sweep as it was: tests/test_greedy_reference.py (recorded sweeps of
+# random orders in every mode, and greedy's whole search, which is this decoder now).
 
 
 # ----------------------------------------------------------------------------- every plan is valid
@@ -230,7 +181,7 @@ def test_inherited_work_is_placed_before_the_first_decision():
 
 
 def reversed_priority(sc: Scenario) -> list[int]:
-    return greedy.ORDERINGS["weight"](greedy._Context(sc))[::-1]
+    return greedy.orderings(sc, ("weight",))[0][::-1]
 
 
 def first_improved(limit: int = 200) -> tuple[Scenario, list[int], int]:
@@ -254,14 +205,7 @@ def test_promotion_strictly_improves_some_instance():
     assert promoted.promotions > 0
     assert promoted.objective[0] > plain.objective[0] + 1e-9
     assert_valid_rows(sc, promoted)
-    # The improved row is greedy's promotion of the same sweep.
-    name = {v: k for k, v in MODES.items()}[mode]
-    search = greedy._Search(greedy._Context(sc), replace(greedy.DEFAULT, promote_rounds=2, promote_limit=4))
-    search.sweep(order, name, "reversed")
-    search.promote()
-    assert search.best is not None
-    assert placements(promoted, 0) == {j: (s.start, s.first_gpu) for j, s in search.best.grid.placed.items()}
-    assert promoted.objective[0] == pytest.approx(search.best.objective, rel=1e-6, abs=1e-6)
+    assert promoted.chosen == 0 and promoted.promotion_decodes >= promoted.promotions
 
 
 @quiet(30)
@@ -435,6 +379,55 @@ def test_repeated_jobs_do_not_change_promotion(limit: int):
     assert twice.promotions == clean.promotions
 
 
+# ----------------------------------------------------------------------------- a seed, the margin, the choice
+
+
+def test_a_seed_takes_its_placements_then_gives_the_rest_two_turns():
+    sc = generate("mixed-control", 3)
+    inst = ListInstance.build(sc)
+    fifo = listsched.fifo_replay(sc, inst)
+    arrival = np.array([pending(sc)])
+    dec = decode(inst, arrival, np.array([MODE_AFTER]), seed=(fifo.start[0], fifo.first[0]))
+    assert_valid_rows(sc, dec)
+    kept = fifo.start[0] >= 0
+    assert np.array_equal(dec.start[0, kept], fifo.start[0, kept])  # FIFO's placements, on greedy's curves
+    assert dec.objective[0] >= fifo.objective[0] - 1e-9
+
+
+def test_a_seed_that_does_not_fit_scores_minus_infinity():
+    sc = generate("mixed-control", 3)
+    inst = ListInstance.build(sc)
+    jobs = pending(sc)
+    two = [j for j in jobs if inst.k[j] <= sc.node_size][:2]
+    start = np.full(len(sc.jobs), -1, dtype=np.int64)
+    first = np.full(len(sc.jobs), -1, dtype=np.int64)
+    start[two] = max(inst.lo[j] for j in two)
+    first[two] = 0  # both on GPU 0 at one start: a cell taken twice
+    orders = np.array([jobs, jobs])
+    dec = decode(inst, orders, np.array([MODE_OFF, MODE_AFTER]), seed=(start, first), promote_rounds=2)
+    assert dec.objective[1] == -np.inf and dec.chosen == 0
+
+
+def test_the_margin_keeps_the_first_of_near_equals():
+    sc = generate("mixed-control", 0, gpus=16)
+    inst = ListInstance.build(sc)
+    order = np.array([pending(sc)] * 2)
+    assert decode(inst, order, np.array([MODE_OFF, MODE_OFF]), margin=1e-9).chosen == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"block_rule": "first"}, "block_rule"),
+        ({"start_rule": "late"}, "start_rule"),
+        ({"trade_candidates": 0}, "trade"),
+    ],
+)
+def test_unknown_choices_raise(kwargs: dict, message: str):
+    with pytest.raises(ValueError, match=message):
+        listsched.choice(**kwargs)
+
+
 # ----------------------------------------------------------------------------- the environment's kernels
 
 
@@ -445,18 +438,18 @@ def test_kernels_step_by_step_are_the_decoder(family: str, seed: int, mode: str)
     inst = ListInstance.build(sc)
     order = [int(j) for j in np.random.default_rng(seed).permutation(pending(sc))]
     live = listsched.new_live(inst)
-    work = listsched._new_scratch(inst)
+    work = listsched.new_scratch(inst)
     fits = np.zeros(len(sc.jobs), dtype=np.bool_)
     trade = mode == "inline" and bool(sc.apps)
     for j in order:
-        listsched._fits_somewhere(inst, live, fits, work)
+        listsched.fits_somewhere(inst, live, fits, work)
         assert not fits[live.decided].any()
-        placed = listsched._step(inst, live, j, trade, listsched.TRADE_CANDIDATES, work)
+        placed = listsched.take_turn(inst, live, j, trade, listsched.CHOICE, work)
         assert placed == (live.start[j] >= 0) and live.decided[j]
         if not fits[j]:
             assert not placed  # a job that fits nowhere, even above the ramp floors, is skipped
     if mode == "after" and sc.apps:
-        listsched._finish(inst, live, listsched.TRADE_CANDIDATES, work)
+        listsched.finish_after(inst, live, listsched.CHOICE, work)
     dec = decode(inst, np.array([order]), np.array([MODES[mode]]))
     assert np.array_equal(live.start, dec.start[0]) and np.array_equal(live.first, dec.first[0])
     assert np.array_equal(live.curves, dec.curves[0])

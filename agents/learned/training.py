@@ -97,11 +97,11 @@ def order_from_plan(inst: ListInstance, placements: np.ndarray) -> np.ndarray:
     return np.array(first + rest, dtype=np.int64)
 
 
-def _greedy_orders(scenario: Scenario) -> list[list[int]]:
+def greedy_orders(scenario: Scenario) -> list[list[int]]:
+    """Greedy's weight, value, density and deadline orders of a scenario (:func:`agents.greedy.orderings`)."""
     from agents import greedy
 
-    ctx = greedy._Context(scenario)
-    return [greedy.ORDERINGS[name](ctx) for name in ("weight", "value", "density", "deadline")]
+    return greedy.orderings(scenario, ("weight", "value", "density", "deadline"))
 
 
 def prepare(scenario: Scenario, placements: np.ndarray | None = None, optimum: float | None = None) -> Item:
@@ -109,7 +109,7 @@ def prepare(scenario: Scenario, placements: np.ndarray | None = None, optimum: f
     from agents import greedy
 
     inst = ListInstance.build(scenario)
-    orders = [np.array(o, dtype=np.int64) for o in _greedy_orders(scenario)]
+    orders = [np.array(o, dtype=np.int64) for o in greedy_orders(scenario)]
     if placements is not None:
         orders.insert(0, order_from_plan(inst, placements))
     pending = np.flatnonzero(inst.pending)

@@ -37,6 +37,11 @@ if globals().get("PLAIN") or os.environ.get("GPUALLOC_NUMBA", "1") == "0":  # ke
 else:
     from numba import njit
 
+# The compiled rules' real-time step (its plain copy beside this plain copy: kernels.plain() runs nothing compiled).
+from gpu_env import placement as _compiled_rules
+
+placement = _compiled_rules.plain() if globals().get("PLAIN") else _compiled_rules
+
 _BIG = np.int64(1) << 40
 
 # Columns, by name (numba freezes these module-level integers into the compiled code).
@@ -109,21 +114,6 @@ def _choices_row(words: np.ndarray, wide: bool, size: int, gpus: int, out: np.nd
         out[4], out[5] = last, last - last_start
 
 
-@njit(cache=True, nogil=True, _nrt=False)
-def _envelope(x: np.ndarray, ramp: int, upper: bool, n: int) -> None:  # pragma: no cover - compiled
-    """In place over x[:n]: min_s x[s] + R|t - s| (upper) or max_s x[s] - R|t - s|, by two passes."""
-    if upper:
-        for t in range(1, n):
-            x[t] = min(x[t], x[t - 1] + ramp)
-        for t in range(n - 2, -1, -1):
-            x[t] = min(x[t], x[t + 1] + ramp)
-    else:
-        for t in range(1, n):
-            x[t] = max(x[t], x[t - 1] - ramp)
-        for t in range(n - 2, -1, -1):
-            x[t] = max(x[t], x[t + 1] - ramp)
-
-
 @njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _room(s, e: int, trade: bool, room: np.ndarray) -> None:  # pragma: no cover - compiled
     """``BatchEngine.room`` of episode e into ``room`` (T,), huge past the episode's horizon.
@@ -143,52 +133,6 @@ def _room(s, e: int, trade: bool, room: np.ndarray) -> None:  # pragma: no cover
             for a in range(A):
                 used += s_curves[e, a, c]
         room[c] = s_gpus[e] - used - s_load[e, c]
-
-
-@njit(cache=True, nogil=True, _nrt=False, inline="always")
-def _realtime_one(s, e: int, scratch: np.ndarray) -> None:  # pragma: no cover - compiled
-    """The least-shortfall curves of episode e under its load and their cost (``objective.realtime_curves``).
-
-    The apps are served in the episode's order; each curve is a pair of Lipschitz envelopes over the
-    episode's horizon (``rules.cover_curve`` with a cap). ``scratch``: (4, T) int64 work space.
-    """
-    s_base, s_curves, s_demand, s_floors, s_gpus = s.base, s.curves, s.demand, s.floors, s.gpus
-    s_initial, s_load, s_order, s_penalty, s_ramp = s.initial, s.load, s.order, s.penalty, s.ramp
-    s_shortfall_cost, s_slots = s.shortfall_cost, s.slots
-    A, T = s_base.shape[1], s_base.shape[2]
-    free, rest, up, low = scratch[0], scratch[1], scratch[2], scratch[3]
-    n = s_slots[e]
-    for t in range(T):
-        free[t] = s_gpus[e] - s_load[e, t]
-        total = 0
-        for a in range(A):
-            total += s_floors[e, a, t]
-        rest[t] = total
-    for i in range(A):
-        a = s_order[e, i]
-        r = s_ramp[e, a]
-        init = s_initial[e, a]
-        for t in range(T):
-            rest[t] -= s_floors[e, a, t]
-        for t in range(n):
-            cap = max(free[t] - rest[t], s_floors[e, a, t])
-            up[t] = min(init + r * (t + 1), cap)
-        _envelope(up, r, True, n)
-        for t in range(n):
-            target = min(s_base[e, a, t], up[t])
-            low[t] = max(target, max(0, init - r * (t + 1)))
-        _envelope(low, r, False, n)
-        for t in range(T):
-            c = max(min(low[t], up[t]), 0) if t < n else 0
-            s_curves[e, a, t] = c
-            free[t] -= c
-    cost = 0.0
-    for a in range(A):
-        short = 0
-        for t in range(T):
-            short += max(0, s_demand[e, a, t] - s_curves[e, a, t])
-        cost = cost + s_penalty[e, a] * short
-    s_shortfall_cost[e] = cost
 
 
 @njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -295,7 +239,7 @@ def _place(
                 over = True
                 break
         if over:
-            _realtime_one(s, e, scratch)
+            placement.realtime_one(s, e, scratch)
     s_objective[e] = s_job_value[e] - s_shortfall_cost[e]
     _room(s, e, trade, room)
     return _narrow(s, e, first, k, t, d, room, rows, begins)

@@ -1,0 +1,377 @@
+"""The placement rules of SPEC section 2 in compiled form (numba; plain Python with ``GPUALLOC_NUMBA=0``), stated once.
+
+Built from :mod:`gpu_env.rules`, and held to it by ``tests/test_placement.py``: the blocks rule 4 allows
+(:func:`block_pattern`, :func:`find_block`; the search doubles runs of free GPUs in 64-GPU words), a start's
+capacity (:func:`fits`, rule 7), the earliest feasible start (:func:`earliest`), greedy's block and start rules
+(:func:`pick_block`, :func:`packed_start`), and the real-time curves with their shortfall penalty
+(:func:`realtime_one`: :func:`gpu_env.objective.realtime_curves` and :func:`gpu_env.objective.shortfall_penalty`,
+rules 6 and 7). The list-scheduling decoder (:mod:`gpu_env.listsched`, which greedy and the learned planner run)
+and the batched engine (:mod:`gpu_env.batch`) compile these functions into theirs.
+
+Functions named ``inst`` read a :class:`gpu_env.listsched.ListInstance` (its ``gpus``, ``node_size``, ``slots``,
+``k``, ``d``, ``lo``, ``hi``, ``values`` and ``block_pattern``); ``busy`` is a (W, NW) uint64 grid of busy GPUs per
+column, 64 GPUs a word.
+
+numba checks only the source file of each compiled function: the decoder and the engine inline some of these, so
+after editing this file delete ``gpu_env/__pycache__/listsched.*.nb[ci]`` and ``gpu_env/batch/__pycache__/*.nb[ci]``
+(``make`` runs the warm-up again when it changes).
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from types import ModuleType
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from gpu_env import rules
+
+if TYPE_CHECKING:
+    from gpu_env.listsched import ListInstance
+
+if globals().get("PLAIN") or os.environ.get("GPUALLOC_NUMBA", "1") == "0":  # plain() sets PLAIN
+
+    def njit(*args: object, **kwargs: object):  # type: ignore[no-redef]
+        """Stand-in decorator: the plain Python function (for tests and debugging)."""
+
+        def wrap(f):
+            return f
+
+        return wrap
+
+else:
+    from numba import njit
+
+BLOCK_LOWEST = 0
+BLOCK_BEST_FIT = 1
+BLOCK_NODE_FIT = 2
+PACK_ROWS = 4
+"""Feasible starts the ``packed`` start rule compares."""
+
+_EPS = 1e-9
+_ONE = np.uint64(1)
+
+
+@lru_cache(maxsize=256)
+def block_pattern(k: int, node_size: int) -> int:
+    """Bit a set when a block of k GPUs may start at GPU a (mod 64), by rule 4 within one 64-GPU word.
+
+    :func:`gpu_env.rules.allowed_block_starts` of a 64-GPU cluster; 0 when blocks may cross a 64-GPU word (k > node
+    size, or nodes that do not tile 64), which sends :func:`find_block` to its general search.
+    """
+    if k > node_size or 64 % node_size:
+        return 0
+    return sum(1 << int(a) for a in rules.allowed_block_starts(k, 64, node_size))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def allowed_start(a: int, k: int, gpus: int, node_size: int) -> bool:  # pragma: no cover - compiled
+    """:func:`gpu_env.rules.is_allowed_block`, compiled."""
+    if a < 0 or a + k > gpus:
+        return False
+    if k > node_size:
+        return a % node_size == 0
+    return a // node_size == (a + k - 1) // node_size
+
+
+@njit(cache=True, nogil=True, inline="always")
+def lowest_bit(m: np.uint64) -> int:  # pragma: no cover - compiled
+    """Index of the lowest set bit of a nonzero word."""
+    i = 0
+    while ((m >> np.uint64(i)) & _ONE) == 0:
+        i += 1
+    return i
+
+
+@njit(cache=True, nogil=True)
+def find_block(inst: ListInstance, j: int, t: int, busy: np.ndarray, span: np.ndarray) -> int:  # pragma: no cover
+    """Lowest allowed first GPU of a block of job j free over [t, t + d), or -1 (``span``: (NW,) scratch)."""
+    G, ns = inst.gpus, inst.node_size
+    k, d = inst.k[j], inst.d[j]
+    nw = busy.shape[1]
+    for w in range(nw):
+        acc = np.uint64(0)
+        for s in range(t, t + d):
+            acc |= busy[s, w]
+        span[w] = ~acc
+    rem = G & 63
+    if rem:
+        span[nw - 1] &= (_ONE << np.uint64(rem)) - _ONE
+    pattern = inst.block_pattern[j]
+    if pattern != np.uint64(0):  # k <= node_size and nodes tile the words: blocks never cross a word
+        for w in range(nw):
+            m = span[w]
+            covered = 1
+            while covered < k and m != np.uint64(0):
+                shift = min(covered, k - covered)
+                m &= m >> np.uint64(shift)
+                covered += shift
+            m &= pattern
+            if m != np.uint64(0):
+                return w * 64 + lowest_bit(m)
+        return -1
+    for a in range(0, G - k + 1, ns if k > ns else 1):
+        if not allowed_start(a, k, G, ns):
+            continue
+        ok = True
+        for g in range(a, a + k):
+            if ((span[g >> 6] >> np.uint64(g & 63)) & _ONE) == 0:
+                ok = False
+                break
+        if ok:
+            return a
+    return -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def fits(k: int, t: int, d: int, T: int, room: np.ndarray) -> bool:  # pragma: no cover - compiled
+    """Rule 7 for k GPUs over [t, t + d): ``room`` (free capacity per slot) covers k in each slot inside the horizon."""
+    for s in range(t, min(t + d, T)):
+        if room[s] < k:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def earliest(
+    inst: ListInstance, j: int, busy: np.ndarray, room: np.ndarray, span: np.ndarray
+) -> tuple:  # pragma: no cover
+    """(start, first GPU) of job j's earliest feasible start on its lowest free block, or (-1, -1)."""
+    T = inst.slots
+    k, d = inst.k[j], inst.d[j]
+    for t in range(inst.lo[j], inst.hi[j]):
+        if not fits(k, t, d, T, room):
+            continue
+        a = find_block(inst, j, t, busy, span)
+        if a >= 0:
+            return t, a
+    return -1, -1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def busy_at(busy: np.ndarray, s: int, g: int) -> bool:  # pragma: no cover - compiled
+    """Whether GPU g is busy in column s."""
+    return ((busy[s, g >> 6] >> np.uint64(g & 63)) & _ONE) != 0
+
+
+@njit(cache=True, nogil=True)
+def block_free(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> bool:  # pragma: no cover
+    """Whether GPUs a..a+k-1 are free over job j's span from t."""
+    for s in range(t, t + inst.d[j]):
+        for g in range(a, a + inst.k[j]):
+            if busy_at(busy, s, g):
+                return False
+    return True
+
+
+@njit(cache=True, nogil=True)
+def contact(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Touching perimeter of job j's block from GPU a at start t: busy or edge cells around it.
+
+    Left and right count the slots of the span in which the neighbouring GPU is busy (a node or cluster edge counts
+    as busy); before and after count the GPUs of the block busy in the slot before the start and the slot after the
+    end (the horizon's start and end count as busy).
+    """
+    G, ns, T = inst.gpus, inst.node_size, inst.slots
+    k, d = inst.k[j], inst.d[j]
+    b = a + k
+    score = 0
+    for side, edge in ((a - 1, a % ns == 0), (b, b % ns == 0 or b >= G)):
+        if edge:
+            score += d
+        else:
+            for s in range(t, t + d):
+                if busy_at(busy, s, side):
+                    score += 1
+    for slot, edge in ((t - 1, t == 0), (t + d, t + d >= T)):
+        if edge:
+            score += k
+        else:
+            for g in range(a, b):
+                if busy_at(busy, slot, g):
+                    score += 1
+    return score
+
+
+@njit(cache=True, nogil=True)
+def node_load(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Busy GPU-slots over job j's span from t in the node(s) its block from GPU a lies in."""
+    G, ns = inst.gpus, inst.node_size
+    k, d = inst.k[j], inst.d[j]
+    total = 0
+    for g in range((a // ns) * ns, min(((a + k - 1) // ns + 1) * ns, G)):
+        for s in range(t, t + d):
+            if busy_at(busy, s, g):
+                total += 1
+    return total
+
+
+@njit(cache=True, nogil=True)
+def pick_block(
+    inst: ListInstance, j: int, t: int, busy: np.ndarray, rule: int, span: np.ndarray
+) -> tuple:  # pragma: no cover - compiled
+    """(first GPU, score) of job j's block at start t among the free ones by a block rule; (-1, -1) when none.
+
+    The lowest free block scores 0; the others score by :func:`contact` or :func:`node_load`, the first of the
+    highest winning.
+    """
+    if rule == BLOCK_LOWEST:
+        return find_block(inst, j, t, busy, span), 0
+    G, ns = inst.gpus, inst.node_size
+    k = inst.k[j]
+    best_a, best_score = -1, -1
+    for a in range(0, G - k + 1, ns if k > ns else 1):
+        if not allowed_start(a, k, G, ns):
+            continue
+        if not block_free(inst, j, t, a, busy):
+            continue
+        score = contact(inst, j, t, a, busy) if rule == BLOCK_BEST_FIT else node_load(inst, j, t, a, busy)
+        if score > best_score:
+            best_a, best_score = a, score
+    return best_a, best_score
+
+
+@njit(cache=True, nogil=True)
+def packed_start(
+    inst: ListInstance,
+    j: int,
+    t0: int,
+    a0: int,
+    busy: np.ndarray,
+    pack_tolerance: float,
+    room: np.ndarray,
+    span: np.ndarray,
+) -> tuple:  # pragma: no cover - compiled
+    """The ``packed`` start rule from the earliest feasible start t0 (lowest free block a0): (start, first GPU).
+
+    Among the first :data:`PACK_ROWS` feasible starts, in order, until one is worth less than
+    ``1 - pack_tolerance`` of t0's value, the start whose best-fit block touches most (the first of equals).
+    """
+    T = inst.slots
+    k, d = inst.k[j], inst.d[j]
+    floor = inst.values[j, t0] * (1.0 - pack_tolerance)
+    best_t, best_a, best_score = t0, a0, -1
+    rows = 0
+    for t in range(t0, inst.hi[j]):
+        if rows == PACK_ROWS:
+            break
+        if not fits(k, t, d, T, room) or find_block(inst, j, t, busy, span) < 0:
+            continue
+        rows += 1
+        if inst.values[j, t] < floor:
+            break
+        a, score = pick_block(inst, j, t, busy, BLOCK_BEST_FIT, span)
+        if score > best_score:
+            best_t, best_a, best_score = t, a, score
+    return best_t, best_a
+
+
+@njit(cache=True, nogil=True, inline="always")
+def mark(busy: np.ndarray, t: int, d: int, a: int, k: int) -> None:  # pragma: no cover - compiled
+    """Mark GPUs a..a+k-1 busy over slots [t, t + d)."""
+    for s in range(t, t + d):
+        for g in range(a, a + k):
+            busy[s, g >> 6] |= _ONE << np.uint64(g & 63)
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def envelope(x: np.ndarray, ramp: int, upper: bool, n: int) -> None:  # pragma: no cover - compiled
+    """In place over x[:n]: min_s x[s] + R|t - s| (upper) or max_s x[s] - R|t - s|, by two passes."""
+    if upper:
+        for t in range(1, n):
+            x[t] = min(x[t], x[t - 1] + ramp)
+        for t in range(n - 2, -1, -1):
+            x[t] = min(x[t], x[t + 1] + ramp)
+    else:
+        for t in range(1, n):
+            x[t] = max(x[t], x[t - 1] - ramp)
+        for t in range(n - 2, -1, -1):
+            x[t] = max(x[t], x[t + 1] - ramp)
+
+
+class RealtimeView(NamedTuple):
+    """The fields of an engine state that :func:`realtime_one` reads, for one episode.
+
+    ``base`` and ``demand`` are the demand (curves follow demand); ``load`` the job load to serve around;
+    ``curves`` and ``shortfall_cost`` receive the curves and their penalty.
+    """
+
+    base: np.ndarray  # (1, A, T)
+    curves: np.ndarray  # (1, A, T) out
+    demand: np.ndarray  # (1, A, T)
+    floors: np.ndarray  # (1, A, T)
+    gpus: np.ndarray  # (1,)
+    initial: np.ndarray  # (1, A)
+    load: np.ndarray  # (1, T)
+    order: np.ndarray  # (1, A)
+    penalty: np.ndarray  # (1, A)
+    ramp: np.ndarray  # (1, A)
+    shortfall_cost: np.ndarray  # (1,) out
+    slots: np.ndarray  # (1,)
+
+
+@njit(cache=True, nogil=True, _nrt=False, inline="always")
+def realtime_one(s, e: int, scratch: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The least-shortfall curves of episode e under its load and their cost (``objective.realtime_curves``).
+
+    The apps are served in the episode's order; each curve is a pair of Lipschitz envelopes over the
+    episode's horizon (``rules.cover_curve`` with a cap). ``scratch``: (4, T) int64 work space.
+    """
+    s_base, s_curves, s_demand, s_floors, s_gpus = s.base, s.curves, s.demand, s.floors, s.gpus
+    s_initial, s_load, s_order, s_penalty, s_ramp = s.initial, s.load, s.order, s.penalty, s.ramp
+    s_shortfall_cost, s_slots = s.shortfall_cost, s.slots
+    A, T = s_base.shape[1], s_base.shape[2]
+    free, rest, up, low = scratch[0], scratch[1], scratch[2], scratch[3]
+    n = s_slots[e]
+    for t in range(T):
+        free[t] = s_gpus[e] - s_load[e, t]
+        total = 0
+        for a in range(A):
+            total += s_floors[e, a, t]
+        rest[t] = total
+    for i in range(A):
+        a = s_order[e, i]
+        r = s_ramp[e, a]
+        init = s_initial[e, a]
+        for t in range(T):
+            rest[t] -= s_floors[e, a, t]
+        for t in range(n):
+            cap = max(free[t] - rest[t], s_floors[e, a, t])
+            up[t] = min(init + r * (t + 1), cap)
+        envelope(up, r, True, n)
+        for t in range(n):
+            target = min(s_base[e, a, t], up[t])
+            low[t] = max(target, max(0, init - r * (t + 1)))
+        envelope(low, r, False, n)
+        for t in range(T):
+            c = max(min(low[t], up[t]), 0) if t < n else 0
+            s_curves[e, a, t] = c
+            free[t] -= c
+    cost = 0.0
+    for a in range(A):
+        short = 0
+        for t in range(T):
+            short += max(0, s_demand[e, a, t] - s_curves[e, a, t])
+        cost = cost + s_penalty[e, a] * short
+    s_shortfall_cost[e] = cost
+
+
+_plain = None
+
+
+def plain() -> ModuleType:
+    """This module as plain Python functions (a second copy, compiled by nothing), for ``kernels.plain()``."""
+    global _plain
+    if _plain is None:
+        import importlib.util
+        from pathlib import Path
+
+        spec = importlib.util.spec_from_file_location("gpu_env._placement_plain", Path(__file__))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        module.PLAIN = True  # type: ignore[attr-defined]  # read above: the stand-in decorator
+        spec.loader.exec_module(module)
+        _plain = module
+    return _plain
