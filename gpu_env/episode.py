@@ -363,6 +363,16 @@ class Episode:
         return _unpack(self._at, self.scenario.gpus)
 
     @property
+    def at_masks(self) -> list[int]:
+        """(R,) :attr:`at_earliest` as bitmasks, bit a for first GPU a (a new list)."""
+        return list(self._at)
+
+    @property
+    def unpaid(self) -> float:
+        """What the plan is worth before any action, paid with the first step's reward (0 from then on)."""
+        return self._unpaid
+
+    @property
     def now(self) -> np.ndarray:
         """(R,) rows whose job can start at the clock."""
         return self.earliest == self.clock  # placed rows hold -1

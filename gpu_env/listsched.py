@@ -455,8 +455,8 @@ def _set_room(
             keep = max(inst.demand[0, a, t], inst.floors[0, a, t])
             if c > keep:
                 ex += c - keep
-        sc.room[t] = inst.gpus - load[t] - total
-        sc.floor_room[t] = inst.gpus - load[t] - inst.floor_total[t]
+        sc.room[t] = placement.free_capacity(inst.gpus, load[t], total)
+        sc.floor_room[t] = placement.free_capacity(inst.gpus, load[t], inst.floor_total[t])
         excess[t] = ex
 
 
@@ -714,7 +714,7 @@ def fits_somewhere(inst: ListInstance, live: Live, out: np.ndarray, sc: Scratch)
     """
     room = sc.floor_room  # _set_room's definition; every turn recomputes it before use
     for t in range(inst.slots):
-        room[t] = inst.gpus - live.load[t] - inst.floor_total[t]
+        room[t] = placement.free_capacity(inst.gpus, live.load[t], inst.floor_total[t])
     for j in range(inst.k.size):
         out[j] = False
         if live.decided[j]:

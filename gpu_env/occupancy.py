@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -50,7 +51,7 @@ class Occupancy:
         self.curves = np.zeros((len(scenario.apps), scenario.slots), dtype=np.int64)
         self.placed: dict[int, Slotting] = {}
         self._busy_csum: np.ndarray | None = None  # cache of _busy_cumsum(); place/remove reset it
-        self._bits: list[int] | None = [0] * self.width  # busy GPUs per slot as bitmasks; see _busy_bits()
+        self._bits: list[int] | None = [0] * self.width  # busy GPUs per slot as bitmasks; see busy_bits()
 
     def copy(self) -> Occupancy:
         """An independent copy."""
@@ -70,8 +71,8 @@ class Occupancy:
     # ------------------------------------------------------------------ capacity (rule 7)
 
     def slack(self) -> np.ndarray:
-        """GPUs neither held by jobs nor reserved for real-time, per slot, shape (T,)."""
-        return self.scenario.gpus - self.job_load - self.curves.sum(axis=0)
+        """GPUs neither held by jobs nor reserved for real-time, per slot, shape (T,) (``rules.free_capacity``)."""
+        return rules.free_capacity(self.scenario.gpus, self.job_load, self.curves.sum(axis=0))
 
     def set_curve(self, app: int, curve: np.ndarray) -> None:
         """Reserve a real-time curve for one app (the caller keeps rule 6)."""
@@ -104,9 +105,9 @@ class Occupancy:
         gsum = np.zeros((sc.gpus + 1, t1 - t0), dtype=np.int32)
         np.cumsum(span_busy > 0, axis=0, out=gsum[1:])
         block_busy = gsum.take(starts + k, axis=0) - gsum.take(starts, axis=0)  # (B, n_t)
-        # Capacity: no slot of the span inside the horizon has less than k GPUs of slack.
+        # Capacity: no slot of the span inside the horizon is short of k GPUs (rule 7).
         short = np.zeros(sc.slots + d + 1, dtype=np.int32)
-        np.cumsum(self.slack() < k, out=short[1 : sc.slots + 1])
+        np.cumsum(rules.short_slots(self.slack(), k), out=short[1 : sc.slots + 1])
         short[sc.slots + 1 :] = short[sc.slots]
         fits = short[t0 + d : t1 + d] == short[t0:t1]  # (n_t,)
         out[t0:t1] = (block_busy == 0).T & fits[:, None]
@@ -132,22 +133,22 @@ class Occupancy:
         """
         sc = self.scenario
         window = rules.start_window(job, sc.slots)
-        everyone, allowed, shifts = _block_search(job.gpus, sc.gpus, sc.node_size)
-        if not len(window) or not allowed:
+        search = block_search(job.gpus, sc.gpus, sc.node_size)
+        if not len(window) or not search.allowed:
             return None
         d, k, T = job.duration, job.gpus, sc.slots
-        bits = self._busy_bits()
-        # short[t]: slots before t whose slack is under k (rule 7 holds for a span when none lies in it).
-        short = [0, *itertools.accumulate((self.slack() < k).tolist())]
+        bits = self.busy_bits()
+        # short[t]: slots before t short of k GPUs (rule 7 holds for a span when none lies in it).
+        short = [0, *itertools.accumulate(rules.short_slots(self.slack(), k).tolist())]
         for t in window:
             if short[min(t + d, T)] != short[t]:
                 continue
-            run = _free_block_starts(bits, t, d, everyone, allowed, shifts)
+            run = free_block_starts(bits, t, d, search)
             if run:
                 return t, (run & -run).bit_length() - 1
         return None
 
-    def _busy_bits(self) -> list[int]:
+    def busy_bits(self) -> list[int]:
         """Busy GPUs of each slot as a bitmask (bit g for GPU g), shape (width,), kept up to date by place/remove."""
         if self._bits is None:
             packed = np.packbits(self.owner != FREE, axis=0, bitorder="little")  # (ceil(G / 8), width)
@@ -271,7 +272,7 @@ class Occupancy:
         if slack is None:
             slack = self.slack()
         offset = (table.slot_index - start[:, None]).view(np.uint64)  # negative: huge, outside every span
-        short = ((offset < d[:, None]) & (slack < k)).any(axis=1)
+        short = ((offset < d[:, None]) & rules.short_slots(slack, k)).any(axis=1)
         outside = (start - table.lo[index]).view(np.uint64) >= table.window[index]
         ok[short | outside] = False
         return ok
@@ -319,7 +320,7 @@ class Occupancy:
         if slack is None:
             slack = self.slack()
         offset = (table.slot_index - start[:, None]).view(np.uint64)
-        out[((offset < d[:, None]) & (slack < k)).any(axis=1)] = False
+        out[((offset < d[:, None]) & rules.short_slots(slack, k)).any(axis=1)] = False
         return out
 
     def next_feasible_mask(self, job_index: int, first: int, stop: int, room: list[int]) -> tuple[int, int]:
@@ -337,12 +338,12 @@ class Occupancy:
         """
         table = self._job_table()
         k, d = table.k_list[job_index], table.d_list[job_index]
-        everyone, allowed, shifts = _block_search(k, self.scenario.gpus, self.scenario.node_size)
-        bits = self._busy_bits()
+        search = block_search(k, self.scenario.gpus, self.scenario.node_size)
+        bits = self.busy_bits()
         for start in range(max(first, table.lo_list[job_index]), min(stop, table.hi_list[job_index])):
-            if min(room[start : start + d]) < k:
+            if not rules.fits_capacity(room, k, start, d):
                 continue
-            run = _free_block_starts(bits, start, d, everyone, allowed, shifts)
+            run = free_block_starts(bits, start, d, search)
             if run:
                 return start, run
         return -1, 0
@@ -373,7 +374,7 @@ class Occupancy:
             if start < finish and start + d > begin:  # both run: the block may not meet the new job's GPUs
                 lo = max(first - k + 1, 0)
                 bits &= ~(((1 << (first + k_new)) - 1) ^ ((1 << lo) - 1))
-            if bits and min(room[start : start + d]) < k:
+            if bits and not rules.fits_capacity(room, k, start, d):
                 bits = 0
             out.append(bits)
         return out
@@ -387,41 +388,46 @@ class Occupancy:
         return table
 
 
-@lru_cache(maxsize=4096)
-def _block_search(k: int, gpus: int, node_size: int) -> tuple[int, int, tuple[int, ...]]:
-    """What :meth:`Occupancy.earliest` needs to find free blocks of k GPUs in a bitmask of free GPUs.
+def block_shifts(k: int) -> tuple[int, ...]:
+    """Shifts such that ``run &= run >> shift`` for each turns "GPU a is free" into "GPUs a..a+k-1 are free".
 
-    Returns:
-        The mask of all G GPUs; the mask of allowed first GPUs (rule 4); and shifts
-        such that ``run &= run >> shift`` for each turns "GPU a is free" into "GPUs
-        a..a+k-1 are free" (runs of 1, 2, 4, ... GPUs, then one overlapping step to k).
+    Runs of 1, 2, 4, ... GPUs, then one overlapping step to k (none for k = 1).
     """
-    allowed = 0
-    for a in rules.allowed_block_starts(k, gpus, node_size):
-        allowed |= 1 << int(a)
     shifts, have = [], 1
     while 2 * have <= k:
         shifts.append(have)
         have *= 2
     if have < k:
         shifts.append(k - have)
-    return (1 << gpus) - 1, allowed, tuple(shifts)
+    return tuple(shifts)
 
 
-def _free_block_starts(
-    bits: list[int], start: int, d: int, everyone: int, allowed: int, shifts: tuple[int, ...]
-) -> int:
+class BlockSearch(NamedTuple):
+    """What a search for free blocks of k GPUs in bitmasks of busy GPUs needs (:func:`free_block_starts`)."""
+
+    everyone: int  # the mask of all G GPUs
+    allowed: int  # the mask of allowed first GPUs (rule 4: rules.allowed_block_mask)
+    shifts: tuple[int, ...]  # block_shifts(k)
+
+
+@lru_cache(maxsize=4096)
+def block_search(k: int, gpus: int, node_size: int) -> BlockSearch:
+    """The :class:`BlockSearch` of blocks of k GPUs on a cluster of ``gpus`` GPUs in nodes of ``node_size``."""
+    return BlockSearch((1 << gpus) - 1, rules.allowed_block_mask(k, gpus, node_size), block_shifts(k))
+
+
+def free_block_starts(bits: list[int], start: int, d: int, search: BlockSearch) -> int:
     """Bitmask of allowed first GPUs a whose block a..a+k-1 is free in every slot of ``[start, start + d)``.
 
-    ``bits`` are the per-slot busy bitmasks; ``everyone``, ``allowed`` and ``shifts`` come from :func:`_block_search`.
+    ``bits`` are the per-slot busy bitmasks (:meth:`Occupancy.busy_bits`); ``search`` is :func:`block_search`'s.
     """
     span = 0
     for s in range(start, start + d):
         span |= bits[s]
-    run = everyone & ~span  # bit a: GPU a free over the span; the shifts grow runs of free GPUs to k
-    for shift in shifts:
+    run = search.everyone & ~span  # bit a: GPU a free over the span; the shifts grow runs of free GPUs to k
+    for shift in search.shifts:
         run &= run >> shift
-    return run & allowed
+    return run & search.allowed
 
 
 _FAR = 1 << 40  # "free for ever" in Occupancy.free_runs

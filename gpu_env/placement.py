@@ -63,7 +63,7 @@ def block_pattern(k: int, node_size: int) -> int:
     """
     if k > node_size or 64 % node_size:
         return 0
-    return sum(1 << int(a) for a in rules.allowed_block_starts(k, 64, node_size))
+    return rules.allowed_block_mask(k, 64, node_size)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -126,12 +126,82 @@ def find_block(inst: ListInstance, j: int, t: int, busy: np.ndarray, span: np.nd
 
 
 @njit(cache=True, nogil=True, inline="always")
+def free_starts(
+    busy: np.ndarray,
+    t: int,
+    d: int,
+    everyone: np.ndarray,
+    allowed: np.ndarray,
+    shifts: np.ndarray,
+    span: np.ndarray,
+    run: np.ndarray,
+    moved: np.ndarray,
+) -> bool:  # pragma: no cover - compiled
+    """Into ``run`` (NW,): the allowed first GPUs of blocks of k GPUs free over [t, t + d); whether there is one.
+
+    :func:`gpu_env.occupancy.free_block_starts` on words: ``everyone`` (NW,) holds the cluster's GPUs, ``allowed``
+    (NW,) the first GPUs rule 4 allows (:func:`gpu_env.rules.allowed_block_mask`), ``shifts``
+    :func:`gpu_env.occupancy.block_shifts` of k padded with zeros; the runs of GPUs free over the span (the OR of its
+    columns of ``busy``) grow by each shift across words. ``span`` and ``moved``: (NW,) scratch.
+    """
+    nw = run.shape[0]
+    for w in range(nw):
+        span[w] = 0
+    for c in range(t, t + d):
+        for w in range(nw):
+            span[w] |= busy[c, w]
+    for w in range(nw):
+        run[w] = ~span[w] & everyone[w]
+    for level in range(shifts.shape[0]):
+        shift = shifts[level]
+        if shift == 0:
+            continue
+        q, rr = shift >> 6, np.uint64(shift & 63)
+        for w in range(nw):
+            low = run[w + q] if w + q < nw else np.uint64(0)
+            high = run[w + q + 1] if w + q + 1 < nw else np.uint64(0)
+            moved[w] = low >> rr
+            if rr > 0:
+                moved[w] |= high << (np.uint64(64) - rr)
+        for w in range(nw):
+            run[w] &= moved[w]
+    nonempty = False
+    for w in range(nw):
+        run[w] &= allowed[w]
+        if run[w] != 0:
+            nonempty = True
+    return nonempty
+
+
+@njit(cache=True, nogil=True, inline="always")
+def drop_meeting(starts: np.ndarray, k: int, first: int, width: int) -> None:  # pragma: no cover - compiled
+    """Clear from ``starts`` (NW,) words of first GPUs every block of k GPUs that meets GPUs first..first+width-1."""
+    for g in range(max(first - k + 1, 0), min(first + width, 64 * starts.shape[0])):
+        starts[g >> 6] &= ~(_ONE << np.uint64(g & 63))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def free_capacity(gpus: int, held: int, reserved: int) -> int:  # pragma: no cover - compiled
+    """:func:`gpu_env.rules.free_capacity` of one slot, compiled: ``gpus`` less those held and those reserved."""
+    return gpus - held - reserved
+
+
+@njit(cache=True, nogil=True, inline="always")
+def last_short(k: int, t: int, d: int, T: int, room: np.ndarray) -> int:  # pragma: no cover - compiled
+    """The last slot of [t, t + d) inside the horizon whose ``room`` (free capacity per slot) is short of k, or -1.
+
+    Rule 7 (:func:`gpu_env.rules.short_slots`): no start up to that slot fits k GPUs over d slots.
+    """
+    for s in range(min(t + d, T) - 1, t - 1, -1):
+        if room[s] < k:
+            return s
+    return -1
+
+
+@njit(cache=True, nogil=True, inline="always")
 def fits(k: int, t: int, d: int, T: int, room: np.ndarray) -> bool:  # pragma: no cover - compiled
     """Rule 7 for k GPUs over [t, t + d): ``room`` (free capacity per slot) covers k in each slot inside the horizon."""
-    for s in range(t, min(t + d, T)):
-        if room[s] < k:
-            return False
-    return True
+    return last_short(k, t, d, T, room) < 0
 
 
 @njit(cache=True, nogil=True)
@@ -266,6 +336,52 @@ def packed_start(
         if score > best_score:
             best_t, best_a, best_score = t, a, score
     return best_t, best_a
+
+
+@njit(cache=True, nogil=True, inline="always")
+def has(words: np.ndarray, g: int) -> bool:  # pragma: no cover - compiled
+    """Whether GPU g is in the set ``words`` (NW,)."""
+    return ((words[g >> 6] >> np.uint64(g & 63)) & _ONE) != 0
+
+
+@njit(cache=True, nogil=True, _nrt=False)
+def fit_choices(words: np.ndarray, wide: bool, size: int, gpus: int, out: np.ndarray) -> None:  # pragma: no cover
+    """The fit rules' blocks among a set of feasible first GPUs into ``out`` (6,): first, best, last and their waste.
+
+    A row of :meth:`gpu_env.episode.Episode.fit_table`, on words. The feasible first GPUs come in groups (runs of
+    consecutive first GPUs, split at node boundaries); a block's waste is its group's length less one (0 for blocks
+    wider than a node, ``wide``); ``best`` is the first GPU of the first shortest group.
+    """
+    first = -1
+    last = -1
+    first_len = -1
+    best = -1
+    best_len = 1 << 30
+    group = -1
+    last_start = -1
+    for g in range(gpus):
+        if words[g >> 6] == 0 or not has(words, g):
+            continue
+        if group < 0 or g % size == 0:
+            group = g
+            last_start = g
+        if first < 0:
+            first = g
+        last = g
+        nxt = g + 1
+        if nxt >= gpus or nxt % size == 0 or not has(words, nxt):
+            length = g - group + 1
+            if first_len < 0:
+                first_len = length
+            if length < best_len:
+                best_len = length
+                best = group
+            group = -1
+    if wide:
+        out[0], out[1], out[2], out[3], out[4], out[5] = first, 0, first, 0, last, 0
+    else:
+        out[0], out[1], out[2], out[3] = first, first_len - 1, best, best_len - 1
+        out[4], out[5] = last, last - last_start
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -52,6 +52,15 @@ def allowed_block_starts(k: int, gpus: int, node_size: int) -> np.ndarray:
     return np.array(_block_starts(k, gpus, node_size), dtype=np.int64)
 
 
+@lru_cache(maxsize=4096)
+def allowed_block_mask(k: int, gpus: int, node_size: int) -> int:
+    """:func:`allowed_block_starts` as a bitmask: bit ``a`` set for every allowed first GPU ``a``."""
+    mask = 0
+    for a in _block_starts(k, gpus, node_size):
+        mask |= 1 << a
+    return mask
+
+
 def is_allowed_block(first: int, k: int, gpus: int, node_size: int) -> bool:
     """Whether the block ``first..first+k-1`` is allowed by rule 4."""
     if first < 0 or first + k > gpus:
@@ -165,6 +174,34 @@ def _lipschitz_envelope(x: np.ndarray, ramp: int, lower: bool) -> np.ndarray:
     for t in range(len(y) - 2, -1, -1):  # backward pass
         y[t] = pick(y[t], y[t + 1] + step)
     return np.array(y, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------- rule 7: capacity
+
+
+def free_capacity(gpus: int, held: np.ndarray | int, reserved: np.ndarray | int) -> np.ndarray | int:
+    """GPUs a new job may use in a slot (or in each slot).
+
+    The cluster's ``gpus`` less those ``held`` by jobs and those ``reserved`` for real-time apps (their
+    curves, or their ramp floors where a placement may lower the curves).
+    """
+    return gpus - held - reserved
+
+
+def short_slots(room: np.ndarray | list[int], k: np.ndarray | int) -> np.ndarray:
+    """Where a job of ``k`` GPUs may not run by rule 7: the slots whose free capacity ``room`` is under k.
+
+    ``k`` may be an array (for example of shape (n, 1), one job a row) that broadcasts against ``room``.
+    """
+    return np.asarray(room) < k
+
+
+def fits_capacity(room: list[int], k: int, start: int, d: int) -> bool:
+    """Rule 7 for one span: ``room`` covers k GPUs in every slot of ``[start, start + d)`` inside the horizon.
+
+    ``room`` is the free capacity of each slot of the horizon (:func:`free_capacity`); plain ints answer fastest.
+    """
+    return min(room[start : start + d], default=k) >= k
 
 
 # ----------------------------------------------------------------------------- rules 1, 5 and 7 on inherited work

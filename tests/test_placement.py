@@ -16,6 +16,7 @@ from gpu_env import placement, rules
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.listsched import ListInstance, Scratch, new_scratch
 from gpu_env.objective import realtime_curves, shortfall_penalty
+from gpu_env.occupancy import block_shifts
 
 quiet = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -85,3 +86,59 @@ def test_realtime_curves_and_penalty_are_the_objectives(family: str, seed: int, 
     placement.realtime_one(view, 0, np.zeros((4, T), dtype=np.int64))
     assert np.array_equal(curves[0], expected)
     assert cost[0] == shortfall_penalty(expected, inst.demand[0], inst.penalty[0])
+
+
+def words_of(mask: int, nw: int) -> np.ndarray:
+    return np.array([(mask >> (64 * w)) & ((1 << 64) - 1) for w in range(nw)], dtype=np.uint64)
+
+
+def mask_of(words: np.ndarray) -> int:
+    return sum(int(x) << (64 * w) for w, x in enumerate(words))
+
+
+@quiet
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    seed=st.integers(0, 1000),
+    gpus=st.sampled_from((8, 12, 16, 80)),
+    data=st.data(),
+)
+def test_free_block_starts_and_the_blocks_a_new_block_meets_are_the_rules(
+    family: str, seed: int, gpus: int, data: st.DataObject
+):
+    inst, busy, _ = random_state(family, seed, gpus, data)
+    T, nw = inst.slots, busy.shape[1]
+    everyone = words_of((1 << gpus) - 1, nw)
+    span, run, moved = (np.zeros(nw, dtype=np.uint64) for _ in range(3))
+    for j in range(inst.k.size):
+        k, d = int(inst.k[j]), int(inst.d[j])
+        t = data.draw(st.integers(0, T - 1), label="start")
+        allowed = words_of(rules.allowed_block_mask(k, gpus, inst.node_size), nw)
+        shifts = np.array([*block_shifts(k), 0], dtype=np.int64)
+        free = [int(a) for a in rules.allowed_block_starts(k, gpus, inst.node_size) if free_over(busy, t, d, int(a), k)]
+        assert placement.free_starts(busy, t, d, everyone, allowed, shifts, span, run, moved) == bool(free)
+        assert mask_of(run) == sum(1 << a for a in free)
+        first = data.draw(st.integers(0, gpus - 1), label="first")
+        width = data.draw(st.integers(1, gpus - first), label="width")
+        starts = run.copy()
+        placement.drop_meeting(starts, k, first, width)
+        assert mask_of(starts) == sum(1 << a for a in free if a + k <= first or a >= first + width)
+
+
+@quiet
+@given(
+    gpus=st.integers(1, 64),
+    held=st.lists(st.integers(0, 64), min_size=1, max_size=30),
+    k=st.integers(1, 16),
+    data=st.data(),
+)
+def test_capacity_and_the_last_short_slot_are_the_rules(gpus: int, held: list[int], k: int, data: st.DataObject):
+    T = len(held)
+    reserved = data.draw(st.lists(st.integers(0, 64), min_size=T, max_size=T), label="reserved")
+    room = rules.free_capacity(gpus, np.array(held), np.array(reserved))
+    assert [placement.free_capacity(gpus, h, r) for h, r in zip(held, reserved, strict=True)] == room.tolist()
+    t = data.draw(st.integers(0, T - 1), label="start")
+    d = data.draw(st.integers(1, 2 * T), label="duration")
+    short = np.flatnonzero(rules.short_slots(room, k)[t : t + d]) + t
+    assert placement.last_short(k, t, d, T, room) == (int(short[-1]) if short.size else -1)
+    assert placement.fits(k, t, d, T, room) == rules.fits_capacity(room.tolist(), k, t, d) == (short.size == 0)

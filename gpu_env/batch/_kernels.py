@@ -69,51 +69,6 @@ _C_CLOCK, _C_REMAINING, _C_HORIZON, _C_GPUS, _C_NODE, _C_PENDING, _C_OBJECTIVE, 
 # ----------------------------------------------------------------------------- helpers
 
 
-@njit(cache=True, nogil=True, _nrt=False)
-def _bit(words: np.ndarray, g: int) -> bool:  # pragma: no cover - compiled
-    return (words[g >> 6] >> np.uint64(g & 63)) & np.uint64(1) != 0
-
-
-@njit(cache=True, nogil=True, _nrt=False)
-def _choices_row(words: np.ndarray, wide: bool, size: int, gpus: int, out: np.ndarray) -> None:  # pragma: no cover
-    """``Episode.fit_table`` of one set of feasible first GPUs into ``out`` (6,): first, best, last and their waste.
-
-    The feasible first GPUs come in groups (runs of consecutive first GPUs, split at node boundaries);
-    a block's waste is its group's length less one (0 for blocks wider than a node); ``best`` is the
-    first GPU of the first shortest group.
-    """
-    first = -1
-    last = -1
-    first_len = -1
-    best = -1
-    best_len = 1 << 30
-    group = -1
-    last_start = -1
-    for g in range(gpus):
-        if words[g >> 6] == 0 or not _bit(words, g):
-            continue
-        if group < 0 or g % size == 0:
-            group = g
-            last_start = g
-        if first < 0:
-            first = g
-        last = g
-        nxt = g + 1
-        if nxt >= gpus or nxt % size == 0 or not _bit(words, nxt):
-            length = g - group + 1
-            if first_len < 0:
-                first_len = length
-            if length < best_len:
-                best_len = length
-                best = group
-            group = -1
-    if wide:
-        out[0], out[1], out[2], out[3], out[4], out[5] = first, 0, first, 0, last, 0
-    else:
-        out[0], out[1], out[2], out[3] = first, first_len - 1, best, best_len - 1
-        out[4], out[5] = last, last - last_start
-
-
 @njit(cache=True, nogil=True, _nrt=False, inline="always")
 def _room(s, e: int, trade: bool, room: np.ndarray) -> None:  # pragma: no cover - compiled
     """``BatchEngine.room`` of episode e into ``room`` (T,), huge past the episode's horizon.
@@ -132,7 +87,7 @@ def _room(s, e: int, trade: bool, room: np.ndarray) -> None:  # pragma: no cover
             used = 0
             for a in range(A):
                 used += s_curves[e, a, c]
-        room[c] = s_gpus[e] - used - s_load[e, c]
+        room[c] = placement.free_capacity(s_gpus[e], s_load[e, c], used)
 
 
 @njit(cache=True, nogil=True, _nrt=False, inline="always")
@@ -141,10 +96,8 @@ def _mark(s, e: int, first: int, k: int, t0: int, d: int) -> None:  # pragma: no
     s_busy, s_free_now, s_grid, s_load, s_slots = s.busy, s.free_now, s.grid, s.load, s.slots
     W, T = s_busy.shape[1], s_load.shape[1]
     end = min(t0 + d, W)
+    placement.mark(s_busy[e], t0, end - t0, first, k)
     for g in range(first, first + k):
-        bit = np.uint64(1) << np.uint64(g & 63)
-        for c in range(t0, end):
-            s_busy[e, c, g >> 6] |= bit
         for c in range(t0, min(end, T)):
             s_grid[e, g, c, 0] = 1.0
         s_free_now[e, g] = 0
@@ -169,22 +122,15 @@ def _narrow(
         start = s_earliest[e, r]
         if start < 0 or start >= t + d or start + s_d[e, r] <= t:
             continue
-        lo = max(first - s_k[e, r] + 1, 0)
-        hi = min(first + k, 64 * NW)
-        for g in range(lo, hi):
-            s_at[e, r, g >> 6] &= ~(np.uint64(1) << np.uint64(g & 63))
+        placement.drop_meeting(s_at[e, r], s_k[e, r], first, k)
         empty = True
         for w in range(NW):
             if s_at[e, r, w] != 0:
                 empty = False
-        if not empty:
-            least = _BIG
-            for c in range(start, min(start + s_d[e, r], T)):
-                least = min(least, room[c])
-            if least < s_k[e, r]:
-                for w in range(NW):
-                    s_at[e, r, w] = 0
-                empty = True
+        if not empty and not placement.fits(s_k[e, r], start, s_d[e, r], T, room):
+            for w in range(NW):
+                s_at[e, r, w] = 0
+            empty = True
         if empty:
             rows[n] = r
             begins[n] = start + 1
@@ -218,7 +164,7 @@ def _place(
     s_start, s_values, s_wide = s.start, s.values, s.wide
     A, T = s_curves.shape[1], s_curves.shape[2]
     NW = s_at.shape[2]
-    _choices_row(s_at[e, row], s_wide[e, row], s_node[e], gpus, opts)
+    placement.fit_choices(s_at[e, row], s_wide[e, row], s_node[e], gpus, opts)
     first = opts[2 * option]
     k, d, t = s_k[e, row], s_d[e, row], s_clock[e]
     _mark(s, e, first, k, t, d)
@@ -232,10 +178,10 @@ def _place(
     if trade:
         over = False
         for c in range(t, min(t + d, T, s_slots[e])):
-            total = s_load[e, c]
+            total = 0
             for a in range(A):
                 total += s_curves[e, a, c]
-            if total > s_gpus[e]:
+            if placement.free_capacity(s_gpus[e], s_load[e, c], total) < 0:
                 over = True
                 break
         if over:
@@ -252,52 +198,24 @@ def _search(
     """Row ``row`` of episode e to its first feasible start >= begin, and its first GPUs there.
 
     A start t fits when the room (``room``: :func:`_room` of the episode) holds k in every slot of
-    ``[t, t + d)`` and some allowed first GPU begins a run of k GPUs free over the whole span (the OR of
-    the span's busy sets, runs grown by the row's shifts): ``Occupancy.next_feasible_mask``.
+    ``[t, t + d)`` (:func:`gpu_env.placement.last_short`) and some allowed first GPU begins a block free
+    over the whole span (:func:`gpu_env.placement.free_starts`): ``Occupancy.next_feasible_mask``.
     """
     s_allowed, s_at, s_busy, s_d, s_earliest = s.allowed, s.at, s.busy, s.d, s.earliest
     s_everyone, s_hi, s_k, s_lo, s_load = s.everyone, s.hi, s.k, s.lo, s.load
     s_shifts = s.shifts
     T, NW = s_load.shape[1], s_busy.shape[2]
     kk, dd = s_k[e, row], s_d[e, row]
+    busy, everyone, allowed, shifts = s_busy[e], s_everyone[e], s_allowed[e, row], s_shifts[e, row]
     found = -1
     t, end = max(begin, s_lo[e, row]), min(s_hi[e, row], T)
     while t < end:
         # The room: the last slot of the span short of k rules out every start up to it.
-        short = -1
-        for c in range(min(t + dd, T) - 1, t - 1, -1):
-            if room[c] < kk:
-                short = c
-                break
+        short = placement.last_short(kk, t, dd, T, room)
         if short >= 0:
             t = short + 1
             continue
-        for w in range(NW):
-            span[w] = 0
-        for c in range(t, t + dd):
-            for w in range(NW):
-                span[w] |= s_busy[e, c, w]
-        for w in range(NW):
-            run[w] = ~span[w] & s_everyone[e, w]
-        for level in range(s_shifts.shape[2]):
-            shift = s_shifts[e, row, level]
-            if shift == 0:
-                continue
-            q, rr = shift >> 6, np.uint64(shift & 63)
-            for w in range(NW):
-                low = run[w + q] if w + q < NW else np.uint64(0)
-                high = run[w + q + 1] if w + q + 1 < NW else np.uint64(0)
-                moved[w] = low >> rr
-                if rr > 0:
-                    moved[w] |= high << (np.uint64(64) - rr)
-            for w in range(NW):
-                run[w] &= moved[w]
-        nonempty = False
-        for w in range(NW):
-            run[w] &= s_allowed[e, row, w]
-            if run[w] != 0:
-                nonempty = True
-        if nonempty:
+        if placement.free_starts(busy, t, dd, everyone, allowed, shifts, span, run, moved):
             found = t
             break
         t += 1
@@ -482,11 +400,11 @@ def _jobs_into(s, out: np.ndarray, width: int, gpus: int, opts: np.ndarray) -> N
                 total = 0
                 for a in range(A):
                     total += s_curves[e, a, c]
-                over = kk - (s_gpus[e] - s_load[e, c] - total)
+                over = kk - placement.free_capacity(s_gpus[e], s_load[e, c], total)
                 if over > 0:
                     take += over
             words = s_at[e, row]
-            _choices_row(words, s_wide[e, row], s_node[e], gpus, opts)
+            placement.fit_choices(words, s_wide[e, row], s_node[e], gpus, opts)
             members = 0
             for w in range(NW):
                 x = words[w]
@@ -560,8 +478,8 @@ def _slots_into(s, out: np.ndarray, trade: bool) -> None:  # pragma: no cover - 
             out[e, t, _S_REALTIME] = total / G
             out[e, t, _S_DEMAND] = want / G
             out[e, t, _S_SHORTFALL] = short / G
-            out[e, t, _S_SLACK] = (G - s_load[e, t] - total) / G
-            out[e, t, _S_ROOM] = (G - used - s_load[e, t]) / G
+            out[e, t, _S_SLACK] = placement.free_capacity(G, s_load[e, t], total) / G
+            out[e, t, _S_ROOM] = placement.free_capacity(G, s_load[e, t], used) / G
             out[e, t, _S_DECAY] = s_decay_weights[e, t]
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpu_env.occupancy import block_shifts
+
 WORD = 64
 
 
@@ -20,17 +22,8 @@ def words_for(gpus: int) -> int:
 
 
 def shift_table(k: int, width: int) -> list[int]:
-    """The shifts that grow runs of 1 free GPU into runs of k, padded with zeros to ``width``.
-
-    The same sequence as :func:`gpu_env.occupancy._block_search`: runs of 1, 2, 4, ... GPUs, then
-    one overlapping step to k.
-    """
-    shifts, have = [], 1
-    while 2 * have <= k:
-        shifts.append(have)
-        have *= 2
-    if have < k:
-        shifts.append(k - have)
+    """:func:`gpu_env.occupancy.block_shifts` of k as a list, padded with zeros to ``width``."""
+    shifts = list(block_shifts(k))
     return shifts + [0] * (width - len(shifts))
 
 

@@ -16,10 +16,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from gpu_env import rules
 from gpu_env.batch import bits
 from gpu_env.episode import ActionLayout, ActionMode, Episode
 from gpu_env.observation import Limits
-from gpu_env.occupancy import _block_search
 from gpu_env.scenario import Scenario
 
 
@@ -244,7 +244,7 @@ class Start:
         allowed = np.zeros((R, NW), dtype=np.uint64)
         shifts = np.zeros((R, sizes.levels), dtype=np.int64)
         for i, k in enumerate(ep.k.tolist()):
-            allowed[i] = bits.from_int(_block_search(k, g, sc.node_size)[1], NW)
+            allowed[i] = bits.from_int(rules.allowed_block_mask(k, g, sc.node_size), NW)
             shifts[i] = bits.shift_table(k, sizes.levels)
         out["allowed"], out["shifts"] = allowed, shifts
         out["values"] = padded(ep.values, (R, T + 1))
@@ -266,14 +266,14 @@ class Start:
         out["everyone"] = bits.from_int((1 << g) - 1, NW)
         out["reward_scale"] = np.float64(reward_scale or float(g * t * ep.w_max))
         busy = np.zeros((sizes.width, NW), dtype=np.uint64)
-        for s, mask in enumerate(ep.occupancy._busy_bits()):
+        for s, mask in enumerate(ep.occupancy.busy_bits()):
             if mask:
                 busy[s] = bits.from_int(mask, NW)
         out["busy"] = busy
         out["load"] = padded(ep.occupancy.job_load, (T,))
         out["curves"] = padded(ep.curves.reshape(a, t), (A, T))
         out["earliest"] = padded(ep.earliest, (R,), -1)
-        out["at"] = np.stack([bits.from_int(m, NW) for m in ep._at] + [np.zeros(NW, np.uint64)] * (R - r))
+        out["at"] = np.stack([bits.from_int(m, NW) for m in ep.at_masks] + [np.zeros(NW, np.uint64)] * (R - r))
         out["placed"] = np.zeros(R, dtype=bool)
         out["start"] = np.full(R, -1, dtype=np.int64)
         out["first"] = np.full(R, -1, dtype=np.int64)
@@ -281,7 +281,7 @@ class Start:
         out["job_value"] = np.float64(ep.job_value)
         out["shortfall_cost"] = np.float64(ep.shortfall_cost)
         out["objective"] = np.float64(ep.objective)
-        out["unpaid"] = np.float64(ep._unpaid)
+        out["unpaid"] = np.float64(ep.unpaid)
         out["free_now"] = padded(np.minimum(ep.free_at_clock(), T + 1), (G,))
         grid = np.zeros((G, T, 2), dtype=np.float32)
         for job in sc.jobs:
