@@ -89,7 +89,7 @@ class Status(StrEnum):
     UNKNOWN = "unknown"
 
 
-_STATUS = {
+SOLVER_STATUS = {  # CP-SAT's status codes as a Status
     cp_model.OPTIMAL: Status.OPTIMAL,
     cp_model.FEASIBLE: Status.FEASIBLE,
     cp_model.INFEASIBLE: Status.INFEASIBLE,
@@ -919,9 +919,10 @@ class _Trace(cp_model.CpSolverSolutionCallback):
             self.on_plan(self.schedule.plan_from(self.schedule.read_solution(self.value)))
 
 
-def _solver(
+def new_solver(
     formulation: Formulation, seconds: float, workers: int, seed: int, deterministic_time: float | None, log: bool
 ) -> cp_model.CpSolver:
+    """A CP-SAT solver for a formulation, with the time, worker, seed and logging parameters of a solve."""
     solver = cp_model.CpSolver()
     params = solver.parameters
     params.max_time_in_seconds = max(0.001, seconds)
@@ -980,14 +981,14 @@ def solve(
     if cutoff is not None:
         m.model.add(m.objective >= m.objective_of(m.assignment_from_plan(cutoff)))
     remaining = time_limit - (time.perf_counter() - started)
-    solver = _solver(f, remaining, workers, seed, deterministic_time, log)
+    solver = new_solver(f, remaining, workers, seed, deterministic_time, log)
     trace = _Trace(started, m.scale, m, on_plan)
     if on_solver is not None:
         on_solver(solver)
     code = solver.solve(m.model, trace)
     if code == cp_model.MODEL_INVALID:  # a bug in this module, never the user's input
         raise RuntimeError(f"CP-SAT model invalid: {m.model.validate()}")
-    status = _STATUS[code]
+    status = SOLVER_STATUS[code]
     # With no solution CP-SAT's bound is not one (it reads 0.0 when the limit struck before the search): none.
     scaled_bound = solver.best_objective_bound if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None
     assignment = m.read_solution(solver.value) if code in (cp_model.OPTIMAL, cp_model.FEASIBLE) else None

@@ -375,9 +375,9 @@ def solve_region(
     current = {position[j]: (int(state.start[j]), int(state.first[j])) for j in region.freed + region.pinned}
     hint = m.assignment_from_plan(m.plan_from(cpsat.Assignment(current, state.curves.copy())))
     m.add_hint(hint)
-    solver = cpsat._solver(m.formulation, seconds, workers, seed, deterministic_time, False)
+    solver = cpsat.new_solver(m.formulation, seconds, workers, seed, deterministic_time, False)
     code = solver.solve(m.model)
-    status = cpsat._STATUS[code].value
+    status = cpsat.SOLVER_STATUS[code].value
     record = Move(region.kind, len(region.freed), len(region.candidates), len(region.pinned), status, 0.0, 0.0)
     record.deterministic_time = float(solver.deterministic_time)
     record.seconds = time.perf_counter() - clock

@@ -81,11 +81,11 @@ def update_rate(items: list, batch: int, hidden: int, device: str, seconds: floa
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     chunk = [items[i % len(items)] for i in range(batch)]
     jobs, mask, cluster = tr.collate(chunk, device)
-    labels, lengths = tr._pad_orders([it.label for it in chunk], device)
+    labels, lengths = tr.pad_orders([it.label for it in chunk], device)
     rng = np.random.default_rng(0)
     k = 16
     drawn = [o for it in chunk for o in tr.sample_orders(np.zeros(it.jobs.shape[0]), it.pending, k, rng, 1.0)]
-    orders, order_lengths = tr._pad_orders(drawn, device)
+    orders, order_lengths = tr.pad_orders(drawn, device)
     after = torch.zeros(batch * k, device=device)
     advantage = torch.randn(batch * k, device=device)
     with torch.no_grad():

@@ -217,7 +217,7 @@ class Episode:
         self.first_gpu = np.full(R, -1, dtype=np.int64)
         self.earliest = np.where(self.lo < self.hi, self.lo, -1)
         self._at: list[int] = [0] * R  # at_earliest as bitmasks
-        self._touched: list[int] = []  # rows whose earliest start changed, in order (for the observation)
+        self.touched: list[int] = []  # rows whose earliest start changed, in order (for the observation)
         self._rows_list = self.rows.tolist()
         self._hi_list = self.hi.tolist()
         self.log: list[tuple[int, int, int]] = []
@@ -268,8 +268,8 @@ class Episode:
         self.node_lo = (gpu // sc.node_size) * sc.node_size
         self.node_hi = np.minimum(self.node_lo + sc.node_size, sc.gpus)
         self.gpu_index = gpu
-        self._k_list = self.k.tolist()
-        self._d_list = self.d.tolist()
+        self.k_list = self.k.tolist()  # k of each row as plain ints
+        self.d_list = self.d.tolist()  # d of each row as plain ints
 
     def _clear_caches(self) -> None:
         self._runs: np.ndarray | None = None
@@ -290,7 +290,7 @@ class Episode:
         for name in ("curves", "placed", "start", "first_gpu", "earliest"):
             setattr(other, name, getattr(self, name).copy())
         other._at = list(self._at)
-        other._touched = list(self._touched)
+        other.touched = list(self.touched)
         other.log = list(self.log)
         other._clear_caches()
         return other
@@ -347,7 +347,7 @@ class Episode:
         for r in rows.tolist() if isinstance(rows, np.ndarray) else rows:
             start = int(earliest[r]) + (0 if retry else 1)
             earliest[r], at_rows[r] = occ.next_feasible_mask(jobs[r], start, hi[r], room)
-            self._touched.append(r)
+            self.touched.append(r)
 
     def _move_clock(self) -> None:
         """Set the clock to the next slot where an unplaced row can start, or end the episode."""
@@ -394,7 +394,7 @@ class Episode:
         """(row, :meth:`fit_table` row as ints, :meth:`blocks_now`) for each row that can start at the clock."""
         if self._fit_rows is None:
             node = self.scenario.node_size
-            at_rows, k_of = self._at, self._k_list
+            at_rows, k_of = self._at, self.k_list
             now = (self.earliest == self.clock).nonzero()[0].tolist() if not self.done else []  # placed rows hold -1
             self._fit_rows = [(r, _fit_choices(at_rows[r], k_of[r] > node, node), at_rows[r].bit_count()) for r in now]
         return self._fit_rows
@@ -486,7 +486,7 @@ class Episode:
                 first = int(self.options()[row, option])
             else:
                 node = self.scenario.node_size
-                first = _fit_choices(self._at[row], self._k_list[row] > node, node)[2 * option]
+                first = _fit_choices(self._at[row], self.k_list[row] > node, node)[2 * option]
             self._place(row, first)
         self._mask = self._fit_rows = self._fit_table = self._blocks_now = None
         reward = self.objective - before + self._unpaid
@@ -532,11 +532,11 @@ class Episode:
         self.first_gpu[row] = first
         self.earliest[row] = -1
         self._at[row] = 0
-        self._touched.append(row)
+        self.touched.append(row)
         self.log.append((row, t, first))
         if self._free_now is not None:  # the block's GPUs are busy from the clock on; no other GPU changes
             free_now = self._free_now.copy()
-            free_now[first : first + self._k_list[row]] = 0
+            free_now[first : first + self.k_list[row]] = 0
             self._free_now = free_now
         self.job_value += float(self.values[row, t])
         if self.trade_realtime:
@@ -551,7 +551,7 @@ class Episode:
         # Rows whose span at their earliest start overlaps the new job's may have lost blocks there;
         # rows left with none search on from the next slot.
         e = self.earliest.tolist()
-        end, d_of = t + d, self._d_list
+        end, d_of = t + d, self.d_list
         hit = [r for r, s in enumerate(e) if 0 <= s < end and s + d_of[r] > t]
         if hit:
             kept = occ.narrow_masks(

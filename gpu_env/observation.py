@@ -279,7 +279,7 @@ class Encoder:
                 jobs[:, _J_VALUE_EARLIEST] = values[self._rows, e]  # e = -1 reads column T, which is 0
                 jobs[:, JOB_NOW] = 0.0
             else:  # only rows whose earliest start moved changed (rows that can start now: below)
-                for r in set(ep._touched[self._touched_seen :]):
+                for r in set(ep.touched[self._touched_seen :]):
                     s = e_list[r]
                     jobs[r, _J_FLAGS] = (s >= 0, ep.placed[r], s == clock)
                     jobs[r, _J_VALUES] = (
@@ -288,14 +288,14 @@ class Encoder:
                         values[r, s],
                     )
                     jobs[r, JOB_NOW] = 0.0
-            self._touched_seen = len(ep._touched)
+            self._touched_seen = len(ep.touched)
             # Rows that can start at the clock: real-time GPU-slots a start takes (k beyond the slack in
             # each slot of its span), blocks free now, and each fit rule's block and waste.
             slack = self._realtime_slack_list
             per_area, per_block = self._per_area_list, self._per_block_list
             gpu_scale, waste_scale = self._fit_scale[:2]
             cut = self._cut_cost
-            k_of, d_of = ep._k_list, ep._d_list
+            k_of, d_of = ep.k_list, ep.d_list
             for r, (first, first_waste, best, best_waste, last, last_waste), count in ep.fit_rows():
                 k = k_of[r]
                 take = 0

@@ -306,10 +306,10 @@ def test_the_wall_limit_reaches_the_solver_less_the_model_build(monkeypatch):
     # The wall-clock contract (never much past time_limit) is a benchmark's to measure; here: what CP-SAT is told.
     # The clock is a controlled input too: each reading is 2 s after the one before, so the model build "takes" 2 s.
     seen: list[float] = []
-    real = cpsat._solver
+    real = cpsat.new_solver
     ticks = itertools.count(100.0, 2.0)
     monkeypatch.setattr(cpsat, "time", SimpleNamespace(perf_counter=lambda: next(ticks)))
-    monkeypatch.setattr(cpsat, "_solver", lambda f, seconds, *rest: seen.append(seconds) or real(f, seconds, *rest))
+    monkeypatch.setattr(cpsat, "new_solver", lambda f, seconds, *rest: seen.append(seconds) or real(f, seconds, *rest))
     sc = random_tiny(0)
     result = cpsat.solve(sc, time_limit=60.0, workers=1)
     assert seen == [60.0 - 2.0]  # the model build's time is taken off the solver's limit

@@ -256,7 +256,7 @@ def test_a_ppo_round_stores_the_drawing_policy_and_never_lowers_a_label():
     # The stored log-probabilities are the policy's: before any step every ratio is 1.
     for it, d in zip(items, draws, strict=True):
         scores, mode = model(*tr.collate([it]))
-        orders, lengths = tr._pad_orders(list(d.orders))
+        orders, lengths = tr.pad_orders(list(d.orders))
         again = tr.draw_log_prob(
             scores.expand(6, -1), mode.expand(6), orders, lengths, torch.from_numpy(d.after), 1.0, per_job=True
         )

@@ -161,7 +161,7 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def _pad_orders(orders: Sequence[np.ndarray], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def pad_orders(orders: Sequence[np.ndarray], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     L = max(max((o.size for o in orders), default=0), 1)
     out = np.zeros((len(orders), L), dtype=np.int64)
     lengths = np.zeros(len(orders), dtype=np.int64)
@@ -181,7 +181,7 @@ def imitation_loss(model: QueueScorer, items: Sequence[Item]) -> torch.Tensor:
 def _label_loss(scores: torch.Tensor, mode: torch.Tensor, items: Sequence[Item]) -> torch.Tensor:
     """:func:`imitation_loss` on scores and mode logits the model already gave for ``items``."""
     dev = scores.device
-    orders, lengths = _pad_orders([it.label for it in items], dev)
+    orders, lengths = pad_orders([it.label for it in items], dev)
     logp = order_log_prob(scores, orders, lengths) / lengths.clamp(min=1)
     target = torch.tensor([1.0 if it.label_mode == MODE_AFTER else 0.0 for it in items], device=dev)
     mode_loss = torch.nn.functional.binary_cross_entropy_with_logits(mode, target)
@@ -249,7 +249,7 @@ def self_label_round(
             adv = adv / (adv.std() + 1e-6)
             B = len(chunk)
             flat = [o for orders in all_orders for o in orders]
-            orders_t, lengths = _pad_orders(flat, dev)
+            orders_t, lengths = pad_orders(flat, dev)
             rep = scores.repeat_interleave(k, dim=0)
             logp = order_log_prob(rep, orders_t, lengths).view(B, k) / lengths.view(B, k).clamp(min=1)
             after = torch.tensor(np.stack(all_modes) == MODE_AFTER, dtype=torch.float32, device=dev)
@@ -389,7 +389,7 @@ def collect_draws(
                 reward = dec.objective / it.scale
                 after = (modes == MODE_AFTER).astype(np.float32)
                 drawn.append(Draws(orders, after, reward, reward - reward.mean(), None))
-            orders_t, lengths = _pad_orders([o for d in drawn for o in d.orders], dev)
+            orders_t, lengths = pad_orders([o for d in drawn for o in d.orders], dev)
             logp = draw_log_prob(
                 scores.repeat_interleave(k, dim=0),
                 mode_logit.repeat_interleave(k),
@@ -455,7 +455,7 @@ def ppo_round(
             scores, mode_logit = model(jobs, mask, cluster)
             loss = _label_loss(scores, mode_logit, chunk)
             flat = [o for i in idx for o in draws[i].orders]
-            orders_t, lengths = _pad_orders(flat, dev)
+            orders_t, lengths = pad_orders(flat, dev)
             counts = torch.tensor([draws[i].orders.shape[0] for i in idx], device=dev)
             after = torch.from_numpy(np.concatenate([draws[i].after for i in idx])).to(dev)
             new = draw_log_prob(

@@ -45,12 +45,12 @@ class BatchVecEnv(VecEnv):
         venv, engine = self.venv, self.venv.engine
         raw, done = engine.step(self._actions)
         rewards = (raw / engine.state.reward_scale).astype(np.float32)
-        truncated = ~done & (engine.state.steps >= venv._limit)
+        truncated = ~done & (engine.state.steps >= venv.step_limit)
         ended = done | truncated
         infos: list[dict[str, Any]] = [{} for _ in range(self.num_envs)]
         index = np.flatnonzero(ended)
         if index.size:
-            last = venv._observation()
+            last = venv.current_observation()
             for i in index.tolist():
                 plan = engine.plan(i)
                 infos[i] = {
@@ -58,9 +58,9 @@ class BatchVecEnv(VecEnv):
                     "TimeLimit.truncated": bool(truncated[i]),
                     "plan": plan.to_dict(),
                 }
-            venv._start(index)
+            venv.start_episodes(index)
         # Fresh arrays: SB3 keeps this observation while it steps again (the vector env refills its buffers).
-        obs = {key: value.copy() for key, value in venv._observation().items()}
+        obs = {key: value.copy() for key, value in venv.current_observation().items()}
         return obs, rewards, ended, infos
 
     def action_masks(self) -> np.ndarray:

@@ -120,7 +120,7 @@ class GpuClusterVectorEnv(VectorEnv):
         duration = max_duration or _longest(self.source, self.limits.max_slots)
         sizes = Sizes.from_limits(self.limits, duration)
         self.engine = BatchEngine(num_envs, sizes, trade_realtime=trade_realtime, reward_scale=reward_scale)
-        self._limit = np.zeros(num_envs, dtype=np.int64)  # truncation step of each episode
+        self.step_limit = np.zeros(num_envs, dtype=np.int64)  # truncation step of each episode
         self._ended = np.ones(num_envs, dtype=bool)  # ended at the last step: restarts at the next
         self._returns = np.zeros(num_envs, dtype=np.float64)  # sum of the rewards of each running episode
         self._obs = buffers(self.engine, [key for key in self.single_observation_space if key != "grid"])
@@ -142,8 +142,8 @@ class GpuClusterVectorEnv(VectorEnv):
         scenario = None
         if options and options.get("scenario") is not None:
             scenario = resolve_source(options["scenario"])
-        self._start(np.arange(self.num_envs), scenario)
-        obs = self._observation()
+        self.start_episodes(np.arange(self.num_envs), scenario)
+        obs = self.current_observation()
         return obs, self._infos(np.zeros(self.num_envs, dtype=bool))
 
     def step(
@@ -156,7 +156,7 @@ class GpuClusterVectorEnv(VectorEnv):
         actions = np.asarray(actions, dtype=np.int64)
         running = ~self._ended
         if restart.size:
-            self._start(restart)
+            self.start_episodes(restart)
             actions = actions.copy()
             actions[restart] = -1  # ignored: the engine earns 0 for a forbidden action
         raw, done = engine.step(actions)
@@ -165,9 +165,9 @@ class GpuClusterVectorEnv(VectorEnv):
             state.steps[restart] = 0  # the ignored action is no step
         self._returns += rewards
         terminated = done & running
-        truncated = ~done & running & (state.steps >= self._limit)
+        truncated = ~done & running & (state.steps >= self.step_limit)
         self._ended = terminated | truncated
-        obs = self._observation()
+        obs = self.current_observation()
         return obs, rewards, terminated, truncated, self._infos(self._ended)
 
     def action_masks(self) -> np.ndarray:
@@ -189,7 +189,8 @@ class GpuClusterVectorEnv(VectorEnv):
 
     # ------------------------------------------------------------------ helpers
 
-    def _start(self, index: np.ndarray, scenario: Scenario | ScenarioSampler | None = None) -> None:
+    def start_episodes(self, index: np.ndarray, scenario: Scenario | ScenarioSampler | None = None) -> None:
+        """Start new episodes in ``index``: from ``scenario`` (a scenario or a sampler), else from the source."""
         source = scenario if scenario is not None else self.source
         if isinstance(source, ScenarioSampler):
             scenarios = [source.draw(self.np_random) for _ in index]
@@ -197,11 +198,11 @@ class GpuClusterVectorEnv(VectorEnv):
             scenarios = [source] * index.size
         self.engine.reset(scenarios, index)
         state = self.engine.state
-        self._limit[index] = 4 * (state.n_rows[index] + state.slots[index] + 1)
+        self.step_limit[index] = 4 * (state.n_rows[index] + state.slots[index] + 1)
         self._ended[index] = False
         self._returns[index] = 0.0
 
-    def _observation(self) -> dict[str, np.ndarray]:
+    def current_observation(self) -> dict[str, np.ndarray]:
         """The observation buffers, refilled (fresh copies with ``copy=True``)."""
         observe(self.engine, out=self._obs)
         if self.copy:
