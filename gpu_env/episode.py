@@ -302,7 +302,7 @@ class Episode:
         if self._slack is None:
             occ = self.occupancy
             if self.trade_realtime:
-                self._slack = self.scenario.gpus - self.floor_total - occ.job_load
+                self._slack = rules.free_capacity(self.scenario.gpus, occ.job_load, self.floor_total)
             else:
                 self._slack = occ.slack()
         return self._slack
