@@ -4,6 +4,8 @@
     python benchmarks/slurm_benchmark.py --part cycle     # cycle times only (about a minute)
     python benchmarks/slurm_benchmark.py --part day       # the accelerated day only (about 26 minutes)
     python benchmarks/slurm_benchmark.py --part events -o benchmarks/results/slurm_events.md   # about 3 minutes
+    python benchmarks/slurm_benchmark.py --part days      # the seven families' days at once (about 28 minutes)
+    python benchmarks/slurm_benchmark.py --part cycle --pending 500 --schedulers ppo -o /tmp/cycle.md   # one row
 
 Needs root and Debian's Slurm (agents/slurm/localcluster.py starts and stops the clusters).
 
@@ -25,6 +27,13 @@ Part 3, start latency after a job ends: `gpualloc slurm run`'s loop polling the 
 of another user holds all 32 GPUs and ends, well before its time limit, when the benchmark says (at a random
 moment of the poll's period); a held 8-GPU job of the allocator is planned after it. Measured per
 (--poll, --debounce): Slurm's start_time of the held job minus the end_time of the first (whole seconds).
+
+Part 4, seven days (``--part days``; only its own section of slurm.md is rewritten, the raw record goes to
+benchmarks/results/slurm_days.json): one day of each family of gpu_env.generators, drawn with ``--seed``
+(default 7, not the canonical scenarios' seed) at 32 GPUs or the family's own size when larger, as part 2 but
+with every job's Slurm priority its worth per GPU-slot (``--priority``), the deadlines and the inherited jobs
+on both sides, and every app's peak reserved statically on Slurm's side. All days run at once, one process
+each, on two clusters each, on one slot clock. ``--families`` and ``--slots`` make a smoke run.
 """
 
 from __future__ import annotations
@@ -102,16 +111,18 @@ def _reset(cluster: LocalCluster) -> None:
 # ----------------------------------------------------------------------------- part 1
 
 
-def part_cycle(root: Path) -> list[str]:
+def part_cycle(
+    root: Path, pending: Sequence[int] = (50, 500), schedulers: Sequence[str] = ("greedy", "ppo")
+) -> list[str]:
     rows = []
     app = {"name": "chat", "demand": [6, 6, 7, 8, 9, 9, 8, 8, 7, 6, 6, 5] * 2, "ramp": 2, "penalty": 8}
     config = _config([{**app, "initial": 6}])  # served at its demand already (no reservation yet)
-    for scheduler in ("greedy", "ppo"):  # the first call of the learned planner loads and warms its policy
+    for scheduler in schedulers:  # the first call of the learned planner loads and warms its policy
         run_scheduler(scheduler, generate("mixed-control", 0, gpus=32))
     with LocalCluster(root / "cycle", nodes=4, gpus_per_node=8) as cluster:
         client = SlurmClient(env=cluster.env)
-        for n in (50, 500):
-            for scheduler in ("greedy", "ppo"):
+        for n in pending:
+            for scheduler in schedulers:
                 _reset(cluster)
                 rng = np.random.default_rng(n)
                 t = time.perf_counter()
@@ -810,6 +821,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=7, help="--part days: the seed of every family's day")
     parser.add_argument("--families", default=",".join(FAMILIES), help="--part days: comma-separated families")
     parser.add_argument("--slots", type=int, default=None, help="--part days: run only the first N slots (a smoke run)")
+    parser.add_argument("--pending", default="50,500", help="--part cycle: comma-separated queue lengths")
+    parser.add_argument("--schedulers", default="greedy,ppo", help="--part cycle: comma-separated planners")
     parser.add_argument("--raw", type=Path, default=DAYS_JSON, help="--part days: the raw record (JSON)")
     args = parser.parse_args()
     missing = missing_tools()
@@ -838,7 +851,8 @@ def main() -> int:
     ]
     with tempfile.TemporaryDirectory(prefix="gpualloc-slurm-bench-") as tmp:
         if args.part in ("cycle", "all"):
-            sections += part_cycle(Path(tmp))
+            pending = [int(n) for n in args.pending.split(",") if n]
+            sections += part_cycle(Path(tmp), pending, [name for name in args.schedulers.split(",") if name])
         if args.part in ("day", "all"):
             sections += part_day(Path(tmp), args.slot_seconds)
         if args.part in ("events", "all"):
