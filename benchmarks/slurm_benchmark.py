@@ -709,8 +709,13 @@ def part_days(root: Path, seed: int, families: Sequence[str], slot_seconds: floa
     errors = [f"{r['family']}: {r['error']}" for r in raws if "error" in r]
     if errors:
         raise RuntimeError("; ".join(errors))
+    return days_section(raws, raw_out)
+
+
+def days_section(raws: Sequence[dict[str, Any]], raw_out: Path) -> list[str]:
+    """``--part days``'s markdown section from the days' raw records (also ``--from-raw``: no rerun)."""
     scored = [(raw, _score_day(raw)) for raw in raws]
-    return _days_section(scored, seed, slot_seconds, raw_out)
+    return _days_section(scored, raws[0]["seed"], raws[0]["slot_seconds"], raw_out)
 
 
 def _days_section(scored: list[tuple[dict[str, Any], dict[str, Any]]], seed: int, slot_seconds: float,
@@ -744,17 +749,25 @@ def _days_section(scored: list[tuple[dict[str, Any], dict[str, Any]]], seed: int
     mismatch = sum(sc["read_back_mismatch"] for _, sc in scored)
     relaxed = [f"{raw['family']} {r}" for raw, _ in scored for r in raw["relaxed"]]
     families = ", ".join(raw["family"] for raw, _ in scored)
+    short = []  # gpualloc's unserved real-time GPU-slots, where they are
+    for raw, sc in scored:
+        for app in sc["scenario"].apps:
+            curve = raw["served"][app.name]
+            short += [f"{raw['family']} {app.name} slot {s} ({app.demand[s]} asked, {r} served)"
+                      for s, r in enumerate(curve) if r < app.demand[s]]  # fmt: skip
+    latest = max(sc["latest_end_s"] for _, sc in scored)
+    run_day_utc = time.strftime("%Y-%m-%d", time.gmtime(scored[0][0]["t0"]))
     return [
         DAYS_HEADING,
         "",
         f"Command: `python benchmarks/slurm_benchmark.py --part days --seed {seed}` (as root, Debian's Slurm "
-        f"22.05.8), {time.strftime('%Y-%m-%d', time.gmtime())}; raw starts, curves and cycles in "
+        f"22.05.8), {run_day_utc}; raw starts, curves and cycles in "
         f"`{raw_out.relative_to(ROOT) if raw_out.is_relative_to(ROOT) else raw_out}`.",
         "",
         f"One day of each family ({families}), drawn with seed {seed} (not the canonical scenarios' seed "
         f"{BENCHMARK_SEEDS[scored[0][0]['family']]}) at 32 GPUs (4 nodes of 8), or at the family's own size when "
         f"larger. One slot = {slot_seconds:g} s of wall time (Slurm's time limits count whole minutes). Every "
-        "day runs on its own two local clusters, all fourteen (or more) side by side on one slot clock, in one "
+        f"day runs on its own two local clusters, all {2 * len(scored)} side by side on one slot clock, in one "
         "process per day. Jobs are submitted at their release with their time limit and deadline (half a slot "
         "of slack, so that a start inside its slot still ends in time); the inherited jobs run on their nodes "
         "on both sides from just before slot 0.",
@@ -792,12 +805,14 @@ def _days_section(scored: list[tuple[dict[str, Any], dict[str, Any]]], seed: int
         f"Failed changes or cycles: {len(failures)}" + (": " + "; ".join(failures[:10]) if failures else "") + ". "
         f"Starts outside their window: {'; '.join(outside) if outside else 'none'}. "
         f"Slots where an app's reservations read back at the next cycle differ from what the cycle committed: "
-        f"{mismatch}. Relaxed slot-0 states: {len(relaxed)}" + (": " + "; ".join(relaxed[:5]) if relaxed else "") + ".",
+        f"{mismatch}. gpualloc's unserved real-time GPU-slots: {'; '.join(short) if short else 'none'}. "
+        f"Relaxed slot-0 states: {len(relaxed)}" + (": " + "; ".join(relaxed[:5]) if relaxed else "") + ".",
         "",
         "Load: all days run at once on this machine's 2 shared cores (other work running as well), "
-        f"{sum(raw['gpus'] // 8 for raw, _ in scored) * 2} slurmds and {2 * len(scored)} controllers; each cycle's "
-        "wall time and its end within the slot are in the raw file. One run, one seed per family: no spread "
-        "is measured.",
+        f"{sum(raw['gpus'] // 8 for raw, _ in scored) * 2} slurmds and {2 * len(scored)} controllers. Every cycle "
+        f"ended within {latest:.1f} s of its slot's start (a slot is {scored[0][0]['slot_seconds']:g} s); each "
+        "cycle's wall time and its start and end within the slot are in the raw file. One run, one seed per "
+        "family: no spread is measured.",
         "",
         "What differs between the two sides besides the planner, so that the gap is not over-read: (1) Slurm "
         "alone keeps each app's peak reserved all day (the operator's static answer), gpualloc's reservations "
@@ -823,6 +838,7 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=None, help="--part days: run only the first N slots (a smoke run)")
     parser.add_argument("--pending", default="50,500", help="--part cycle: comma-separated queue lengths")
     parser.add_argument("--schedulers", default="greedy,ppo", help="--part cycle: comma-separated planners")
+    parser.add_argument("--from-raw", action="store_true", help="--part days: rewrite the section from --raw, no run")
     parser.add_argument("--raw", type=Path, default=DAYS_JSON, help="--part days: the raw record (JSON)")
     args = parser.parse_args()
     missing = missing_tools()
@@ -836,8 +852,11 @@ def main() -> int:
         unknown = [f for f in families if f not in FAMILIES]
         if unknown:
             parser.error(f"--families: unknown {', '.join(unknown)} (expected: {', '.join(FAMILIES)})")
-        with tempfile.TemporaryDirectory(prefix="gpualloc-slurm-days-") as tmp:
-            lines = part_days(Path(tmp), args.seed, families, args.slot_seconds, args.slots, args.raw)
+        if args.from_raw:
+            lines = days_section(json.loads(args.raw.read_text())["days"], args.raw)
+        else:
+            with tempfile.TemporaryDirectory(prefix="gpualloc-slurm-days-") as tmp:
+                lines = part_days(Path(tmp), args.seed, families, args.slot_seconds, args.slots, args.raw)
         text = args.output.read_text() if args.output.exists() else ""
         args.output.write_text(replace_section(text, DAYS_HEADING, lines))
         print(f"-> {args.output}, {args.raw}", file=sys.stderr)
