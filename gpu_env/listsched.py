@@ -91,12 +91,16 @@ class Choice(NamedTuple):
         block_rule: A value of :data:`BLOCK_RULES`.
         packed: The ``packed`` start rule (else ``earliest``).
         pack_tolerance: Fraction of the value the ``packed`` rule may give up.
+        prefer: (n,) preferred first GPU of each job, -1 for none; empty when no job has one. A job takes its
+            preferred block wherever the rules allow it and it is free at the start the turn chose; elsewhere the
+            block rule decides.
     """
 
     trade_candidates: np.int64
     block_rule: np.int64
     packed: np.bool_
     pack_tolerance: np.float64
+    prefer: np.ndarray
 
 
 def choice(
@@ -104,11 +108,12 @@ def choice(
     block_rule: str = "lowest",
     start_rule: str = "earliest",
     pack_tolerance: float = PACK_TOLERANCE,
+    prefer: np.ndarray | None = None,
 ) -> Choice:
     """A :class:`Choice` with the types the compiled code reads (one specialisation for every choice).
 
     Raises:
-        ValueError: An unknown block or start rule, or fewer than one trade candidate.
+        ValueError: An unknown block or start rule, fewer than one trade candidate, or ``prefer`` not 1-D.
     """
     if block_rule not in BLOCK_RULES:
         raise ValueError(f"block_rule: expected one of {', '.join(BLOCK_RULES)}, got {block_rule!r}")
@@ -116,11 +121,15 @@ def choice(
         raise ValueError(f"start_rule: expected one of {', '.join(START_RULES)}, got {start_rule!r}")
     if trade_candidates < 1:
         raise ValueError(f"trade_candidates must be positive, got {trade_candidates}")
+    wanted = np.ascontiguousarray(np.zeros(0) if prefer is None else prefer, dtype=np.int64)
+    if wanted.ndim != 1:
+        raise ValueError(f"prefer must be one first GPU per job, (n,), got shape {wanted.shape}")
     return Choice(
         np.int64(trade_candidates),
         np.int64(BLOCK_RULES[block_rule]),
         np.bool_(start_rule == "packed"),
         np.float64(pack_tolerance),
+        wanted,
     )
 
 
@@ -336,6 +345,7 @@ def decode(
     pack_tolerance: float = PACK_TOLERANCE,
     seed: tuple[np.ndarray, np.ndarray] | None = None,
     margin: float = 0.0,
+    prefer: np.ndarray | None = None,
 ) -> Decoded:
     """Decode K job orders into K plans, in one compiled call.
 
@@ -361,11 +371,20 @@ def decode(
             and one more with (most valuable first); its mode is the one promotion decodes it in. A seed that does
             not fit (cells taken twice, or capacity short of the curves) gives that candidate the objective -inf.
         margin: How much more a candidate must be worth than the best before it to replace it.
+        prefer: (n,) a preferred first GPU per job, -1 for none (every candidate's): a job takes that block where
+            the rules allow it and it is free at the start its turn chose, else the block rule's. Out-of-range
+            values are refused.
 
     Returns:
         The K plans' placements, curves and objectives.
     """
-    how = choice(trade_candidates, block_rule, start_rule, pack_tolerance)
+    if prefer is not None:
+        prefer = np.asarray(prefer)
+        if prefer.shape != (inst.k.size,):
+            raise ValueError(f"prefer must be one first GPU per job, ({inst.k.size},), got shape {prefer.shape}")
+        if prefer.size and (prefer.min() < -1 or prefer.max() >= inst.gpus):
+            raise ValueError(f"prefer names GPUs outside -1..{inst.gpus - 1}")
+    how = choice(trade_candidates, block_rule, start_rule, pack_tolerance, prefer)
     orders = np.ascontiguousarray(orders, dtype=np.int64)
     modes = np.ascontiguousarray(modes, dtype=np.int64)
     if orders.ndim != 2 or modes.shape != (orders.shape[0],):
@@ -483,6 +502,8 @@ def _decide(
         t0, a0 = placement.packed_start(inst, j, t0, a0, busy, choice.pack_tolerance, sc.room, sc.span)
     elif t0 >= 0 and choice.block_rule != BLOCK_LOWEST:
         a0, _ = placement.pick_block(inst, j, t0, busy, choice.block_rule, sc.span)
+    if t0 >= 0 and choice.prefer.size:
+        a0 = placement.preferred_block(inst, j, t0, a0, choice.prefer[j], busy)
     base = inst.values[j, t0] if t0 >= 0 else 0.0
     if not trade or not (inst.first_value[j] > base + inst.min_penalty):
         return t0, a0, False, penalty
@@ -545,6 +566,8 @@ def _decide(
     if best_t < 0:
         return t0, a0, False, penalty
     a, _ = placement.pick_block(inst, j, best_t, busy, choice.block_rule, sc.span)
+    if choice.prefer.size:
+        a = placement.preferred_block(inst, j, best_t, a, choice.prefer[j], busy)
     return best_t, a, True, best_penalty
 
 

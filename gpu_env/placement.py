@@ -3,10 +3,11 @@
 Built from :mod:`gpu_env.rules`, and held to it by ``tests/test_placement.py``: the blocks rule 4 allows
 (:func:`block_pattern`, :func:`find_block`; the search doubles runs of free GPUs in 64-GPU words), a start's
 capacity (:func:`fits`, rule 7), the earliest feasible start (:func:`earliest`), greedy's block and start rules
-(:func:`pick_block`, :func:`packed_start`), and the real-time curves with their shortfall penalty
-(:func:`realtime_one`: :func:`gpu_env.objective.realtime_curves` and :func:`gpu_env.objective.shortfall_penalty`,
-rules 6 and 7). The list-scheduling decoder (:mod:`gpu_env.listsched`, which greedy and the learned planner run)
-and the batched engine (:mod:`gpu_env.batch`) compile these functions into theirs.
+(:func:`pick_block`, :func:`packed_start`), a job's preferred block (:func:`preferred_block`), and the real-time
+curves with their shortfall penalty (:func:`realtime_one`: :func:`gpu_env.objective.realtime_curves` and
+:func:`gpu_env.objective.shortfall_penalty`, rules 6 and 7). The list-scheduling decoder (:mod:`gpu_env.listsched`,
+which greedy and the learned planner run) and the batched engine (:mod:`gpu_env.batch`) compile these functions
+into theirs.
 
 Functions named ``inst`` read a :class:`gpu_env.listsched.ListInstance` (its ``gpus``, ``node_size``, ``slots``,
 ``k``, ``d``, ``lo``, ``hi``, ``values`` and ``block_pattern``); ``busy`` is a (W, NW) uint64 grid of busy GPUs per
@@ -301,6 +302,18 @@ def pick_block(
         if score > best_score:
             best_a, best_score = a, score
     return best_a, best_score
+
+
+@njit(cache=True, nogil=True)
+def preferred_block(
+    inst: ListInstance, j: int, t: int, a: int, want: int, busy: np.ndarray
+) -> int:  # pragma: no cover - compiled
+    """Job j's first GPU at start t: ``want`` where rule 4 allows it and its block is free over the span, else a."""
+    if want < 0 or want == a:
+        return a
+    if allowed_start(want, inst.k[j], inst.gpus, inst.node_size) and block_free(inst, j, t, want, busy):
+        return want
+    return a
 
 
 @njit(cache=True, nogil=True)

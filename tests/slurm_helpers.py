@@ -9,6 +9,7 @@ lists the test edits between calls, so a test can end a job, submit one, or make
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 
 from agents.slurm.errors import CommandError
@@ -120,6 +121,12 @@ class FakeSlurm:
         if self.squeue_error is not None:
             raise CommandError(f"squeue --all --json: failed 3 times: {self.squeue_error}", unreachable=True)
         return list(self.queue)
+
+    def pending_jobs(self, jobs: Sequence[str]) -> set[str]:
+        self.polls += 1
+        if self.squeue_error is not None:
+            raise CommandError(f"squeue --jobs: failed 3 times: {self.squeue_error}", unreachable=True)
+        return {j.id for j in self.queue if j.id in set(jobs) and j.state == "PENDING"}
 
     def nodes(self) -> list[SlurmNode]:
         if self.sinfo_error is not None:

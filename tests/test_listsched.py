@@ -428,6 +428,78 @@ def test_unknown_choices_raise(kwargs: dict, message: str):
         listsched.choice(**kwargs)
 
 
+# ----------------------------------------------------------------------------- a preferred block per job
+
+
+def three_jobs(node_size: int = 4) -> Scenario:
+    """4 GPUs, decay 0.5: A and B take 1 GPU, C 2 GPUs, each for 2 slots at priority 1."""
+    jobs = [
+        {"id": name, "type": "training", "gpus": k, "duration": 2, "priority": 1}
+        for name, k in (("A", 1), ("B", 1), ("C", 2))
+    ]
+    return make_scenario(cluster={"gpus": 4, "node_size": node_size}, horizon={"slots": 6, "decay": 0.5}, jobs=jobs)
+
+
+def test_hand_worked_preferred_block():
+    sc = three_jobs()
+    A, B, C = 0, 1, 2
+    inst = ListInstance.build(sc)
+    order = np.array([[A, B, C]])
+    lowest = decode(inst, order, np.array([MODE_OFF]))
+    # Lowest free blocks: A on GPU 0, B on GPU 1, C on GPUs 2-3, all from slot 0: 1.5 + 1.5 + 2 * 1.5.
+    assert placements(lowest, 0) == {A: (0, 0), B: (0, 1), C: (0, 2)}
+    assert lowest.objective[0] == pytest.approx(6.0)
+    # A prefers GPU 2: B takes the lowest (GPU 0), and C finds no two adjacent free GPUs before slot 2.
+    prefer = np.array([2, -1, -1])
+    moved = decode(inst, order, np.array([MODE_OFF]), prefer=prefer)
+    assert placements(moved, 0) == {A: (0, 2), B: (0, 0), C: (2, 0)}
+    assert moved.objective[0] == pytest.approx(1.5 + 1.5 + 2 * (0.25 + 0.125))
+    assert_valid_rows(sc, moved)
+    # No preference at all is the plain decode.
+    same = decode(inst, order, np.array([MODE_OFF]), prefer=np.full(3, -1))
+    assert placements(same, 0) == placements(lowest, 0)
+
+
+def test_a_preference_the_rules_or_the_grid_refuse_falls_back_to_the_block_rule():
+    sc = three_jobs(node_size=2)
+    A, B, C = 0, 1, 2
+    inst = ListInstance.build(sc)
+    # C's block from GPU 1 would cross nodes (rule 4); B's GPU 0 is A's at that start: both take the lowest free.
+    dec = decode(inst, np.array([[A, B, C]]), np.array([MODE_OFF]), prefer=np.array([-1, 0, 1]))
+    assert placements(dec, 0) == {A: (0, 0), B: (0, 1), C: (0, 2)}
+    assert_valid_rows(sc, dec)
+
+
+@quiet(25)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    seed=st.integers(0, 10_000),
+    gpus=st.sampled_from((*SIZES, 12)),
+    data=st.data(),
+)
+def test_decodes_with_any_preferred_blocks_validate(family: str, seed: int, gpus: int, data: st.DataObject):
+    sc = small(family, seed, gpus)
+    inst = ListInstance.build(sc)
+    n = inst.k.size
+    prefer = np.array(data.draw(st.lists(st.integers(-1, sc.gpus - 1), min_size=n, max_size=n)), dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    orders = np.array([rng.permutation(pending(sc)) for _ in range(3)]) if pending(sc) else np.zeros((3, 0), int)
+    dec = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]), prefer=prefer)
+    assert_valid_rows(sc, dec)
+
+
+@pytest.mark.parametrize(
+    ("prefer", "message"),
+    [(np.zeros((2, 2), dtype=np.int64), "one first GPU per job"), ("range", "outside")],
+)
+def test_bad_preferences_raise(mixed: tuple[Scenario, ListInstance], prefer, message: str):
+    sc, inst = mixed
+    if isinstance(prefer, str):
+        prefer = np.full(inst.k.size, sc.gpus)
+    with pytest.raises(ValueError, match=message):
+        decode(inst, np.array([pending(sc)]), np.array([MODE_OFF]), prefer=prefer)
+
+
 # ----------------------------------------------------------------------------- the environment's kernels
 
 

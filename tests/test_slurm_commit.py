@@ -405,20 +405,26 @@ def test_a_job_still_pending_after_the_wait_is_held_again_and_failed_reads_are_c
     fake = FakeSlurm()
     snap, planned = _released(fake)
     clock = _Clock()
-    reads = {"n": 0}
-    real = fake.jobs
+    reads = {"n": 0, "queue": 0}
+    real, whole = fake.pending_jobs, fake.jobs
 
-    def flaky() -> list:
+    def flaky(jobs) -> set[str]:
         reads["n"] += 1
-        if 2 <= reads["n"] <= 4:  # the commit's own read is the first; three of the wait's fail
-            raise SlurmError("squeue --all --json: failed 3 times: Socket timed out")
-        return real()
+        if reads["n"] <= 3:  # three of the wait's reads of the released jobs fail
+            raise SlurmError("squeue --jobs=1: failed 3 times: Socket timed out")
+        return real(jobs)
 
-    fake.jobs = flaky
+    def counted() -> list:
+        reads["queue"] += 1
+        return whole()
+
+    fake.pending_jobs, fake.jobs = flaky, counted
     done = commit.apply(snap, planned, fake, confirm_seconds=2, sleep=clock.sleep, clock=clock)
     (why,) = [w for _, w in done.failed]
     assert why.startswith("released but not started within 2 s (3 reads of squeue failed meanwhile); held again")
     assert fake.calls[-1] == ("hold", "1")
+    # The wait read the released job alone; the whole queue twice: the commit's read first, the verdict after.
+    assert reads["n"] > 3 and reads["queue"] == 2
 
 
 # ----------------------------------------------------------------------------- one writer

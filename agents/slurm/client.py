@@ -107,6 +107,17 @@ class SlurmClient:
         """Every job Slurm knows (``squeue --json``; 22.05 ignores squeue's filters with --json)."""
         return jsonread.read_jobs(self._json(["squeue", "--all", "--json"]))
 
+    def pending_jobs(self, jobs: Sequence[str]) -> set[str]:
+        """Which of ``jobs`` still pend: ``squeue --noheader --states=PENDING --jobs=...`` (text, one id a line).
+
+        A read of a few jobs, for the wait after a release: ``squeue --json`` lists every job (22.05 ignores
+        its filters), which costs a whole snapshot's read at 500 pending jobs.
+        """
+        if not jobs:
+            return set()
+        text = self.call(["squeue", "--noheader", "--states=PENDING", f"--jobs={','.join(jobs)}", "--format=%i"])
+        return {line.strip() for line in text.splitlines() if line.strip()}
+
     def nodes(self) -> list[jsonread.SlurmNode]:
         """Every node (``sinfo --json``)."""
         return jsonread.read_nodes(self._json(["sinfo", "--all", "--json"]))

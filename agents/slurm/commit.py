@@ -649,7 +649,8 @@ def _confirm(
 ) -> None:
     """Wait until the released jobs run; hold again those that a read after ``seconds`` shows still pending.
 
-    Reads that fail during the wait are counted; the verdict comes from one read made after the
+    The wait reads only the released jobs' states (:meth:`SlurmClient.pending_jobs`). Reads that fail during the
+    wait are counted; the verdict on the jobs still pending comes from one read of the whole queue after the
     wait (retried as every read is). When that read fails too, the jobs still waiting are reported
     as unknown and left as they are: holding a job that may be running would only hide it.
     """
@@ -659,11 +660,12 @@ def _confirm(
     while waiting and clock() < deadline:
         sleep(min(0.25, max(deadline - clock(), 0.0)))
         try:
-            jobs = {j.id: j for j in client.jobs()}
+            still = client.pending_jobs(list(waiting))  # a read of these jobs only, not of the whole queue
         except SlurmError:
             failed_reads += 1
             continue
-        _started(waiting, jobs)
+        for jid in [j for j in waiting if j not in still]:
+            del waiting[jid]
     if not waiting:
         return
     try:
