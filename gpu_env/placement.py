@@ -1,9 +1,11 @@
 """The placement rules of SPEC section 2 in compiled form (numba; plain Python with ``GPUALLOC_NUMBA=0``), stated once.
 
 Built from :mod:`gpu_env.rules`, and held to it by ``tests/test_placement.py``: the blocks rule 4 allows
-(:func:`block_pattern`, :func:`find_block`; the search doubles runs of free GPUs in 64-GPU words), a start's
-capacity (:func:`fits`, rule 7), the earliest feasible start (:func:`earliest`), greedy's block and start rules
-(:func:`pick_block`, :func:`packed_start`), a job's preferred block (:func:`preferred_block`), and the real-time
+(:func:`block_pattern`, :func:`find_block`; the search doubles runs of free GPUs in 64-GPU words; :func:`free_starts`,
+every allowed first GPU free over a span, as words), the blocks a new block meets (:func:`drop_meeting`, rule 1), the
+capacity (:func:`free_capacity`, :func:`last_short` and :func:`fits`, rule 7), the earliest feasible start
+(:func:`earliest`), greedy's block and start rules (:func:`pick_block`, :func:`packed_start`), a job's preferred block
+(:func:`preferred_block`), the fit rules' blocks of the batched engine (:func:`fit_choices`), and the real-time
 curves with their shortfall penalty (:func:`realtime_one`: :func:`gpu_env.objective.realtime_curves` and
 :func:`gpu_env.objective.shortfall_penalty`, rules 6 and 7). The list-scheduling decoder (:mod:`gpu_env.listsched`,
 which greedy and the learned planner run) and the batched engine (:mod:`gpu_env.batch`) compile these functions
