@@ -8,8 +8,9 @@ lists the test edits between calls, so a test can end a job, submit one, or make
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from agents.slurm.errors import CommandError
@@ -64,6 +65,24 @@ def core_reservation(name: str, node: str, cores: int) -> SlurmReservation:
 
 LOST = "lost"  # a fault of FakeSlurm.faults: the change is made, but its answer is lost (a timeout)
 UNANSWERED = "unanswered"  # a fault: no answer and no change (the controller unreachable)
+
+
+class JsonLines:
+    """A text stream for the loop's ``out``: every line written is parsed as JSON into :attr:`lines`.
+
+    ``stamp`` (optional) adds fields to each line as it arrives (e.g. a fake clock's time).
+    """
+
+    def __init__(self, stamp: Callable[[], dict] | None = None) -> None:
+        self.lines: list[dict] = []
+        self._stamp = stamp
+
+    def write(self, text: str) -> None:
+        extra = self._stamp() if self._stamp else {}
+        self.lines.extend({**json.loads(t), **extra} for t in text.splitlines())
+
+    def flush(self) -> None:
+        pass
 
 
 class FakeSlurm:

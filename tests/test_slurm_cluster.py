@@ -29,6 +29,7 @@ from agents.slurm.config import load_config
 from agents.slurm.localcluster import INSTALL_HINT, LocalCluster, missing_tools
 from agents.slurm.loop import cycle, run_loop
 from tests.conftest import HANG_GUARD_S
+from tests.slurm_helpers import JsonLines
 
 pytestmark = pytest.mark.slurm
 
@@ -90,6 +91,28 @@ def fresh(cluster: LocalCluster, tmp_path: Path):
     config = load_config(path)
     client = SlurmClient(env=cluster.env, timeout=HANG_GUARD_S, retries=4, retry_delay=0.5)
     return cluster, config, client, path
+
+
+def _start_loop(
+    config: object, client: object, every: float, **kwargs: object
+) -> tuple[list[dict], threading.Event, list[BaseException], threading.Thread]:
+    """``run_loop`` (greedy, no budget) in a daemon thread: its parsed lines, its stop, what it raised, the thread.
+
+    The loop must never raise; a test reports what ``errors`` holds.
+    """
+    stream = JsonLines()
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            run_loop(config, client, "greedy", every, budget=0, out=stream, should_stop=stop.is_set, **kwargs)
+        except BaseException as exc:  # the test reports it; the loop must not raise
+            errors.append(exc)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return stream.lines, stop, errors, thread
 
 
 def _wait(condition, what: str) -> None:
@@ -253,26 +276,7 @@ def test_bad_config_is_one_line_and_changes_nothing(fresh, tmp_path: Path, capsy
 def test_the_loop_survives_a_controller_restart(fresh) -> None:
     cluster, config, client, _ = fresh
     first = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:4", "-t", "120", "--wrap", "sleep 3600")
-    lines: list[dict] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            lines.extend(json.loads(t) for t in text.splitlines())
-
-        def flush(self) -> None:
-            pass
-
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop() -> None:
-        try:
-            run_loop(config, client, "greedy", 0.01, budget=0, out=Out(), should_stop=stop.is_set)
-        except BaseException as exc:  # the test reports it; the loop must not raise
-            errors.append(exc)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
+    lines, stop, errors, thread = _start_loop(config, client, 0.01)
     try:
         _wait(lambda: any(line.get("cycle") == "commit" for line in lines), "a first cycle")
         _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the first job to start")
@@ -313,29 +317,7 @@ def test_a_job_that_ends_early_starts_the_next_at_the_next_poll(fresh, tmp_path:
     _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the first job to run")
     second = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:8", "-t", "60", "--wrap", "sleep 3600")
     poll, debounce = 0.5, 0.5
-    lines: list[dict] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            lines.extend(json.loads(t) for t in text.splitlines())
-
-        def flush(self) -> None:
-            pass
-
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop() -> None:
-        try:
-            run_loop(
-                config, client, "greedy", 600, budget=0, out=Out(), poll_seconds=poll, debounce_seconds=debounce,
-                should_stop=stop.is_set,
-            )  # fmt: skip
-        except BaseException as exc:  # the test reports it; the loop must not raise
-            errors.append(exc)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
+    lines, stop, errors, thread = _start_loop(config, client, 600, poll_seconds=poll, debounce_seconds=debounce)
     try:
         _wait(lambda: any(line.get("cycle") == "commit" for line in lines), "the clock's first cycle")
         opening = next(line for line in lines if "cycle" in line)
@@ -768,28 +750,7 @@ def test_slurmctld_stopped_in_the_middle_of_a_commit(fresh) -> None:
         threading.Thread(target=later, daemon=True).start()
 
     faulty = Faulty(client, at=3, when="before", fault=stop_controller)
-    lines: list[dict] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            import json
-
-            lines.extend(json.loads(t) for t in text.splitlines())
-
-        def flush(self) -> None:
-            pass
-
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def loop() -> None:
-        try:
-            run_loop(config, faulty, "greedy", 0.02, budget=0, out=Out(), should_stop=stop.is_set)
-        except BaseException as exc:  # the test reports it; the loop must not raise
-            errors.append(exc)
-
-    thread = threading.Thread(target=loop, daemon=True)
-    thread.start()
+    lines, stop, errors, thread = _start_loop(config, faulty, 0.02)
     try:
         _wait(lambda: faulty.hit and restarted.is_set(), "the controller stopped mid-commit and back")
         n = len(lines)

@@ -8,7 +8,6 @@ its cores are free, a released job starts only where its GPUs and cores are.
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -19,7 +18,7 @@ from agents.slurm import commit, loop, snapshot
 from agents.slurm.config import config_from_dict
 from agents.slurm.errors import SlurmError
 from agents.slurm.lock import RUN, WRITER, BusyError, Lock
-from tests.slurm_helpers import LOST, NOW, UNANSWERED, FakeSlurm, core_reservation, pending, running
+from tests.slurm_helpers import LOST, NOW, UNANSWERED, FakeSlurm, JsonLines, core_reservation, pending, running
 
 CONFIG = {
     "slurm": {"partitions": ["gpu"], "cpus_per_gpu": 4},
@@ -85,17 +84,11 @@ def test_a_cycle_that_cannot_read_at_its_commit_is_one_failed_line_and_changes_n
         return real(snap, client)
 
     monkeypatch.setattr(commit, "read_fresh", unreadable)
-    lines: list[dict] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            lines.extend(json.loads(t) for t in text.splitlines())
-
-        def flush(self) -> None:
-            pass
+    stream = JsonLines()
+    lines = stream.lines
 
     config = config_from_dict(NO_APPS)
-    assert loop.run_loop(config, fake, "greedy", 0.001, budget=0, cycles=1, out=Out(), sleep=lambda s: None) == 1
+    assert loop.run_loop(config, fake, "greedy", 0.001, budget=0, cycles=1, out=stream, sleep=lambda s: None) == 1
     assert lines[-1]["cycle"] == "failed" and "before the first change" in lines[-1]["error"], lines
     assert fake.calls == []
 
@@ -522,19 +515,13 @@ def test_the_loop_with_a_budget_plans_full_seeded_by_its_scheduler() -> None:
 
     fake = FakeSlurm()
     fake.queue = [pending("1", 4), pending("2", 8)]
-    lines: list[dict] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            lines.extend(json.loads(t) for t in text.splitlines())
-
-        def flush(self) -> None:
-            pass
+    stream = JsonLines()
+    lines = stream.lines
 
     options = PlanOptions(deterministic_time=0.01)  # CP-SAT's work is bounded; the wall budget is far away
     config = config_from_dict(CONFIG)
     failed = loop.run_loop(
-        config, fake, "greedy", 60, options, budget=HANG_GUARD_S, cycles=1, out=Out(), sleep=lambda s: None
+        config, fake, "greedy", 60, options, budget=HANG_GUARD_S, cycles=1, out=stream, sleep=lambda s: None
     )
     summary = lines[-1]
     assert failed == 0 and summary["scheduler"] == "full" and summary["hint"] == "greedy", summary

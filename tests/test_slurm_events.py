@@ -13,7 +13,7 @@ from collections.abc import Callable
 from agents.slurm import loop
 from agents.slurm.config import config_from_dict
 from agents.slurm.events import Events, Queue, Watch, events
-from tests.slurm_helpers import FakeSlurm, pending, running
+from tests.slurm_helpers import FakeSlurm, JsonLines, pending, running
 
 CONFIG = config_from_dict(
     {
@@ -45,14 +45,8 @@ class FakeTime:
 def _run(fake: FakeSlurm, script, *, every: float, poll: float, debounce: float, end: float) -> list[dict]:
     """Run the loop until ``end`` seconds of the fake clock; every line it wrote, each with the clock's time."""
     clock = FakeTime(script)
-    lines: list[dict] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            lines.extend({**json.loads(t), "at": round(clock.t, 6)} for t in text.splitlines())
-
-        def flush(self) -> None:
-            pass
+    stream = JsonLines(stamp=lambda: {"at": round(clock.t, 6)})
+    lines = stream.lines
 
     failures = loop.run_loop(
         CONFIG,
@@ -60,7 +54,7 @@ def _run(fake: FakeSlurm, script, *, every: float, poll: float, debounce: float,
         "greedy",
         every,
         budget=0,
-        out=Out(),
+        out=stream,
         poll_seconds=poll,
         debounce_seconds=debounce,
         sleep=clock.sleep,
@@ -196,17 +190,11 @@ def test_event_cycles_move_an_app_at_most_its_ramp_a_slot() -> None:
         }
     )
     clock = FakeTime([(12.0, _submit(fake, "3", 1)), (22.0, _submit(fake, "4", 1))])
-    lines: list[dict] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            lines.extend({**json.loads(t), "at": round(clock.t, 6)} for t in text.splitlines())
-
-        def flush(self) -> None:
-            pass
+    stream = JsonLines(stamp=lambda: {"at": round(clock.t, 6)})
+    lines = stream.lines
 
     loop.run_loop(
-        config, fake, "greedy", 1, budget=0, out=Out(), poll_seconds=5, debounce_seconds=2, sleep=clock.sleep,
+        config, fake, "greedy", 1, budget=0, out=stream, poll_seconds=5, debounce_seconds=2, sleep=clock.sleep,
         clock=clock, should_stop=lambda: clock.t >= 100,
     )  # fmt: skip
     assert _cycles(lines) == [(0, "clock"), (17, "submitted"), (24, "submitted"), (60, "clock")]

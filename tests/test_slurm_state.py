@@ -17,7 +17,7 @@ from agents.slurm import loop, snapshot
 from agents.slurm.config import config_from_dict
 from gpu_env.scenario import ScenarioError, scenario_from_dict
 from gpu_env.validation import validate
-from tests.slurm_helpers import NOW, FakeSlurm, core_reservation, pending, running
+from tests.slurm_helpers import NOW, FakeSlurm, JsonLines, core_reservation, pending, running
 
 CONFIG = {
     "slurm": {"partitions": ["gpu"], "cpus_per_gpu": 4, "confirm": 0},
@@ -146,17 +146,11 @@ def test_the_loop_plans_from_an_infeasible_state() -> None:
     fake.node_names = ("n1", "n2")
     fake.queue += [running("4", "n2", 0, 2), running("5", "n2", 1, 1)]  # GPU 1 of n2 twice: n2 left alone
     fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 64)]
-    lines: list[dict] = []
-
-    class Out:
-        def write(self, text: str) -> None:
-            lines.extend(json.loads(t) for t in text.splitlines())
-
-        def flush(self) -> None:
-            pass
+    stream = JsonLines()
+    lines = stream.lines
 
     failures = loop.run_loop(
-        config_from_dict(CONFIG), fake, "greedy", 0.001, budget=0, cycles=2, out=Out(), sleep=lambda s: None
+        config_from_dict(CONFIG), fake, "greedy", 0.001, budget=0, cycles=2, out=stream, sleep=lambda s: None
     )
     assert failures == 0
     assert [line["cycle"] for line in lines if "cycle" in line] == ["commit", "commit"]
