@@ -164,8 +164,9 @@ class GreedyConfig:
     Attributes:
         orderings: Job orderings to sweep (keys of :data:`ORDERINGS`); the best plan wins.
         block_rule: ``"lowest"`` (lowest-index free block), ``"best_fit"`` (largest touching
-            perimeter: busy cells and edges around the block) or ``"node_fit"`` (the node
-            busiest over the job's span, keeping emptier nodes whole).
+            perimeter: busy cells and edges around the block), ``"node_fit"`` (the node
+            busiest over the job's span, keeping emptier nodes whole) or ``"highest"``
+            (highest-index free block).
         start_rule: ``"earliest"`` (the most valuable start) or ``"packed"`` (a start at most
             ``pack_tolerance`` less valuable may win when its block touches more).
         pack_tolerance: Fraction of a job's value the ``"packed"`` rule may give up for a better fit.

@@ -58,7 +58,7 @@ from gpu_env.objective import (
     shortfall_penalty,
     start_values,
 )
-from gpu_env.placement import BLOCK_BEST_FIT, BLOCK_LOWEST, BLOCK_NODE_FIT, njit
+from gpu_env.placement import BLOCK_BEST_FIT, BLOCK_HIGHEST, BLOCK_LOWEST, BLOCK_NODE_FIT, njit
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Scenario
 
@@ -72,9 +72,10 @@ TRADE_CANDIDATES = 8
 PROMOTE_LIMIT = 4
 """Promotions tried per round (greedy's ``promote_limit``)."""
 
-BLOCK_RULES = {"lowest": BLOCK_LOWEST, "best_fit": BLOCK_BEST_FIT, "node_fit": BLOCK_NODE_FIT}
+BLOCK_RULES = {"lowest": BLOCK_LOWEST, "best_fit": BLOCK_BEST_FIT, "node_fit": BLOCK_NODE_FIT, "highest": BLOCK_HIGHEST}
 """Which free block a turn takes: the lowest-index one, the one with the largest touching perimeter (busy cells and
-edges around it), or the one in the node(s) busiest over the job's span (keeping emptier nodes whole)."""
+edges around it), the one in the node(s) busiest over the job's span (keeping emptier nodes whole), or the
+highest-index one (packing from the other end of the cluster)."""
 START_RULES = ("earliest", "packed")
 """Which start a turn takes: the earliest feasible one (the most valuable), or, ``packed``, among the first
 :data:`PACK_ROWS` feasible starts worth at least ``1 - pack_tolerance`` of the earliest's value, the one whose
@@ -94,6 +95,8 @@ class Choice(NamedTuple):
         prefer: (n,) preferred first GPU of each job, -1 for none; empty when no job has one. A job takes its
             preferred block wherever the rules allow it and it is free at the start the turn chose; elsewhere the
             block rule decides.
+        rules: (n,) each job's block rule (a value of :data:`BLOCK_RULES`), replacing ``block_rule``; empty when
+            every job follows ``block_rule``.
     """
 
     trade_candidates: np.int64
@@ -101,6 +104,10 @@ class Choice(NamedTuple):
     packed: np.bool_
     pack_tolerance: np.float64
     prefer: np.ndarray
+    rules: np.ndarray
+
+
+_NO_RULES = np.zeros(0, dtype=np.int64)
 
 
 def choice(
@@ -130,6 +137,7 @@ def choice(
         np.bool_(start_rule == "packed"),
         np.float64(pack_tolerance),
         wanted,
+        _NO_RULES,
     )
 
 
@@ -277,6 +285,41 @@ class Decoded:
         return Plan(scenario.name, scheduler, placements, curves)
 
 
+def rules_from_plan(
+    inst: ListInstance, order: np.ndarray, placements: np.ndarray, offered: tuple[str, ...] = tuple(BLOCK_RULES)
+) -> np.ndarray:
+    """The block rule per job that chooses a plan's blocks: the labels a policy's block choice learns from.
+
+    The plan's jobs are placed in ``order`` (each on the GPUs the plan gives it, the jobs before it in place); each
+    takes the first rule of ``offered`` whose block at the plan's start is the plan's block, or the first rule
+    when none is.
+
+    Args:
+        inst: The scenario's arrays.
+        order: (m,) the jobs in turn order (:func:`agents.learned.training.order_from_plan`).
+        placements: (p, 3) rows of (job index, start, first GPU) of the placed non-inherited jobs.
+        offered: The rules to choose among (names of :data:`BLOCK_RULES`).
+
+    Returns:
+        (n,) a value of :data:`BLOCK_RULES` per job (the first offered rule for the jobs the plan leaves out).
+    """
+    codes = [BLOCK_RULES[r] for r in offered]
+    out = np.full(inst.k.size, codes[0], dtype=np.int64)
+    placed = {int(j): (int(t), int(a)) for j, t, a in np.asarray(placements, dtype=np.int64).reshape(-1, 3)}
+    busy = inst.busy.copy()
+    span = np.zeros(busy.shape[1], dtype=np.uint64)
+    for j in map(int, order):
+        if j not in placed:
+            continue
+        t, a = placed[j]
+        for code in codes:
+            if placement.pick_block(inst, j, t, busy, code, span)[0] == a:
+                out[j] = code
+                break
+        placement.mark(busy, t, int(inst.d[j]), a, int(inst.k[j]))
+    return out
+
+
 def fifo_replay(scenario: Scenario, inst: ListInstance) -> Decoded:
     """FIFO's plan (SPEC section 4, :func:`agents.fifo.plan`) by the decoder, in one compiled call.
 
@@ -346,6 +389,7 @@ def decode(
     seed: tuple[np.ndarray, np.ndarray] | None = None,
     margin: float = 0.0,
     prefer: np.ndarray | None = None,
+    rules: np.ndarray | None = None,
 ) -> Decoded:
     """Decode K job orders into K plans, in one compiled call.
 
@@ -374,6 +418,8 @@ def decode(
         prefer: (n,) a preferred first GPU per job, -1 for none (every candidate's): a job takes that block where
             the rules allow it and it is free at the start its turn chose, else the block rule's. Out-of-range
             values are refused.
+        rules: (K, n) each candidate's block rule per job (values of :data:`BLOCK_RULES`), replacing
+            ``block_rule``; promotion keeps the best candidate's.
 
     Returns:
         The K plans' placements, curves and objectives.
@@ -396,6 +442,14 @@ def decode(
     if orders.size and (orders.max() >= inst.k.size or orders.min() < -1):
         raise ValueError(f"orders name jobs outside 0..{inst.k.size - 1}")
     K, n = orders.shape[0], inst.k.size
+    if rules is None:
+        per_job = np.zeros((K, 0), dtype=np.int64)
+    else:
+        per_job = np.ascontiguousarray(rules, dtype=np.int64)
+        if per_job.shape != (K, n):
+            raise ValueError(f"rules must be one block rule per candidate and job, ({K}, {n}), got {per_job.shape}")
+        if per_job.size and (per_job.min() < 0 or per_job.max() > max(BLOCK_RULES.values())):
+            raise ValueError(f"rules must be among {sorted(BLOCK_RULES.values())} ({', '.join(BLOCK_RULES)})")
     if seed is None:
         seed_start = seed_first = np.zeros(0, dtype=np.int64)
     else:
@@ -413,6 +467,7 @@ def decode(
         orders,
         modes,
         how,
+        per_job,
         int(promote_rounds),
         int(promote_limit),
         seed_start,
@@ -497,11 +552,12 @@ def _decide(
     """
     T = inst.slots
     k, d = inst.k[j], inst.d[j]
+    rule = choice.rules[j] if choice.rules.size else choice.block_rule
     t0, a0 = placement.earliest(inst, j, busy, sc.room, sc.span)
     if t0 >= 0 and choice.packed:
         t0, a0 = placement.packed_start(inst, j, t0, a0, busy, choice.pack_tolerance, sc.room, sc.span)
-    elif t0 >= 0 and choice.block_rule != BLOCK_LOWEST:
-        a0, _ = placement.pick_block(inst, j, t0, busy, choice.block_rule, sc.span)
+    elif t0 >= 0 and rule != BLOCK_LOWEST:
+        a0, _ = placement.pick_block(inst, j, t0, busy, rule, sc.span)
     if t0 >= 0 and choice.prefer.size:
         a0 = placement.preferred_block(inst, j, t0, a0, choice.prefer[j], busy)
     base = inst.values[j, t0] if t0 >= 0 else 0.0
@@ -565,7 +621,7 @@ def _decide(
             _copy(sc.best_curves, sc.trial)
     if best_t < 0:
         return t0, a0, False, penalty
-    a, _ = placement.pick_block(inst, j, best_t, busy, choice.block_rule, sc.span)
+    a, _ = placement.pick_block(inst, j, best_t, busy, rule, sc.span)
     if choice.prefer.size:
         a = placement.preferred_block(inst, j, best_t, a, choice.prefer[j], busy)
     return best_t, a, True, best_penalty
@@ -818,12 +874,20 @@ def _decode_seeded(
     return live.money[0] - live.money[1]
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _with_rules(choice: Choice, rules: np.ndarray) -> Choice:  # pragma: no cover - compiled
+    """``choice`` with per-job block rules."""
+    c = choice
+    return Choice(c.trade_candidates, c.block_rule, c.packed, c.pack_tolerance, c.prefer, rules)
+
+
 @njit(cache=True, nogil=True)
 def _decode_all(
     inst: ListInstance,
     orders: np.ndarray,
     modes: np.ndarray,
-    choice: Choice,
+    shared: Choice,
+    rules: np.ndarray,
     promote_rounds: int,
     promote_limit: int,
     seed_start: np.ndarray,
@@ -853,6 +917,7 @@ def _decode_all(
     K, m = orders.shape
     best = -1
     for c in range(K):
+        choice = _with_rules(shared, rules[c]) if rules.shape[1] else shared
         if seed_start.size and c == K - 1:
             objective[c] = _decode_seeded(inst, live, orders[c], seed_start, seed_first, choice, sc)
         else:
@@ -868,6 +933,7 @@ def _decode_all(
     # Promotion (greedy's): the most valuable jobs the best plan left out, one at a time, go to the front
     # of its order; an improvement replaces the best candidate's plan (its row of the outputs).
     order = orders[best].copy()
+    choice = _with_rules(shared, rules[best]) if rules.shape[1] else shared
     trial = np.empty(m, dtype=np.int64)
     mode = modes[best]
     top = np.empty(max(promote_limit, 1), dtype=np.int64)

@@ -50,6 +50,7 @@ else:
 BLOCK_LOWEST = 0
 BLOCK_BEST_FIT = 1
 BLOCK_NODE_FIT = 2
+BLOCK_HIGHEST = 3
 PACK_ROWS = 4
 """Feasible starts the ``packed`` start rule compares."""
 
@@ -287,13 +288,19 @@ def pick_block(
 ) -> tuple:  # pragma: no cover - compiled
     """(first GPU, score) of job j's block at start t among the free ones by a block rule; (-1, -1) when none.
 
-    The lowest free block scores 0; the others score by :func:`contact` or :func:`node_load`, the first of the
-    highest winning.
+    The lowest and the highest free block score 0; the others score by :func:`contact` or :func:`node_load`, the
+    first of the highest winning.
     """
     if rule == BLOCK_LOWEST:
         return find_block(inst, j, t, busy, span), 0
     G, ns = inst.gpus, inst.node_size
     k = inst.k[j]
+    if rule == BLOCK_HIGHEST:
+        step = ns if k > ns else 1
+        for a in range(((G - k) // step) * step, -1, -step):
+            if allowed_start(a, k, G, ns) and block_free(inst, j, t, a, busy):
+                return a, 0
+        return -1, -1
     best_a, best_score = -1, -1
     for a in range(0, G - k + 1, ns if k > ns else 1):
         if not allowed_start(a, k, G, ns):
@@ -310,12 +317,21 @@ def pick_block(
 def preferred_block(
     inst: ListInstance, j: int, t: int, a: int, want: int, busy: np.ndarray
 ) -> int:  # pragma: no cover - compiled
-    """Job j's first GPU at start t: ``want`` where rule 4 allows it and its block is free over the span, else a."""
+    """Job j's first GPU at start t nearest ``want`` among the allowed blocks free over the span.
+
+    ``want`` itself where rule 4 allows it and its block is free; ``a`` (the block rule's, free) without a
+    preference. Of blocks as near as each other, ``a`` wins, then the lower.
+    """
     if want < 0 or want == a:
         return a
-    if allowed_start(want, inst.k[j], inst.gpus, inst.node_size) and block_free(inst, j, t, want, busy):
+    G, ns, k = inst.gpus, inst.node_size, inst.k[j]
+    if allowed_start(want, k, G, ns) and block_free(inst, j, t, want, busy):
         return want
-    return a
+    best, gap = a, abs(a - want)
+    for b in range(0, G - k + 1, ns if k > ns else 1):
+        if abs(b - want) < gap and allowed_start(b, k, G, ns) and block_free(inst, j, t, b, busy):
+            best, gap = b, abs(b - want)
+    return best
 
 
 @njit(cache=True, nogil=True)

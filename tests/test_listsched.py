@@ -460,14 +460,85 @@ def test_hand_worked_preferred_block():
     assert placements(same, 0) == placements(lowest, 0)
 
 
-def test_a_preference_the_rules_or_the_grid_refuse_falls_back_to_the_block_rule():
+def test_a_preference_the_rules_or_the_grid_refuse_takes_the_nearest_allowed_free_block():
     sc = three_jobs(node_size=2)
     A, B, C = 0, 1, 2
     inst = ListInstance.build(sc)
-    # C's block from GPU 1 would cross nodes (rule 4); B's GPU 0 is A's at that start: both take the lowest free.
+    # C's block from GPU 1 would cross nodes (rule 4): GPUs 0-1 and 2-3 are one GPU away, the first is taken; B's
+    # GPU 0 is A's at that start: GPU 1 is the nearest free.
     dec = decode(inst, np.array([[A, B, C]]), np.array([MODE_OFF]), prefer=np.array([-1, 0, 1]))
     assert placements(dec, 0) == {A: (0, 0), B: (0, 1), C: (0, 2)}
     assert_valid_rows(sc, dec)
+
+
+def test_hand_worked_nearest_preferred_block():
+    jobs = [{"id": n, "type": "training", "gpus": 1, "duration": 2, "priority": 1} for n in "AB"]
+    sc = make_scenario(cluster={"gpus": 8, "node_size": 8}, horizon={"slots": 4}, jobs=jobs)
+    inst = ListInstance.build(sc)
+    # Both prefer GPU 6: A takes it; for B, GPUs 5 and 7 are equally near, and the lower wins (lowest would be 0).
+    dec = decode(inst, np.array([[0, 1]]), np.array([MODE_OFF]), prefer=np.array([6, 6]))
+    assert placements(dec, 0) == {0: (0, 6), 1: (0, 5)}
+
+
+# ----------------------------------------------------------------------------- a block rule per job and candidate
+
+
+def test_hand_worked_highest_block_rule():
+    sc = three_jobs()
+    A, B, C = 0, 1, 2
+    inst = ListInstance.build(sc)
+    # From the top: A on GPU 3, B on GPU 2, C on the highest free pair (GPUs 0-1); the same value as the lowest.
+    dec = decode(inst, np.array([[A, B, C]]), np.array([MODE_OFF]), block_rule="highest")
+    assert placements(dec, 0) == {A: (0, 3), B: (0, 2), C: (0, 0)}
+    assert dec.objective[0] == pytest.approx(6.0)
+
+
+def test_each_candidate_follows_its_own_rules():
+    sc = three_jobs()
+    A, B, C = 0, 1, 2
+    inst = ListInstance.build(sc)
+    lowest, highest = listsched.BLOCK_RULES["lowest"], listsched.BLOCK_RULES["highest"]
+    orders = np.array([[A, B, C]] * 3)
+    # Candidate 0 all lowest, 1 all highest, 2 mixed: A from the top, B and C from the bottom.
+    rules = np.array([[lowest] * 3, [highest] * 3, [highest, lowest, lowest]])
+    dec = decode(inst, orders, np.array([MODE_OFF] * 3), rules=rules)
+    assert placements(dec, 0) == {A: (0, 0), B: (0, 1), C: (0, 2)}
+    assert placements(dec, 1) == {A: (0, 3), B: (0, 2), C: (0, 0)}
+    assert placements(dec, 2) == {A: (0, 3), B: (0, 0), C: (0, 1)}
+    assert_valid_rows(sc, dec)
+
+
+@quiet(25)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    seed=st.integers(0, 10_000),
+    gpus=st.sampled_from((*SIZES, 12)),
+    data=st.data(),
+)
+def test_the_rules_read_back_from_a_plan_decode_it_again(family: str, seed: int, gpus: int, data: st.DataObject):
+    """Decoded with per-job rules, a plan's rules read back (:func:`rules_from_plan`) decode the same plan."""
+    sc = small(family, seed, gpus)
+    inst = ListInstance.build(sc)
+    n = inst.k.size
+    codes = sorted(listsched.BLOCK_RULES.values())
+    drawn = np.array(data.draw(st.lists(st.sampled_from(codes), min_size=n, max_size=n)), dtype=np.int64)
+    order = np.random.default_rng(seed).permutation(pending(sc)).astype(np.int64)
+    dec = decode(inst, order[None, :], np.array([MODE_OFF]), rules=drawn[None, :])
+    assert_valid_rows(sc, dec)
+    placed = [(j, dec.start[0, j], dec.first[0, j]) for j in order if dec.start[0, j] >= 0]
+    labels = listsched.rules_from_plan(inst, order, np.array(placed, dtype=np.int64).reshape(-1, 3))
+    again = decode(inst, order[None, :], np.array([MODE_OFF]), rules=labels[None, :])
+    assert placements(again, 0) == placements(dec, 0)
+
+
+@pytest.mark.parametrize(
+    ("rules", "message"),
+    [(np.zeros((2, 3), dtype=np.int64), "one block rule per candidate"), (np.full((1, 3), 9), "must be among")],
+)
+def test_bad_rules_raise(rules: np.ndarray, message: str):
+    inst = ListInstance.build(three_jobs())
+    with pytest.raises(ValueError, match=message):
+        decode(inst, np.array([[0, 1, 2]]), np.array([MODE_OFF]), rules=rules)
 
 
 @quiet(25)

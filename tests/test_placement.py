@@ -1,7 +1,8 @@
 """The compiled rules (``gpu_env/placement.py``) against :mod:`gpu_env.rules` on random small states.
 
-Allowed blocks, the lowest free block, a start's capacity and the real-time curves with their penalty: each compiled
-answer is the one the rules (and :mod:`gpu_env.objective`, built on them) give.
+Allowed blocks, the lowest and the highest free block, the free block nearest a preference, a start's capacity and
+the real-time curves with their penalty: each compiled answer is the one the rules (and :mod:`gpu_env.objective`,
+built on them) give.
 """
 
 from __future__ import annotations
@@ -67,6 +68,14 @@ def test_lowest_free_block_and_capacity_are_the_rules(family: str, seed: int, gp
         free = [a for a in rules.allowed_block_starts(k, gpus, inst.node_size) if free_over(busy, t, d, int(a), k)]
         assert placement.find_block(inst, j, t, busy, sc.span) == (int(free[0]) if free else -1)
         assert placement.fits(k, t, d, T, room) == bool((room[t : min(t + d, T)] >= k).all())
+        highest, _ = placement.pick_block(inst, j, t, busy, placement.BLOCK_HIGHEST, sc.span)
+        assert highest == (int(free[-1]) if free else -1)
+        # A preference: the allowed free block nearest it (the lower of two as near), the block rule's without one.
+        want = data.draw(st.integers(-1, gpus - 1), label="want")
+        if free:
+            a0 = int(free[0])
+            near = a0 if want < 0 else min((abs(int(a) - want), int(a)) for a in free)[1]
+            assert placement.preferred_block(inst, j, t, a0, want, busy) == near
 
 
 @quiet
