@@ -58,7 +58,15 @@ from gpu_env.objective import (
     shortfall_penalty,
     start_values,
 )
-from gpu_env.placement import BLOCK_BEST_FIT, BLOCK_HIGHEST, BLOCK_LOWEST, BLOCK_NODE_FIT, njit
+from gpu_env.placement import (
+    BLOCK_BEST_FIT,
+    BLOCK_FEATURES,
+    BLOCK_HIGHEST,
+    BLOCK_LEARNED,
+    BLOCK_LOWEST,
+    BLOCK_NODE_FIT,
+    njit,
+)
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Scenario
 
@@ -95,8 +103,10 @@ class Choice(NamedTuple):
         prefer: (n,) preferred first GPU of each job, -1 for none; empty when no job has one. A job takes its
             preferred block wherever the rules allow it and it is free at the start the turn chose; elsewhere the
             block rule decides.
-        rules: (n,) each job's block rule (a value of :data:`BLOCK_RULES`), replacing ``block_rule``; empty when
-            every job follows ``block_rule``.
+        rules: (n,) each job's block rule (a value of :data:`BLOCK_RULES`, or :data:`BLOCK_LEARNED`), replacing
+            ``block_rule``; empty when every job follows ``block_rule``.
+        weights: (len(BLOCK_FEATURES),) the learned block rule's weights
+            (:func:`gpu_env.placement.learned_block`); empty without them (the rule then takes the lowest block).
     """
 
     trade_candidates: np.int64
@@ -105,9 +115,11 @@ class Choice(NamedTuple):
     pack_tolerance: np.float64
     prefer: np.ndarray
     rules: np.ndarray
+    weights: np.ndarray
 
 
 _NO_RULES = np.zeros(0, dtype=np.int64)
+_NO_WEIGHTS = np.zeros(0, dtype=np.float64)
 
 
 def choice(
@@ -116,6 +128,7 @@ def choice(
     start_rule: str = "earliest",
     pack_tolerance: float = PACK_TOLERANCE,
     prefer: np.ndarray | None = None,
+    weights: np.ndarray | None = None,
 ) -> Choice:
     """A :class:`Choice` with the types the compiled code reads (one specialisation for every choice).
 
@@ -138,7 +151,17 @@ def choice(
         np.float64(pack_tolerance),
         wanted,
         _NO_RULES,
+        _block_weights(weights),
     )
+
+
+def _block_weights(weights: np.ndarray | None) -> np.ndarray:
+    if weights is None:
+        return _NO_WEIGHTS
+    w = np.ascontiguousarray(weights, dtype=np.float64)
+    if w.shape != (len(BLOCK_FEATURES),) or not np.isfinite(w).all():
+        raise ValueError(f"block weights must be {len(BLOCK_FEATURES)} finite numbers (BLOCK_FEATURES), got {w.shape}")
+    return w
 
 
 CHOICE = choice()
@@ -390,6 +413,7 @@ def decode(
     margin: float = 0.0,
     prefer: np.ndarray | None = None,
     rules: np.ndarray | None = None,
+    block_weights: np.ndarray | None = None,
 ) -> Decoded:
     """Decode K job orders into K plans, in one compiled call.
 
@@ -418,8 +442,10 @@ def decode(
         prefer: (n,) a preferred first GPU per job, -1 for none (every candidate's): a job takes that block where
             the rules allow it and it is free at the start its turn chose, else the block rule's. Out-of-range
             values are refused.
-        rules: (K, n) each candidate's block rule per job (values of :data:`BLOCK_RULES`), replacing
-            ``block_rule``; promotion keeps the best candidate's.
+        rules: (K, n) each candidate's block rule per job (values of :data:`BLOCK_RULES`, or
+            :data:`BLOCK_LEARNED`), replacing ``block_rule``; promotion keeps the best candidate's.
+        block_weights: The learned block rule's weights (:data:`gpu_env.placement.BLOCK_FEATURES`), for the jobs
+            whose rule is :data:`BLOCK_LEARNED`.
 
     Returns:
         The K plans' placements, curves and objectives.
@@ -430,7 +456,7 @@ def decode(
             raise ValueError(f"prefer must be one first GPU per job, ({inst.k.size},), got shape {prefer.shape}")
         if prefer.size and (prefer.min() < -1 or prefer.max() >= inst.gpus):
             raise ValueError(f"prefer names GPUs outside -1..{inst.gpus - 1}")
-    how = choice(trade_candidates, block_rule, start_rule, pack_tolerance, prefer)
+    how = choice(trade_candidates, block_rule, start_rule, pack_tolerance, prefer, block_weights)
     orders = np.ascontiguousarray(orders, dtype=np.int64)
     modes = np.ascontiguousarray(modes, dtype=np.int64)
     if orders.ndim != 2 or modes.shape != (orders.shape[0],):
@@ -448,8 +474,11 @@ def decode(
         per_job = np.ascontiguousarray(rules, dtype=np.int64)
         if per_job.shape != (K, n):
             raise ValueError(f"rules must be one block rule per candidate and job, ({K}, {n}), got {per_job.shape}")
-        if per_job.size and (per_job.min() < 0 or per_job.max() > max(BLOCK_RULES.values())):
-            raise ValueError(f"rules must be among {sorted(BLOCK_RULES.values())} ({', '.join(BLOCK_RULES)})")
+        if per_job.size and (per_job.min() < 0 or per_job.max() > BLOCK_LEARNED):
+            raise ValueError(
+                f"rules must be among {sorted(BLOCK_RULES.values())} ({', '.join(BLOCK_RULES)}) "
+                f"or {BLOCK_LEARNED} (learned)"
+            )
     if seed is None:
         seed_start = seed_first = np.zeros(0, dtype=np.int64)
     else:
@@ -556,6 +585,8 @@ def _decide(
     t0, a0 = placement.earliest(inst, j, busy, sc.room, sc.span)
     if t0 >= 0 and choice.packed:
         t0, a0 = placement.packed_start(inst, j, t0, a0, busy, choice.pack_tolerance, sc.room, sc.span)
+    elif t0 >= 0 and rule == BLOCK_LEARNED:
+        a0 = placement.learned_block(inst, j, t0, busy, choice.weights, sc.span)
     elif t0 >= 0 and rule != BLOCK_LOWEST:
         a0, _ = placement.pick_block(inst, j, t0, busy, rule, sc.span)
     if t0 >= 0 and choice.prefer.size:
@@ -621,7 +652,10 @@ def _decide(
             _copy(sc.best_curves, sc.trial)
     if best_t < 0:
         return t0, a0, False, penalty
-    a, _ = placement.pick_block(inst, j, best_t, busy, rule, sc.span)
+    if rule == BLOCK_LEARNED:
+        a = placement.learned_block(inst, j, best_t, busy, choice.weights, sc.span)
+    else:
+        a, _ = placement.pick_block(inst, j, best_t, busy, rule, sc.span)
     if choice.prefer.size:
         a = placement.preferred_block(inst, j, best_t, a, choice.prefer[j], busy)
     return best_t, a, True, best_penalty
@@ -878,7 +912,7 @@ def _decode_seeded(
 def _with_rules(choice: Choice, rules: np.ndarray) -> Choice:  # pragma: no cover - compiled
     """``choice`` with per-job block rules."""
     c = choice
-    return Choice(c.trade_candidates, c.block_rule, c.packed, c.pack_tolerance, c.prefer, rules)
+    return Choice(c.trade_candidates, c.block_rule, c.packed, c.pack_tolerance, c.prefer, rules, c.weights)
 
 
 @njit(cache=True, nogil=True)

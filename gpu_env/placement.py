@@ -4,8 +4,9 @@ Built from :mod:`gpu_env.rules`, and held to it by ``tests/test_placement.py``: 
 (:func:`block_pattern`, :func:`find_block`; the search doubles runs of free GPUs in 64-GPU words; :func:`free_starts`,
 every allowed first GPU free over a span, as words), the blocks a new block meets (:func:`drop_meeting`, rule 1), the
 capacity (:func:`free_capacity`, :func:`last_short` and :func:`fits`, rule 7), the earliest feasible start
-(:func:`earliest`), greedy's block and start rules (:func:`pick_block`, :func:`packed_start`), a job's preferred block
-(:func:`preferred_block`), the fit rules' blocks of the batched engine (:func:`fit_choices`), and the real-time
+(:func:`earliest`), greedy's block and start rules (:func:`pick_block`, :func:`packed_start`: lowest, best-fit,
+node-fit, highest), a job's preferred block (:func:`preferred_block`), the learned block rule (:func:`block_features`,
+:func:`learned_block`), the fit rules' blocks of the batched engine (:func:`fit_choices`), and the real-time
 curves with their shortfall penalty (:func:`realtime_one`: :func:`gpu_env.objective.realtime_curves` and
 :func:`gpu_env.objective.shortfall_penalty`, rules 6 and 7). The list-scheduling decoder (:mod:`gpu_env.listsched`,
 which greedy and the learned planner run) and the batched engine (:mod:`gpu_env.batch`) compile these functions
@@ -51,6 +52,20 @@ BLOCK_LOWEST = 0
 BLOCK_BEST_FIT = 1
 BLOCK_NODE_FIT = 2
 BLOCK_HIGHEST = 3
+BLOCK_LEARNED = 4
+BLOCK_FEATURES = (
+    "left",
+    "right",
+    "before",
+    "after",
+    "node_load",
+    "position",
+    "lowest",
+    "highest",
+    "position_x_duration",
+    "position_x_size",
+)
+"""What :func:`block_features` says of a free block, in order (the learned block rule's inputs)."""
 PACK_ROWS = 4
 """Feasible starts the ``packed`` start rule compares."""
 
@@ -311,6 +326,86 @@ def pick_block(
         if score > best_score:
             best_a, best_score = a, score
     return best_a, best_score
+
+
+@njit(cache=True, nogil=True)
+def block_features(
+    inst: ListInstance, j: int, t: int, a: int, lowest: int, highest: int, busy: np.ndarray, out: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Into ``out`` (:data:`BLOCK_FEATURES`): what job j's free block from GPU a at start t looks like, each in [0, 1].
+
+    The share of the span its left and right neighbour GPUs are busy (a node or cluster edge counts as busy), the
+    share of its GPUs busy in the slot before the start and after the end (the horizon's ends count as busy), the
+    busy share of its node(s) over the span, its position ``a / (G - k)``, whether it is the lowest or the highest
+    free block (``lowest``, ``highest``: their first GPUs), and the position times the job's duration over the
+    horizon and times its size over the node's.
+    """
+    G, ns, T = inst.gpus, inst.node_size, inst.slots
+    k, d = inst.k[j], inst.d[j]
+    b = a + k
+    sides = np.zeros(4)
+    for i, (side, edge) in enumerate(((a - 1, a % ns == 0), (b, b % ns == 0 or b >= G))):
+        if edge:
+            sides[i] = 1.0
+        else:
+            n = 0
+            for s in range(t, t + d):
+                if busy_at(busy, s, side):
+                    n += 1
+            sides[i] = n / d
+    for i, (slot, edge) in enumerate(((t - 1, t == 0), (t + d, t + d >= T))):
+        if edge:
+            sides[2 + i] = 1.0
+        else:
+            n = 0
+            for g in range(a, b):
+                if busy_at(busy, slot, g):
+                    n += 1
+            sides[2 + i] = n / k
+    for i in range(4):
+        out[i] = sides[i]
+    first_node = (a // ns) * ns
+    width = min(((a + k - 1) // ns + 1) * ns, G) - first_node
+    out[4] = node_load(inst, j, t, a, busy) / (width * d)
+    position = a / (G - k) if G > k else 0.0
+    out[5] = position
+    out[6] = 1.0 if a == lowest else 0.0
+    out[7] = 1.0 if a == highest else 0.0
+    out[8] = position * min(d / T, 1.0)
+    out[9] = position * min(k / ns, 1.0)
+
+
+@njit(cache=True, nogil=True)
+def learned_block(
+    inst: ListInstance, j: int, t: int, busy: np.ndarray, weights: np.ndarray, span: np.ndarray
+) -> int:  # pragma: no cover - compiled
+    """Job j's free block at start t with the highest learned score ``weights . block_features``; -1 when none.
+
+    The first of equal scores (the lowest) wins; without weights, the lowest free block.
+    """
+    lowest = find_block(inst, j, t, busy, span)
+    if lowest < 0 or weights.size == 0:
+        return lowest
+    G, ns = inst.gpus, inst.node_size
+    k = inst.k[j]
+    step = ns if k > ns else 1
+    highest = lowest
+    for a in range(((G - k) // step) * step, lowest - 1, -step):
+        if allowed_start(a, k, G, ns) and block_free(inst, j, t, a, busy):
+            highest = a
+            break
+    features = np.zeros(len(BLOCK_FEATURES))
+    best_a, best_score = lowest, -np.inf
+    for a in range(lowest, highest + 1, step):
+        if not allowed_start(a, k, G, ns) or not block_free(inst, j, t, a, busy):
+            continue
+        block_features(inst, j, t, a, lowest, highest, busy, features)
+        score = 0.0
+        for i in range(features.size):
+            score += weights[i] * features[i]
+        if score > best_score + 1e-12:
+            best_a, best_score = a, score
+    return best_a
 
 
 @njit(cache=True, nogil=True)

@@ -531,6 +531,36 @@ def test_the_rules_read_back_from_a_plan_decode_it_again(family: str, seed: int,
     assert placements(again, 0) == placements(dec, 0)
 
 
+@quiet(25)
+@given(
+    family=st.sampled_from(sorted(FAMILIES)),
+    seed=st.integers(0, 10_000),
+    gpus=st.sampled_from((*SIZES, 12)),
+    data=st.data(),
+)
+def test_decodes_with_the_learned_block_rule_validate(family: str, seed: int, gpus: int, data: st.DataObject):
+    sc = small(family, seed, gpus)
+    inst = ListInstance.build(sc)
+    F = len(listsched.BLOCK_FEATURES)
+    weights = np.array(data.draw(st.lists(st.floats(-3, 3), min_size=F, max_size=F)))
+    rng = np.random.default_rng(seed)
+    orders = np.array([rng.permutation(pending(sc)) for _ in range(3)]) if pending(sc) else np.zeros((3, 0), int)
+    rules = np.full((3, inst.k.size), listsched.BLOCK_LEARNED)
+    dec = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]), rules=rules, block_weights=weights)
+    assert_valid_rows(sc, dec)
+    # Without weights the learned rule takes the lowest free block: the plain decode.
+    plain = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]))
+    lowest = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]), rules=rules)
+    assert (lowest.first == plain.first).all() and (lowest.start == plain.start).all()
+
+
+def test_bad_block_weights_raise():
+    inst = ListInstance.build(three_jobs())
+    for weights in (np.zeros(3), np.full(len(listsched.BLOCK_FEATURES), np.nan)):
+        with pytest.raises(ValueError, match="block weights"):
+            decode(inst, np.array([[0, 1, 2]]), np.array([MODE_OFF]), block_weights=weights)
+
+
 @pytest.mark.parametrize(
     ("rules", "message"),
     [(np.zeros((2, 3), dtype=np.int64), "one block rule per candidate"), (np.full((1, 3), 9), "must be among")],

@@ -18,7 +18,9 @@ from gpu_env.generators import FAMILIES, generate
 from gpu_env.listsched import ListInstance, Scratch, new_scratch
 from gpu_env.objective import realtime_curves, shortfall_penalty
 from gpu_env.occupancy import block_shifts
+from tests.conftest import make_scenario
 
+F = len(placement.BLOCK_FEATURES)
 quiet = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -65,7 +67,7 @@ def test_lowest_free_block_and_capacity_are_the_rules(family: str, seed: int, gp
     for j in range(inst.k.size):
         k, d = int(inst.k[j]), int(inst.d[j])
         t = data.draw(st.integers(0, T - 1), label="start")
-        free = [a for a in rules.allowed_block_starts(k, gpus, inst.node_size) if free_over(busy, t, d, int(a), k)]
+        free = [int(a) for a in rules.allowed_block_starts(k, gpus, inst.node_size) if free_over(busy, t, d, int(a), k)]
         assert placement.find_block(inst, j, t, busy, sc.span) == (int(free[0]) if free else -1)
         assert placement.fits(k, t, d, T, room) == bool((room[t : min(t + d, T)] >= k).all())
         highest, _ = placement.pick_block(inst, j, t, busy, placement.BLOCK_HIGHEST, sc.span)
@@ -76,6 +78,19 @@ def test_lowest_free_block_and_capacity_are_the_rules(family: str, seed: int, gp
             a0 = int(free[0])
             near = a0 if want < 0 else min((abs(int(a) - want), int(a)) for a in free)[1]
             assert placement.preferred_block(inst, j, t, a0, want, busy) == near
+        # The learned rule: the free block of the highest score (the first of equals), each feature in [0, 1].
+        weights = np.array(data.draw(st.lists(st.sampled_from((-1.0, 0.0, 0.5, 2.0)), min_size=F, max_size=F)))
+        chosen = placement.learned_block(inst, j, t, busy, weights, sc.span)
+        if not free:
+            assert chosen == -1
+            continue
+        x = np.zeros((len(free), F))
+        for i, a in enumerate(free):
+            placement.block_features(inst, j, t, int(a), int(free[0]), int(free[-1]), busy, x[i])
+        assert ((x >= 0) & (x <= 1)).all()
+        scores = x @ weights
+        assert chosen in free and scores[free.index(chosen)] >= scores.max() - 1e-9
+        assert placement.learned_block(inst, j, t, busy, np.zeros(0), sc.span) == int(free[0])
 
 
 @quiet
@@ -151,3 +166,22 @@ def test_capacity_and_the_last_short_slot_are_the_rules(gpus: int, held: list[in
     short = np.flatnonzero(rules.short_slots(room, k)[t : t + d]) + t
     assert placement.last_short(k, t, d, T, room) == (int(short[-1]) if short.size else -1)
     assert placement.fits(k, t, d, T, room) == rules.fits_capacity(room.tolist(), k, t, d) == (short.size == 0)
+
+
+def test_hand_worked_block_features():
+    sc = make_scenario(
+        cluster={"gpus": 4, "node_size": 4},
+        horizon={"slots": 4},
+        jobs=[{"id": "a", "type": "training", "gpus": 1, "duration": 2, "priority": 1}],
+    )
+    inst = ListInstance.build(sc)
+    busy = inst.busy.copy()
+    placement.mark(busy, 0, 2, 1, 1)  # GPU 1 busy in slots 0 and 1
+    x = np.zeros(F)
+    # GPU 0 from slot 0: the node's edge on the left, GPU 1 busy on the right, the horizon's start before, nothing
+    # after; 2 of the node's 8 GPU-slots busy; position 0; the lowest free block.
+    placement.block_features(inst, 0, 0, 0, 0, 3, busy, x)
+    assert x.tolist() == [1.0, 1.0, 1.0, 0.0, 0.25, 0.0, 1.0, 0.0, 0.0, 0.0]
+    # GPU 3: GPU 2 free on the left, the edge on the right; position 1, the highest; duration 2 of 4 slots, 1 of 4 GPUs.
+    placement.block_features(inst, 0, 0, 3, 0, 3, busy, x)
+    assert x.tolist() == [0.0, 1.0, 1.0, 0.0, 0.25, 1.0, 0.0, 1.0, 0.5, 0.25]
