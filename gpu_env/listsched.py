@@ -102,9 +102,10 @@ class Choice(NamedTuple):
         pack_tolerance: Fraction of the value the ``packed`` rule may give up.
         prefer: (n,) preferred first GPU of each job, -1 for none; empty when no job has one. A job takes its
             preferred block wherever the rules allow it and it is free at the start the turn chose; elsewhere the
-            block rule decides.
+            allowed free block nearest it (:func:`gpu_env.placement.preferred_block`).
         rules: (n,) each job's block rule (a value of :data:`BLOCK_RULES`, or :data:`BLOCK_LEARNED`), replacing
-            ``block_rule``; empty when every job follows ``block_rule``.
+            ``block_rule`` (the ``packed`` start rule picks its own best-fit block at the earliest start); empty
+            when every job follows ``block_rule``.
         weights: (len(BLOCK_FEATURES),) the learned block rule's weights
             (:func:`gpu_env.placement.learned_block`); empty without them (the rule then takes the lowest block).
     """
@@ -160,7 +161,7 @@ def _block_weights(weights: np.ndarray | None) -> np.ndarray:
         return _NO_WEIGHTS
     w = np.ascontiguousarray(weights, dtype=np.float64)
     if w.shape != (len(BLOCK_FEATURES),) or not np.isfinite(w).all():
-        raise ValueError(f"block weights must be {len(BLOCK_FEATURES)} finite numbers (BLOCK_FEATURES), got {w.shape}")
+        raise ValueError(f"block weights must be {len(BLOCK_FEATURES)} finite numbers (BLOCK_FEATURES), got {w}")
     return w
 
 
@@ -325,10 +326,18 @@ def rules_from_plan(
 
     Returns:
         (n,) a value of :data:`BLOCK_RULES` per job (the first offered rule for the jobs the plan leaves out).
+
+    Raises:
+        ValueError: No rule offered, an unknown one, or a placed job missing from ``order``.
     """
+    if not offered or any(r not in BLOCK_RULES for r in offered):
+        raise ValueError(f"offered: expected one or more of {', '.join(BLOCK_RULES)}, got {offered!r}")
     codes = [BLOCK_RULES[r] for r in offered]
     out = np.full(inst.k.size, codes[0], dtype=np.int64)
     placed = {int(j): (int(t), int(a)) for j, t, a in np.asarray(placements, dtype=np.int64).reshape(-1, 3)}
+    missing = sorted(set(placed) - {int(j) for j in order})
+    if missing:
+        raise ValueError(f"placed jobs missing from the order: {missing}")
     busy = inst.busy.copy()
     span = np.zeros(busy.shape[1], dtype=np.uint64)
     for j in map(int, order):
@@ -440,12 +449,12 @@ def decode(
             not fit (cells taken twice, or capacity short of the curves) gives that candidate the objective -inf.
         margin: How much more a candidate must be worth than the best before it to replace it.
         prefer: (n,) a preferred first GPU per job, -1 for none (every candidate's): a job takes that block where
-            the rules allow it and it is free at the start its turn chose, else the block rule's. Out-of-range
-            values are refused.
-        rules: (K, n) each candidate's block rule per job (values of :data:`BLOCK_RULES`, or
+            the rules allow it and it is free at the start its turn chose, else the allowed free block nearest it.
+            Out-of-range values are refused.
+        rules: (K, n) integers, each candidate's block rule per job (values of :data:`BLOCK_RULES`, or
             :data:`BLOCK_LEARNED`), replacing ``block_rule``; promotion keeps the best candidate's.
-        block_weights: The learned block rule's weights (:data:`gpu_env.placement.BLOCK_FEATURES`), for the jobs
-            whose rule is :data:`BLOCK_LEARNED`.
+        block_weights: The learned block rule's weights (:data:`gpu_env.placement.BLOCK_FEATURES`), required by
+            (and only read for) the jobs whose rule is :data:`BLOCK_LEARNED`.
 
     Returns:
         The K plans' placements, curves and objectives.
@@ -471,7 +480,10 @@ def decode(
     if rules is None:
         per_job = np.zeros((K, 0), dtype=np.int64)
     else:
-        per_job = np.ascontiguousarray(rules, dtype=np.int64)
+        given = np.asarray(rules)
+        if given.size and not np.issubdtype(given.dtype, np.integer):
+            raise ValueError(f"rules must be integers (block rule codes), got dtype {given.dtype}")
+        per_job = np.ascontiguousarray(given, dtype=np.int64)
         if per_job.shape != (K, n):
             raise ValueError(f"rules must be one block rule per candidate and job, ({K}, {n}), got {per_job.shape}")
         if per_job.size and (per_job.min() < 0 or per_job.max() > BLOCK_LEARNED):
@@ -479,6 +491,8 @@ def decode(
                 f"rules must be among {sorted(BLOCK_RULES.values())} ({', '.join(BLOCK_RULES)}) "
                 f"or {BLOCK_LEARNED} (learned)"
             )
+        if block_weights is None and (per_job == BLOCK_LEARNED).any():
+            raise ValueError("rules name the learned block rule but no block_weights are given")
     if seed is None:
         seed_start = seed_first = np.zeros(0, dtype=np.int64)
     else:

@@ -343,27 +343,24 @@ def block_features(
     G, ns, T = inst.gpus, inst.node_size, inst.slots
     k, d = inst.k[j], inst.d[j]
     b = a + k
-    sides = np.zeros(4)
     for i, (side, edge) in enumerate(((a - 1, a % ns == 0), (b, b % ns == 0 or b >= G))):
         if edge:
-            sides[i] = 1.0
+            out[i] = 1.0
         else:
             n = 0
             for s in range(t, t + d):
                 if busy_at(busy, s, side):
                     n += 1
-            sides[i] = n / d
+            out[i] = n / d
     for i, (slot, edge) in enumerate(((t - 1, t == 0), (t + d, t + d >= T))):
         if edge:
-            sides[2 + i] = 1.0
+            out[2 + i] = 1.0
         else:
             n = 0
             for g in range(a, b):
                 if busy_at(busy, slot, g):
                     n += 1
-            sides[2 + i] = n / k
-    for i in range(4):
-        out[i] = sides[i]
+            out[2 + i] = n / k
     first_node = (a // ns) * ns
     width = min(((a + k - 1) // ns + 1) * ns, G) - first_node
     out[4] = node_load(inst, j, t, a, busy) / (width * d)

@@ -548,9 +548,9 @@ def test_decodes_with_the_learned_block_rule_validate(family: str, seed: int, gp
     rules = np.full((3, inst.k.size), listsched.BLOCK_LEARNED)
     dec = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]), rules=rules, block_weights=weights)
     assert_valid_rows(sc, dec)
-    # Without weights the learned rule takes the lowest free block: the plain decode.
+    # With zero weights every block scores alike and the first, the lowest, wins: the plain decode.
     plain = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]))
-    lowest = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]), rules=rules)
+    lowest = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]), rules=rules, block_weights=np.zeros(F))
     assert (lowest.first == plain.first).all() and (lowest.start == plain.start).all()
 
 
@@ -563,12 +563,28 @@ def test_bad_block_weights_raise():
 
 @pytest.mark.parametrize(
     ("rules", "message"),
-    [(np.zeros((2, 3), dtype=np.int64), "one block rule per candidate"), (np.full((1, 3), 9), "must be among")],
+    [
+        (np.zeros((2, 3), dtype=np.int64), "one block rule per candidate"),
+        (np.full((1, 3), 9), "must be among"),
+        (np.full((1, 3), 1.5), "integers"),
+        (np.full((1, 3), listsched.BLOCK_LEARNED), "no block_weights"),
+    ],
 )
 def test_bad_rules_raise(rules: np.ndarray, message: str):
     inst = ListInstance.build(three_jobs())
     with pytest.raises(ValueError, match=message):
         decode(inst, np.array([[0, 1, 2]]), np.array([MODE_OFF]), rules=rules)
+
+
+def test_rules_from_plan_refuses_what_it_cannot_read():
+    inst = ListInstance.build(three_jobs())
+    placed = np.array([[0, 0, 0], [1, 0, 1]])
+    with pytest.raises(ValueError, match="offered"):
+        listsched.rules_from_plan(inst, np.array([0, 1, 2]), placed, offered=())
+    with pytest.raises(ValueError, match="offered"):
+        listsched.rules_from_plan(inst, np.array([0, 1, 2]), placed, offered=("first",))
+    with pytest.raises(ValueError, match=r"missing from the order: \[1\]"):
+        listsched.rules_from_plan(inst, np.array([0, 2]), placed)
 
 
 @quiet(25)

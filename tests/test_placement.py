@@ -72,11 +72,11 @@ def test_lowest_free_block_and_capacity_are_the_rules(family: str, seed: int, gp
         assert placement.fits(k, t, d, T, room) == bool((room[t : min(t + d, T)] >= k).all())
         highest, _ = placement.pick_block(inst, j, t, busy, placement.BLOCK_HIGHEST, sc.span)
         assert highest == (int(free[-1]) if free else -1)
-        # A preference: the allowed free block nearest it (the lower of two as near), the block rule's without one.
+        # A preference: the allowed free block nearest it (of blocks as near, the block rule's, then the lower).
         want = data.draw(st.integers(-1, gpus - 1), label="want")
         if free:
-            a0 = int(free[0])
-            near = a0 if want < 0 else min((abs(int(a) - want), int(a)) for a in free)[1]
+            a0 = data.draw(st.sampled_from(free), label="block rule's")  # the block rule's block wins a tie
+            near = a0 if want < 0 else min((abs(a - want), a != a0, a) for a in free)[2]
             assert placement.preferred_block(inst, j, t, a0, want, busy) == near
         # The learned rule: the free block of the highest score (the first of equals), each feature in [0, 1].
         weights = np.array(data.draw(st.lists(st.sampled_from((-1.0, 0.0, 0.5, 2.0)), min_size=F, max_size=F)))
@@ -88,8 +88,12 @@ def test_lowest_free_block_and_capacity_are_the_rules(family: str, seed: int, gp
         for i, a in enumerate(free):
             placement.block_features(inst, j, t, int(a), int(free[0]), int(free[-1]), busy, x[i])
         assert ((x >= 0) & (x <= 1)).all()
-        scores = x @ weights
-        assert chosen in free and scores[free.index(chosen)] >= scores.max() - 1e-9
+        scores = [sum(float(w) * float(v) for w, v in zip(weights, row, strict=True)) for row in x]
+        best = 0
+        for i in range(1, len(free)):  # a later block wins only by more than 1e-12: the first of equals
+            if scores[i] > scores[best] + 1e-12:
+                best = i
+        assert chosen == free[best]
         assert placement.learned_block(inst, j, t, busy, np.zeros(0), sc.span) == int(free[0])
 
 
