@@ -24,8 +24,8 @@ class Guard(StrEnum):
 
 DEFAULT_SAMPLES = 12
 """Candidate orders per learned plan as shipped: the argmax order in both trade modes and 10 Gumbel draws.
-Measured on 140 fresh instances at 8-64 GPUs: 8, 12 and 16 candidates reach 1.0089, 1.0103 and 1.0105 of
-greedy's objective, with 0.59, 0.77 and 1.0 of 16's decode time (docs/learned-mode.md)."""
+Measured with the former POMO-trained policy on 140 fresh instances at 8-64 GPUs: 8, 12 and 16 candidates reach
+1.0089, 1.0103 and 1.0105 of greedy's objective, with 0.59, 0.77 and 1.0 of 16's decode time (docs/learned-mode.md)."""
 DEFAULT_GUARD = Guard.FIFO
 """The learned scheduler's guard as shipped: FIFO, so the learned mode is never below FIFO, for FIFO's time (a
 fraction of a millisecond at the seed's sizes; benchmarks/results/ppo.md, (b))."""

@@ -6,8 +6,8 @@ Every phase works on *labels*: for each training instance, the best job order
 1. **Labels to start from.** Where CP-SAT proved an optimum
    (:mod:`agents.learned.optima`), its plan replayed into the list action space:
    the placed jobs by start (then first GPU), the others after them by value
-   (:func:`order_from_plan`). Everywhere, greedy's own orderings (priority and
-   value) too; the best decode of them is the instance's first label.
+   (:func:`order_from_plan`). Everywhere, greedy's weight, value, density and
+   deadline orders too (:func:`greedy_orders`); the best decode of them is the instance's first label.
 2. **Imitation.** The scorer is fitted to the labels by ListMLE: the
    Plackett-Luce likelihood of the label order (:func:`agents.learned.scorer.order_log_prob`),
    and the mode logit to the label's mode.
