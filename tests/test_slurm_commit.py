@@ -420,6 +420,55 @@ def test_a_job_still_pending_after_the_wait_is_held_again_and_failed_reads_are_c
     assert reads["n"] > 3 and reads["queue"] == 2
 
 
+def test_a_job_released_before_the_cycle_that_has_not_started_is_waited_for_and_held_again() -> None:
+    """Found by the kill tests on the live cluster: a commit killed after a release leaves the job released and
+    pending. The next cycle's plan starts it on the same nodes, so there is nothing to change; it is still waited
+    for like the jobs this commit releases, and held again when it does not start (a cycle never leaves an owned
+    job released and pending)."""
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2, held=False, required_nodes=("n1",))]
+    fake.start_released = False
+    result = loop.cycle(config_from_dict(NO_APPS), fake, "greedy", dry_run=True)
+    assert [(c.kind, c.target, c.nodes) for c in result.changes] == [("confirm", "1", ("n1",))]
+    snap = _snap(fake, NO_APPS)
+    clock = _Clock()
+    done = commit.apply(snap, list(result.changes), fake, confirm_seconds=2, sleep=clock.sleep, clock=clock)
+    (why,) = [w for _, w in done.failed]
+    assert why == "released but not started within 2 s; held again"
+    assert fake.calls == [("hold", "1")]  # nothing set or released: only held again
+
+
+def test_a_released_job_that_starts_meanwhile_is_only_waited_for() -> None:
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2, held=False, required_nodes=("n1",))]
+    snap = _snap(fake, NO_APPS)
+    planned = [commit.Change("confirm", "1", nodes=("n1",), gpus=(("n1", 2),))]
+    real = fake.pending_jobs
+
+    def starts_on_the_first_poll(jobs) -> set[str]:
+        fake._node_list["1"] = ("n1",)
+        fake._release("1")  # Slurm's scheduler starts it
+        return real(jobs)
+
+    fake.pending_jobs = starts_on_the_first_poll
+    clock = _Clock()
+    done = commit.apply(snap, planned, fake, confirm_seconds=2, sleep=clock.sleep, clock=clock)
+    assert not done.failed and [c.kind for c in done.done] == ["confirm"]
+    assert {j.id: j.state for j in fake.queue} == {"1": "RUNNING"}
+    assert ("hold", "1") not in fake.calls and ("nodes", "1", ("n1",)) not in fake.calls
+
+
+def test_a_released_job_that_cannot_start_as_planned_is_held_at_once() -> None:
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2, held=False, required_nodes=("n1",))]
+    fake.start_released = False
+    snap = _snap(fake, NO_APPS)
+    planned = [commit.Change("confirm", "1", nodes=("n1",), gpus=(("n1", 2),))]
+    fake.queue.append(running("9", "n1", 0, 8, partition="batch"))  # n1 filled since the snapshot
+    done = commit.apply(snap, planned, fake, confirm_seconds=2, sleep=_Clock().sleep, clock=_Clock())
+    assert [(c.kind, c.target) for c in done.done] == [("hold", "1")] and fake.calls == [("hold", "1")]
+
+
 # ----------------------------------------------------------------------------- one writer
 
 

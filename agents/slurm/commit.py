@@ -50,7 +50,7 @@ import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agents.rolling.allocator import Decision
@@ -72,10 +72,12 @@ class Change:
     """One change to Slurm.
 
     Attributes:
-        kind: ``hold``, ``place`` (NodeList and release) or ``reserve`` (an app's reservations on one node).
+        kind: ``hold``, ``place`` (NodeList and release), ``confirm`` (a job released before this cycle onto the
+            planned nodes that has not started: nothing to change, but it is waited for as the released jobs are,
+            and held again if it does not start) or ``reserve`` (an app's reservations on one node).
         target: Job id, or the app's first reservation name on the node (``gpualloc-<app>.<node>``).
-        nodes: The job's planned nodes (``place``) or the reservation's node (``reserve``).
-        gpus: GPUs of the job (``place``) or of the app (``reserve``, what the plan wants) on each node,
+        nodes: The job's planned nodes (``place``, ``confirm``) or the reservation's node (``reserve``).
+        gpus: GPUs of the job (``place``, ``confirm``) or of the app (``reserve``, what the plan wants) on each node,
             as (node, count) pairs.
         users: Users allowed into the reservation (``reserve``).
         app: The app (``reserve``).
@@ -184,9 +186,13 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
             p = starting[jid]
             nodes = tuple(snapshot.nodes_of(p.gpus))
             local = snapshot.local(p.gpus)
+            gpus = tuple((n, len(local[n])) for n in nodes)
             if not job.held and tuple(job.required_nodes) == nodes:
-                continue  # already released onto these nodes
-            places.append(Change("place", jid, nodes=nodes, gpus=tuple((n, len(local[n])) for n in nodes)))
+                # Released onto these nodes already (by a commit that died, or by hand) and still pending: waited
+                # for like the jobs this commit releases, so that a cycle never leaves a released job pending.
+                places.append(Change("confirm", jid, nodes=nodes, gpus=gpus))
+                continue
+            places.append(Change("place", jid, nodes=nodes, gpus=gpus))
         elif not job.held:
             holds.append(Change("hold", jid))
     layout = app_layout(snapshot, decision)
@@ -350,12 +356,17 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
         if job.state != "PENDING":
             result.skipped.append((change, f"{job.state.lower()} already"))
             continue
+        if change.kind == "confirm" and job.held:  # held since the snapshot: it needs its release again
+            change = replace(change, kind="place")
         gone = [f"node {n} is left alone now: {fresh.left_alone[n]}" for n in change.nodes if n in fresh.left_alone]
         gone += [_stale(n, taken[n]) for n in change.nodes if n in taken]
+        short = [f"{n} has {free.get(n, 0)} free, needs {g}" for n, g in change.gpus if free.get(n, 0) < g]
+        if (gone or short) and change.kind == "confirm":  # released, and it cannot start as planned: held again
+            out.append(replace(change, kind="hold"))
+            continue
         if gone:
             result.failed.append((change, "not released: " + "; ".join(gone)))
             continue
-        short = [f"{n} has {free.get(n, 0)} free, needs {g}" for n, g in change.gpus if free.get(n, 0) < g]
         if short:
             result.failed.append((change, "not released: " + "; ".join(short)))
             continue
@@ -413,6 +424,8 @@ def apply(
                 if why is not None:
                     result.failed.append((change, why))
                     continue
+            elif change.kind == "confirm":
+                released.append(change)  # released already: only waited for
             elif change.kind == "place":
                 client.set_nodes(change.target, change.nodes)
                 why = made.release(change.target)
