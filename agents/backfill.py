@@ -169,7 +169,7 @@ def simulate(scenario: Scenario, *, backfill: bool = True) -> EasyRun:
                 continue
             overlaps = t + job.duration > head.start
             if overlaps:
-                now &= _keeping(head_blocks, jobs[head.job].gpus, job.gpus)
+                now = rules.starts_clear_of(now, head_blocks, jobs[head.job].gpus, job.gpus)
                 if not now:
                     continue  # every block it could take meets each block the head could take
             grid.place(j, t, _lowest(now))
@@ -190,16 +190,3 @@ def simulate(scenario: Scenario, *, backfill: bool = True) -> EasyRun:
 def _lowest(mask: int) -> int:
     """The lowest set bit of a non-zero bitmask: the lowest first GPU."""
     return (mask & -mask).bit_length() - 1
-
-
-def _keeping(head_blocks: int, k_head: int, k: int) -> int:
-    """First GPUs b of a k-GPU block that leave at least one of the head's free blocks untouched.
-
-    A block ``b..b+k-1`` meets the head's block ``a..a+k_head-1`` unless
-    ``a + k_head <= b`` or ``b + k <= a``. Some free head block survives when the
-    lowest one ends by b or the highest one starts at ``b + k`` or later.
-    """
-    lowest, highest = _lowest(head_blocks), head_blocks.bit_length() - 1
-    above = ~((1 << (lowest + k_head)) - 1)  # b >= lowest + k_head
-    below = (1 << (highest - k + 1)) - 1 if highest >= k else 0  # b <= highest - k
-    return above | below

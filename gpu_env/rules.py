@@ -85,6 +85,24 @@ def block_problem(block: list[int] | tuple[int, ...], k: int, gpus: int, node_si
     return None
 
 
+def blocks_meet(a: int, k_a: int, b: int, k_b: int) -> bool:
+    """Rule 1: whether the blocks ``a..a+k_a-1`` and ``b..b+k_b-1`` share a GPU (then they may not overlap in time)."""
+    return a < b + k_b and b < a + k_a
+
+
+def starts_clear_of(candidates: int, others: int, k_other: int, k: int) -> int:
+    """Of the first GPUs in ``candidates`` (a bitmask) of k-GPU blocks, those that leave one block of ``others`` free.
+
+    ``others`` is a non-empty bitmask of first GPUs of k_other-GPU blocks (for example the blocks a reserved job
+    may still take). A block from ``b`` leaves one of them untouched (:func:`blocks_meet`) exactly when the
+    lowest of them ends by ``b`` or the highest starts at ``b + k`` or later.
+    """
+    lowest, highest = (others & -others).bit_length() - 1, others.bit_length() - 1
+    above = ~((1 << (lowest + k_other)) - 1)  # b >= lowest + k_other
+    below = (1 << (highest - k + 1)) - 1 if highest >= k else 0  # b <= highest - k
+    return candidates & (above | below)
+
+
 # ----------------------------------------------------------------------------- rules 3 and 5: starts
 
 

@@ -92,3 +92,27 @@ def test_occupancy_feasible_matches_brute_force():
             used = [1 + (1 if u < 2 else 0) + (1 if 1 <= u <= 3 else 0) + [0, 1, 2, 1, 0][u] for u in range(5)]
             room = all(used[u] - 1 + 2 <= 4 for u in range(t, min(t + 2, 5)))  # `used` counts x's slot as 1
             assert feasible[t, b] == (in_window and free and room), (t, a)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    candidates=st.integers(0, 2**40 - 1),
+    others=st.integers(1, 2**40 - 1),
+    k_other=st.integers(1, 12),
+    k=st.integers(1, 12),
+)
+def test_starts_clear_of_keeps_exactly_the_blocks_that_leave_another_free(
+    candidates: int, others: int, k_other: int, k: int
+) -> None:
+    """Against the definition: a start is kept when some block of ``others`` shares no GPU with its block."""
+    kept = rules.starts_clear_of(candidates, others, k_other, k)
+    starts = [h for h in range(40) if others >> h & 1]
+    for b in range(40):
+        clear = any(not rules.blocks_meet(h, k_other, b, k) for h in starts)
+        assert bool(kept >> b & 1) == (bool(candidates >> b & 1) and clear), b
+    assert kept >> 40 == 0  # nothing outside the candidates
+
+
+def test_hand_worked_blocks_meet() -> None:
+    assert rules.blocks_meet(0, 2, 1, 2) and rules.blocks_meet(3, 1, 0, 4)
+    assert not rules.blocks_meet(0, 2, 2, 2) and not rules.blocks_meet(4, 1, 0, 4)
