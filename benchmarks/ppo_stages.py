@@ -28,20 +28,12 @@ if str(ROOT) not in sys.path:
 
 from agents import greedy, ppo  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
+from gpu_env.generators import FAMILIES  # noqa: E402
 from gpu_env.listsched import ListInstance, decode, fifo_replay  # noqa: E402
 from gpu_env.queue_features import cluster_features, job_features  # noqa: E402
 from gpu_env.scenario import load_scenario  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "ppo_stages.md"
-SEVEN = (
-    "mixed-control",
-    "training-heavy",
-    "realtime-diurnal",
-    "batch-fragmentation",
-    "priority-inversion",
-    "uniform-priority",
-    "scale-64x30",
-)
 STAGES = ("arrays", "features", "scorer", "orders", "decode 12", "fifo guard", "winner's plan")
 
 
@@ -97,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         "| scenario | " + " | ".join(STAGES) + " | sum | ppo.plan | greedy.solve | decode 12 / greedy.solve |",
         "| --- | " + " | ".join("---:" for _ in STAGES) + " | ---: | ---: | ---: | ---: |",
     ]
-    for name in SEVEN:
+    for name in FAMILIES:  # the seven benchmark scenarios: one file per generator family
         m = stages(name, args.rounds)
         total = sum(m[s] for s in STAGES)
         cells = " | ".join(f"{m[s]:.3f}" for s in STAGES)

@@ -386,11 +386,7 @@ def learned_block(
     G, ns = inst.gpus, inst.node_size
     k = inst.k[j]
     step = ns if k > ns else 1
-    highest = lowest
-    for a in range(((G - k) // step) * step, lowest - 1, -step):
-        if allowed_start(a, k, G, ns) and block_free(inst, j, t, a, busy):
-            highest = a
-            break
+    highest, _ = pick_block(inst, j, t, busy, BLOCK_HIGHEST, span)
     features = np.zeros(len(BLOCK_FEATURES))
     best_a, best_score = lowest, -np.inf
     for a in range(lowest, highest + 1, step):

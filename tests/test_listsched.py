@@ -32,6 +32,15 @@ def quiet(examples: int) -> settings:
     return settings(max_examples=examples, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+SMALL_CASES = {
+    "family": st.sampled_from(sorted(FAMILIES)),
+    "seed": st.integers(0, 10_000),
+    "gpus": st.sampled_from((*SIZES, 12)),
+    "data": st.data(),
+}
+"""A small scenario of any family (:func:`small`) and a draw of the test's own choices."""
+
+
 def small(family: str, seed: int, gpus: int) -> Scenario:
     """A family's scenario at a small size (a node of 6 GPUs for ``gpus=12``: nodes that do not tile 64)."""
     if gpus == 12:
@@ -509,12 +518,7 @@ def test_each_candidate_follows_its_own_rules():
 
 
 @quiet(25)
-@given(
-    family=st.sampled_from(sorted(FAMILIES)),
-    seed=st.integers(0, 10_000),
-    gpus=st.sampled_from((*SIZES, 12)),
-    data=st.data(),
-)
+@given(**SMALL_CASES)
 def test_the_rules_read_back_from_a_plan_decode_it_again(family: str, seed: int, gpus: int, data: st.DataObject):
     """Decoded with per-job rules, a plan's rules read back (:func:`rules_from_plan`) decode the same plan."""
     sc = small(family, seed, gpus)
@@ -532,12 +536,7 @@ def test_the_rules_read_back_from_a_plan_decode_it_again(family: str, seed: int,
 
 
 @quiet(25)
-@given(
-    family=st.sampled_from(sorted(FAMILIES)),
-    seed=st.integers(0, 10_000),
-    gpus=st.sampled_from((*SIZES, 12)),
-    data=st.data(),
-)
+@given(**SMALL_CASES)
 def test_decodes_with_the_learned_block_rule_validate(family: str, seed: int, gpus: int, data: st.DataObject):
     sc = small(family, seed, gpus)
     inst = ListInstance.build(sc)
@@ -588,12 +587,7 @@ def test_rules_from_plan_refuses_what_it_cannot_read():
 
 
 @quiet(25)
-@given(
-    family=st.sampled_from(sorted(FAMILIES)),
-    seed=st.integers(0, 10_000),
-    gpus=st.sampled_from((*SIZES, 12)),
-    data=st.data(),
-)
+@given(**SMALL_CASES)
 def test_decodes_with_any_preferred_blocks_validate(family: str, seed: int, gpus: int, data: st.DataObject):
     sc = small(family, seed, gpus)
     inst = ListInstance.build(sc)
