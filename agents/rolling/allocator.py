@@ -76,6 +76,10 @@ class ClusterState:
         error_level: Each app's relative forecast error observed so far (root mean square; empty:
             unknown). The live planner raises an app into idle GPUs only as far as this says its
             demand may come above the forecast.
+        day_forecast: Each app's forecast for the whole day, slots ``0..T-1`` of the day (empty: unknown), and
+        observed: each app's actual demand in the slots of the day before now (empty: nothing observed).
+            The live planner reads today's error from the two and draws its futures' demand around the
+            forecast (:mod:`agents.rolling.demand`); nothing at or after now is ever observed.
     """
 
     gpus: int
@@ -89,6 +93,8 @@ class ClusterState:
     value_scale: float = 1.0
     name: str = "now"
     error_level: tuple[float, ...] = ()
+    day_forecast: tuple[tuple[int, ...], ...] = ()
+    observed: tuple[tuple[int, ...], ...] = ()
 
     def to_scenario(self) -> tuple[Scenario, tuple[str, ...]]:
         """The state as a scenario whose slot 0 is now, checked like any scenario file.
@@ -161,6 +167,8 @@ class Decision:
         app_gpus_now: GPUs for each application in this slot.
         expired: Queued jobs left out: they can no longer meet their deadline.
         waiting: Queued jobs not started now (planned later or not at all).
+        why: For a live planner, why its decision departs from its base plan's: job id -> a sentence (e.g.
+            ``held: over 8 futures, holding it earns 12.5 more (± 3.1) than starting it now``).
     """
 
     scenario: Scenario
@@ -169,6 +177,7 @@ class Decision:
     app_gpus_now: dict[str, int]
     expired: tuple[str, ...] = ()
     waiting: tuple[str, ...] = field(default=())
+    why: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for a cluster manager that speaks JSON."""
@@ -177,6 +186,7 @@ class Decision:
             "realtime_now": dict(self.app_gpus_now),
             "expired": list(self.expired),
             "waiting": list(self.waiting),
+            "why": dict(self.why),
             "plan": self.plan.to_dict(),
         }
 

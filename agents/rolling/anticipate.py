@@ -1,112 +1,173 @@
-"""The live planner: plan for the jobs that have not arrived yet and for the ones that will end early.
+"""The live planner: decisions chosen by their value over sampled futures of the day.
 
-An online anticipatory algorithm in the sense of Bent and Van Hentenryck ("The value of consensus",
-ICAPS 2004; "Online Stochastic Combinatorial Optimization", 2006). At every cycle:
+An online anticipatory algorithm in the sense of Bent and Van Hentenryck (*Online Stochastic Combinatorial
+Optimization*, 2006). At every cycle:
 
-1. The state now (slot 0 = now) is planned as it is by the base planner (greedy by default): its
-   slot-0 starts are the candidate decision, exactly today's rolling decision.
-2. ``samples`` possible futures are drawn: the known state plus the arrivals of the rest of the day
-   drawn from the cluster's history (:class:`agents.rolling.history.ArrivalModel`), and, when a runtime
-   distribution is given, each running job's remaining runtime drawn given how long it has run and each
-   queued job's runtime drawn below its limit (:mod:`agents.rolling.runtimes`). Each future is planned by
-   the same base planner, which sees that future whole.
-3. **Consensus**: a job of the candidate decision starts now only if it also starts now in at least
-   ``threshold`` of the futures; the others wait for the next cycle. A future in which valuable work
-   arrives in an hour keeps its GPUs free for it, and enough such futures hold a long cheap job back.
+1. The state now (slot 0 = now) is planned as it is by the base planner (greedy by default), its real-time
+   curves raised into the GPUs its jobs leave idle (:func:`agents.rolling.fill.fill_idle`): its slot-0
+   starts are the **base decision**, exactly what rolling greedy (with the fill) would do.
+2. ``samples`` possible futures are drawn: the known state plus the arrivals drawn from the cluster's history
+   (:class:`agents.rolling.history.ArrivalModel`), each app's demand path drawn around the forecast by the
+   demand error model (:class:`agents.rolling.demand.DemandModel`), and, when a runtime distribution is
+   given, the jobs' runtimes (:mod:`agents.rolling.runtimes`).
+3. The rule (``rule``) turns the futures into this slot's decision:
 
-Before the consensus the plan's real-time curves are raised into the GPUs its jobs leave idle
-(:func:`fill_idle`): an idle GPU serving an app costs nothing, and live demand comes above the forecast.
+   - ``expectation`` (the default): a few candidate decisions (the base decision; the base decision with
+     each of its jobs held; all of them held; the starts of plans made with real-time headroom) are each
+     fixed at slot 0 in every future, and every future is planned on by the base planner; each candidate's
+     score is its mean objective over the same futures (common random numbers). A candidate replaces the
+     base decision only if its paired gain over the base decision clears ``confidence`` standard errors
+     and ``min_gain`` of the base decision's value: where the model says little, or says it unsure, the
+     base decision stands.
+   - ``consensus``: a job of the base decision starts now only if it also starts now in at least
+     ``threshold`` of the futures, each planned whole (the vote, kept for comparison).
 
-Holding a job back only frees GPUs, so the decision is always feasible and its plan (the base plan
-without the held jobs) passes the validator. Without a history and with exact runtimes there is nothing
-to sample and the planner is the base planner rolled, its curves raised into idle GPUs. Every draw is seeded from the
-planner's seed and the slot, so the same day gives the same decisions.
+Holding a job back only frees GPUs, and every other candidate is a valid plan of the state, so every
+decision passes the validator. Without anything to sample (no history, exact runtimes, no demand error
+observed) the planner is its base planner rolled, its curves raised into idle GPUs. Every draw is seeded
+from the planner's seed and the slot, so the same day gives the same decisions.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
-from agents.rolling.forecast import Corrector
-from agents.rolling.history import ArrivalModel, HistoryForecaster, history_error_level, stable_seed
-from gpu_env.plan import Plan
+from agents.rolling.demand import DemandModel
+from agents.rolling.fill import fill_ceiling, fill_idle
+from agents.rolling.forecast import Corrector, with_demand
+from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
+from agents.rolling.runtimes import RuntimeSampler
+from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Job, Scenario
 
+__all__ = [
+    "DEFAULT_SAMPLES",
+    "LARGE_CLUSTER",
+    "LIVE_PLANNERS",
+    "RULES",
+    "AnticipatingPlanner",
+    "Candidate",
+    "fill_ceiling",
+    "fill_idle",
+    "live_planner",
+]
+
 DEFAULT_SAMPLES = 8
-"""Futures per cycle as shipped (docs/rolling.md: measured against 4 and 16)."""
-DEFAULT_LOOKAHEAD = 8
-"""Slots ahead in which arrivals are sampled: what arrives later barely changes what to start now, and the
-futures stay small enough for a cycle within a second at 1,024 GPUs (docs/rolling.md)."""
+"""Futures per cycle as shipped."""
 LARGE_CLUSTER = 128
 """From this many GPUs the live planner's base is ppo (2-4x faster than greedy there; docs/learned-mode.md)
 and it samples half the futures."""
 DEFAULT_FILL_Z = 5.0
-"""An app is raised into idle GPUs up to its forecast plus this many relative error SDs (docs/rolling.md:
-measured against 2, 3 and no ceiling)."""
-FILL_PRIOR = 0.2
-"""The error level assumed for the ceiling before the day shows its own, counted as :data:`FILL_PRIOR_WEIGHT`
-observed slots: with an exact forecast the ceiling falls back to the plan within a few hours."""
-FILL_PRIOR_WEIGHT = 4.0
+"""An app is raised into idle GPUs up to its forecast plus this many relative error SDs (docs/rolling.md)."""
 DEFAULT_THRESHOLD = 0.5
-"""Share of the futures in which a job must start now for it to start now."""
+"""Consensus: share of the futures in which a job must start now for it to start now."""
+DEFAULT_CONFIDENCE = 2.0
+"""Expectation: standard errors of the paired gain a candidate must clear to replace the base decision
+(docs/rolling.md: measured against 1 and 3)."""
+DEFAULT_MIN_GAIN = 0.002
+"""Expectation: ... and this share of the base decision's mean value over the futures."""
+DEFAULT_HEADROOM = (1.0, 2.0)
+"""Expectation: real-time headroom levels, in error SDs, whose plans' starts are candidates."""
+MAX_HOLDS = 6
+"""Expectation: at most this many single-job holds are candidates (the largest jobs in GPU-slots first)."""
+RULES = ("expectation", "consensus")
 FUTURE_PREFIX = "~future"
 LIVE_FORECAST = Corrector()
 """The live planner's demand forecast: the day's forecast corrected as rolling does (:class:`Corrector`'s
-defaults); with a history, the prior error level is the past curves' spread (docs/rolling.md: measured
-against a 1.5-SD margin, the forecaster fitted from the history, and the larger of the two)."""
-LIVE_PLANNERS = ("anticipate", "anticipate-ppo")
-"""The live planners by name: consensus over sampled futures with greedy, or with ppo, as the base planner."""
+defaults, no prior), so that its base decision is rolling greedy's; the uncertainty the history shows is
+drawn into the futures (:class:`DemandModel`) and hedged by the expectation rule (docs/rolling.md)."""
+LIVE_PLANNERS = ("anticipate", "anticipate-ppo", "anticipate-consensus")
+"""The live planners by name: expectation over sampled futures with greedy, or with ppo, as the base planner;
+the consensus vote with greedy."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One decision for this slot: the plan of the state it comes from (its slot-0 starts are the decision).
+
+    Attributes:
+        label: What it is (``base``, ``hold j``, ``hold all``, ``headroom 1``).
+        plan: A valid plan of the state, its curves raised into idle GPUs.
+        starts: Its slot-0 starts of queued jobs.
+    """
+
+    label: str
+    plan: Plan
+    starts: tuple[Placement, ...]
+
+    @property
+    def key(self) -> frozenset[tuple[str, tuple[int, ...]]]:
+        """The decision itself: which jobs start now on which GPUs."""
+        return frozenset((p.job, tuple(p.gpus)) for p in self.starts)
 
 
 @dataclass(frozen=True)
 class AnticipatingPlanner:
-    """The default live planner: consensus over sampled futures (module docstring).
+    """The default live planner (module docstring).
 
     Attributes:
         base: The scheduler that plans the state and every future (any name of ``agents.registry``).
         arrivals: The history's arrival model (None: no arrivals are sampled).
-        runtimes: The distribution of runtime / limit (an object with ``sample_remaining(limit,
-            elapsed, rng)`` and ``runtime_slots(limit, u)``, :mod:`agents.rolling.runtimes`; None, as
-            shipped: jobs run to their limit in every future, which measured better, docs/rolling.md).
+        runtimes: The distribution of runtime / limit the futures draw from (None, as shipped: jobs run to
+            their limit in every future).
         samples: Futures per cycle.
-        threshold: Share of the futures in which a candidate start must also start now.
+        threshold: Consensus: share of the futures in which a candidate start must also start now.
         seed: Seed of every draw.
         name: How the planner is reported.
         forecaster: The demand forecast the rolling loop gives it (:data:`LIVE_FORECAST`, or one fitted
             from the history, :class:`agents.rolling.history.HistoryForecaster`).
-        lookahead: Slots ahead in which arrivals are sampled.
+        lookahead: Slots ahead in which arrivals are sampled (None: the rest of the day).
         fill: Give the GPUs the plan leaves idle to the real-time apps (:func:`fill_idle`).
         fill_z: ... up to the forecast plus this many observed relative error SDs (:func:`fill_ceiling`).
+        rule: ``expectation`` or ``consensus`` (module docstring).
+        demand: The demand error model of the futures (None: every future has the state's forecast).
+        confidence: Expectation: standard errors a departure from the base decision must clear.
+        min_gain: Expectation: share of the base decision's value a departure must gain.
+        headroom: Expectation: headroom levels (error SDs) whose plans' starts are candidates.
+        fill_within_ramp: Raise an app at most one ramp step above the plan's curve, so that every raised
+            GPU can be given back to a job in the next slot.
     """
 
     base: str = "greedy"
     arrivals: ArrivalModel | None = None
-    runtimes: object | None = None
+    runtimes: RuntimeSampler | None = None
     samples: int = DEFAULT_SAMPLES
     threshold: float = DEFAULT_THRESHOLD
     seed: int = 0
     name: str = "anticipate"
     forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
-    lookahead: int = DEFAULT_LOOKAHEAD
+    lookahead: int | None = None
     fill: bool = True
     fill_z: float = DEFAULT_FILL_Z
+    rule: str = "expectation"
+    demand: DemandModel | None = None
+    confidence: float = DEFAULT_CONFIDENCE
+    min_gain: float = DEFAULT_MIN_GAIN
+    headroom: tuple[float, ...] = field(default=DEFAULT_HEADROOM)
+    fill_within_ramp: bool = False
 
     def __post_init__(self) -> None:
         if self.samples < 1:
             raise ValueError(f"samples: expected an integer >= 1, got {self.samples}")
         if not 0 < self.threshold <= 1:
             raise ValueError(f"threshold: expected a number in (0, 1], got {self.threshold}")
+        if self.rule not in RULES:
+            raise ValueError(f"rule: expected one of {', '.join(RULES)}, got {self.rule!r}")
+        if self.lookahead is not None and self.lookahead < 1:
+            raise ValueError(f"lookahead: expected an integer >= 1 or None, got {self.lookahead}")
+        if not (math.isfinite(self.confidence) and self.confidence >= 0 and self.min_gain >= 0):
+            raise ValueError("confidence and min_gain: expected numbers >= 0")
 
     @property
     def anticipates(self) -> bool:
-        """Whether there is anything to sample."""
+        """Whether there is anything to sample, before the day has shown any demand error."""
         return self.arrivals is not None or self.runtimes is not None
 
     def decide(
@@ -119,56 +180,234 @@ class AnticipatingPlanner:
         """This slot's decisions for the cluster state at slot ``now`` of the day.
 
         Args:
-            state: The cluster now.
+            state: The cluster now (its ``day_forecast`` and ``observed`` feed the demand model).
             now: The slot of the day that is the state's slot 0 (where the arrival model is read).
             elapsed: Slots each running job has run so far (job id -> slots; missing: 0).
             options: Passed to the base planner.
         """
         scenario, expired = state.to_scenario()
-        plan = run_scheduler(self.base, scenario, options)
-        if self.fill:
-            plan = fill_idle(scenario, plan, fill_ceiling(scenario, state.error_level, self.fill_z, now))
+        plan = self._filled(scenario, run_scheduler(self.base, scenario, options), state, now)
         decision = decision_from_plan(scenario, plan, expired)
-        if not self.anticipates or not decision.start_now:
+        if not decision.start_now:
             return decision
+        demand = self._demand_inputs(state, now, scenario)
+        if not self.anticipates and demand is None:
+            return decision
+        futures = [self._future(scenario, state, now, elapsed or {}, demand, k) for k in range(self.samples)]
+        if self.rule == "consensus":
+            return self._consensus(scenario, plan, decision, futures, expired, options)
+        return self._expectation(scenario, state, now, plan, decision, futures, expired, options)
+
+    # ------------------------------------------------------------------------- the two rules
+
+    def _consensus(
+        self,
+        scenario: Scenario,
+        plan: Plan,
+        decision: Decision,
+        futures: Sequence[Scenario],
+        expired: tuple[str, ...],
+        options: PlanOptions | None,
+    ) -> Decision:
         votes = dict.fromkeys((p.job for p in decision.start_now), 0)
-        running = {j.id for j in scenario.jobs if j.running_on is not None}
-        for k in range(self.samples):
-            rng = np.random.default_rng(stable_seed(self.seed, now, k))
-            future = self._future(scenario, now, elapsed or {}, rng)
+        for future in futures:
             starts = {p.job for p in run_scheduler(self.base, future, options).placements if p.start == 0}
             for job in votes:
-                votes[job] += job in starts and job not in running
-        held = {job for job, n in votes.items() if n < self.threshold * self.samples}
+                votes[job] += job in starts
+        held = {job for job, n in votes.items() if n < self.threshold * len(futures)}
         if not held:
             return decision
-        kept = Plan(
-            plan.scenario,
-            plan.scheduler,
-            [p for p in plan.placements if p.job not in held],
-            dict(plan.curves),
-        )
-        kept.solve_ms = plan.solve_ms
-        return decision_from_plan(scenario, kept, expired)
+        kept = decision_from_plan(scenario, _without(plan, held), expired)
+        kept.why = {
+            job: f"held: in the futures, {len(futures) - votes[job]} of {len(futures)} do not start it now"
+            for job in sorted(held)
+        }
+        return kept
 
-    def _future(self, scenario: Scenario, now: int, elapsed: Mapping[str, int], rng: np.random.Generator) -> Scenario:
-        """One possible future of the state: sampled runtimes for the known jobs, sampled arrivals after them."""
+    def _expectation(
+        self,
+        scenario: Scenario,
+        state: ClusterState,
+        now: int,
+        plan: Plan,
+        decision: Decision,
+        futures: Sequence[Scenario],
+        expired: tuple[str, ...],
+        options: PlanOptions | None,
+    ) -> Decision:
+        candidates = self.candidates(scenario, state, now, plan, options)
+        if len(candidates) == 1:
+            return decision
+        values = np.array(
+            [[self.value(future, c.starts, options) for future in futures] for c in candidates], dtype=np.float64
+        )
+        best, gain, se = choose(values, self.confidence, self.min_gain)
+        if best == 0:
+            return decision
+        chosen = candidates[best]
+        out = decision_from_plan(scenario, chosen.plan, expired)
+        base_jobs = {p.job for p in decision.start_now}
+        new_jobs = {p.job for p in chosen.starts}
+        note = f"over {len(futures)} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
+        out.why = {job: f"held: {note}" for job in sorted(base_jobs - new_jobs)}
+        out.why.update({job: f"started: {note}" for job in sorted(new_jobs - base_jobs)})
+        return out
+
+    def candidates(
+        self, scenario: Scenario, state: ClusterState, now: int, plan: Plan, options: PlanOptions | None
+    ) -> list[Candidate]:
+        """The decisions the expectation rule weighs, the base decision first, each decision once."""
+        running = {j.id for j in scenario.jobs if j.running_on is not None}
+        starts = tuple(p for p in plan.placements if p.start == 0 and p.job not in running)
+        out = [Candidate("base", plan, starts)]
+        size = {j.id: j.gpus * j.duration for j in scenario.jobs}
+        for p in sorted(starts, key=lambda p: -size[p.job])[:MAX_HOLDS]:
+            out.append(Candidate(f"holding {p.job}", _without(plan, {p.job}), tuple(q for q in starts if q != p)))
+        if len(starts) > 1:
+            out.append(Candidate("holding all", _without(plan, {p.job for p in starts}), ()))
+        level = np.asarray(state.error_level, dtype=np.float64) if state.error_level else np.zeros(0)
+        if self.demand is not None and state.day_forecast:
+            F, seen = np.asarray(state.day_forecast), np.asarray(state.observed).reshape(len(scenario.apps), -1)
+            level = self.demand.level(F, seen, now)
+        if level.size == len(scenario.apps) and np.any(level > 0):
+            for z in self.headroom:
+                raised = np.minimum(
+                    np.ceil(scenario.demand * (1.0 + z * level.reshape(-1, 1)) - 1e-9), scenario.gpus
+                ).astype(np.int64)
+                alt = run_scheduler(self.base, with_demand(scenario, raised, scenario.name), options)
+                alt = Plan(plan.scenario, alt.scheduler, list(alt.placements), dict(alt.curves))
+                alt = self._filled(scenario, alt, state, now)
+                alt_starts = tuple(p for p in alt.placements if p.start == 0 and p.job not in running)
+                out.append(Candidate(f"headroom {z:g}", alt, alt_starts))
+        unique: dict[frozenset[tuple[str, tuple[int, ...]]], Candidate] = {}
+        for c in out:
+            unique.setdefault(c.key, c)
+        return list(unique.values())
+
+    def value(self, future: Scenario, starts: Sequence[Placement], options: PlanOptions | None) -> float:
+        """The objective of a future with a decision fixed at slot 0, planned on by the base planner.
+
+        The decision's jobs hold their GPUs from slot 0 (pinned as running); every other job known now
+        may start at slot 1 at the earliest (a job that then can no longer meet its deadline, or has no
+        slot left, is lost); the futures' arrivals are as drawn.
+        """
+        fixed = fix_decision(future, starts)
+        return float(run_scheduler(self.base, fixed, options).metrics.objective)
+
+    # ------------------------------------------------------------------------- futures
+
+    def _filled(self, scenario: Scenario, plan: Plan, state: ClusterState, now: int) -> Plan:
+        if not self.fill:
+            return plan
+        cap = fill_ceiling(scenario, state.error_level, self.fill_z, now)
+        if self.fill_within_ramp and scenario.apps:
+            T = scenario.slots
+            step = np.array([[app.ramp] for app in scenario.apps])
+            within = np.array([plan.curve(app.name, T) for app in scenario.apps]) + step
+            cap = within if cap is None else np.minimum(cap, within)
+        return fill_idle(scenario, plan, cap)
+
+    def _demand_inputs(
+        self, state: ClusterState, now: int, scenario: Scenario
+    ) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The day's forecast, the demand observed and the slot the demand model reads; None: nothing to draw."""
+        if self.demand is None or not scenario.apps:
+            return None
+        if state.day_forecast:
+            F = np.asarray(state.day_forecast, dtype=np.int64)
+            seen = np.asarray(state.observed, dtype=np.int64).reshape(F.shape[0], -1)[:, :now]
+            at = now
+            if F.shape[1] != now + scenario.slots or seen.shape[1] != now:
+                F, seen, at = scenario.demand, np.zeros((len(scenario.apps), 0), dtype=np.int64), 0
+        else:  # no record of the day: the state's forecast ahead, the history's level alone
+            F, seen, at = scenario.demand, np.zeros((len(scenario.apps), 0), dtype=np.int64), 0
+        if not self.demand.uncertain(F, seen, at):
+            return None
+        return F, seen, at
+
+    def _future(
+        self,
+        scenario: Scenario,
+        state: ClusterState,
+        now: int,
+        elapsed: Mapping[str, int],
+        demand: tuple[np.ndarray, np.ndarray, int] | None,
+        k: int,
+    ) -> Scenario:
+        """Future ``k`` of the state: sampled runtimes for the known jobs, sampled arrivals and demand after now."""
+        rng = np.random.default_rng(stable_seed(self.seed, now, k))
         jobs: list[Job] = []
         for job in scenario.jobs:
             if self.runtimes is not None:
                 if job.running_on is not None:
                     ran = int(elapsed.get(job.id, 0))
-                    left = int(self.runtimes.sample_remaining(ran + job.duration, ran, rng))  # type: ignore[attr-defined]
+                    left = int(self.runtimes.sample_remaining(ran + job.duration, ran, rng))
                     job = replace(job, duration=max(1, min(job.duration, left)))
                 else:
-                    u = float(rng.random())
-                    job = replace(job, duration=int(self.runtimes.runtime_slots(job.duration, u)))  # type: ignore[attr-defined]
+                    job = replace(job, duration=int(self.runtimes.runtime_slots(job.duration, float(rng.random()))))
             jobs.append(job)
         if self.arrivals is not None:
+            horizon = scenario.slots if self.lookahead is None else min(scenario.slots, self.lookahead + 1)
             jobs.extend(
-                self.arrivals.sample(rng, now, scenario.gpus, scenario.node_size, scenario.slots, prefix=FUTURE_PREFIX)
+                self.arrivals.sample(rng, now, scenario.gpus, scenario.node_size, horizon, prefix=FUTURE_PREFIX)
             )
-        return replace(scenario, jobs=tuple(jobs))
+        future = replace(scenario, jobs=tuple(jobs))
+        if demand is not None:
+            F, seen, at = demand
+            path = self.demand.sample(rng, F, seen, at, gpus=scenario.gpus)  # type: ignore[union-attr]
+            future = with_demand(future, path[:, -scenario.slots :], scenario.name)
+        return future
+
+
+def choose(values: np.ndarray, confidence: float, min_gain: float) -> tuple[int, float, float]:
+    """The expectation rule's pick: the candidate whose paired gain over candidate 0 is largest and clears the bar.
+
+    Args:
+        values: Shape (candidates, futures): each candidate's objective in each future, candidate 0 the base.
+        confidence: Standard errors of the paired gain a candidate must clear.
+        min_gain: ... and this share of the base's mean value (of its absolute value, at least 1).
+
+    Returns:
+        (index, mean gain, its standard error); index 0, gain 0 when no candidate clears the bar.
+
+    >>> import numpy as np
+    >>> choose(np.array([[10.0, 10, 10, 10], [12, 11, 12, 11]]), 1.0, 0.01)[0]
+    1
+    >>> choose(np.array([[10.0, 10, 10, 10], [14, 7, 14, 7]]), 1.0, 0.01)[0]   # a gamble: mean +0.5, SE 1.7
+    0
+    """
+    base = values[0]
+    diffs = values[1:] - base
+    n = values.shape[1]
+    gain = diffs.mean(axis=1)
+    se = diffs.std(axis=1, ddof=1) / math.sqrt(n) if n > 1 else np.full(diffs.shape[0], np.inf)
+    bar = np.maximum(confidence * se, min_gain * max(1.0, abs(float(base.mean()))))
+    clears = gain > bar + 1e-9
+    if not clears.any():
+        return 0, 0.0, 0.0
+    i = int(np.argmax(np.where(clears, gain, -np.inf)))
+    return i + 1, float(gain[i]), float(se[i])
+
+
+def fix_decision(future: Scenario, starts: Sequence[Placement]) -> Scenario:
+    """The future with ``starts`` committed at slot 0 and nothing else known now starting then."""
+    pinned = {p.job: tuple(p.gpus) for p in starts}
+    jobs = []
+    for job in future.jobs:
+        if job.id in pinned:
+            job = replace(job, running_on=pinned[job.id], release=0)
+        elif job.running_on is None and job.release == 0:
+            if future.slots < 2 or (job.deadline is not None and job.deadline - job.duration < 1):
+                continue  # it could only have started now
+            job = replace(job, release=1)
+        jobs.append(job)
+    return replace(future, jobs=tuple(jobs))
+
+
+def _without(plan: Plan, held: set[str]) -> Plan:
+    kept = Plan(plan.scenario, plan.scheduler, [p for p in plan.placements if p.job not in held], dict(plan.curves))
+    kept.solve_ms = plan.solve_ms
+    return kept
 
 
 def live_planner(
@@ -176,7 +415,7 @@ def live_planner(
     *,
     history: Sequence[Scenario] = (),
     day: Scenario | None = None,
-    runtimes: object | None = None,
+    runtimes: RuntimeSampler | None = None,
     samples: int = DEFAULT_SAMPLES,
     seed: int = 0,
     forecast: str = "corrector",
@@ -186,13 +425,14 @@ def live_planner(
     Args:
         name: One of :data:`LIVE_PLANNERS`. ``anticipate`` plans with greedy below :data:`LARGE_CLUSTER`
             GPUs and with ppo (and half the samples) from there on.
-        history: Past days (their arrivals fit the arrival model; none: nothing is sampled for arrivals).
-        day: The day being played (its apps name the curves ``forecast="history"`` fits; nothing else is read).
+        history: Past days (their arrivals fit the arrival model and their curves the demand model; none:
+            no arrivals are sampled and the demand error is today's alone).
+        day: The day being played (its apps name the curves the models fit; nothing else is read).
         runtimes: The runtime / limit distribution the planner assumes (None: jobs run to their limit).
         samples: Futures per cycle.
         seed: Seed of every draw.
-        forecast: ``corrector`` (:data:`LIVE_FORECAST` on the day's forecast; with a history, its prior
-            error level is :func:`agents.rolling.history.history_error_level`) or ``history`` (each app's
+        forecast: ``corrector`` (:data:`LIVE_FORECAST` on the day's forecast, rolling greedy's own: the
+            history's error level goes into the futures' demand, not into the point forecast) or ``history`` (each app's
             curve fitted from its past days, :class:`HistoryForecaster`; needs ``history`` and ``day``).
 
     Raises:
@@ -207,69 +447,16 @@ def live_planner(
     arrivals = ArrivalModel.fit(history) if history else None
     if forecast == "corrector":
         forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
-        if history and day is not None:
-            forecaster = replace(LIVE_FORECAST, prior_sigma=history_error_level(history, day))
     elif forecast == "history":
         if not history or day is None:
             raise ValueError("forecast 'history' needs past days (--history)")
         forecaster = HistoryForecaster.fit(history, day)
     else:
         raise ValueError(f"unknown forecast {forecast!r} (expected corrector or history)")
-    return AnticipatingPlanner(base, arrivals, runtimes, samples, DEFAULT_THRESHOLD, seed, name, forecaster)
-
-
-def fill_ceiling(scenario: Scenario, error_level: Sequence[float], z: float, observed: int) -> np.ndarray | None:
-    """How far :func:`fill_idle` may raise each app: ``ceil(demand * (1 + z * level))`` per slot.
-
-    ``level`` mixes each app's relative forecast error observed over ``observed`` slots
-    (:attr:`ClusterState.error_level`) with :data:`FILL_PRIOR` counted as :data:`FILL_PRIOR_WEIGHT`
-    slots, as :class:`agents.rolling.Corrector`'s prior does. With an exact forecast the level falls
-    towards 0 and little is raised above the plan: GPUs held by an app are shed only by its ramp and
-    would keep the next jobs waiting. No error level given, or ``z`` infinite: no ceiling (``None``).
-    """
-    if not error_level or not math.isfinite(z):
-        return None
-    err = np.asarray(error_level, dtype=np.float64).reshape(-1, 1)
-    level = np.sqrt((FILL_PRIOR_WEIGHT * FILL_PRIOR**2 + observed * err**2) / (FILL_PRIOR_WEIGHT + observed))
-    return np.ceil(scenario.demand * (1.0 + z * level) - 1e-9).astype(np.int64)
-
-
-def fill_idle(scenario: Scenario, plan: Plan, cap: np.ndarray | None = None) -> Plan:
-    """The plan with each app's curve raised into the GPUs its jobs leave idle, the rules kept.
-
-    An idle GPU given to a real-time app costs nothing in the slot it is given, and a live app's demand
-    may come above its forecast: serving it from GPUs no job uses avoids the penalty. Apps are raised in
-    :func:`gpu_env.objective.serving_order` (highest penalty first), each to the largest curve that fits
-    in the capacity the plan's jobs and the other apps leave in every slot and that keeps its ramp from
-    ``initial`` and between slots: a backward pass (``u[s] <= u[s+1] + R``, so that the plan's later
-    slots can still be reached) and a forward pass (``u[s] <= u[s-1] + R``, ``u[0] <= initial + R``). The
-    plan's own curve satisfies both, so the raised curve is never below it, and the plan stays valid.
-
-    Args:
-        scenario: The state as a scenario (slot 0 = now).
-        plan: A valid plan of it.
-        cap: Optional (apps, T) ceiling per app and slot (never below the plan's curve where given).
-    """
-    from gpu_env.objective import serving_order
-
-    T, G = scenario.slots, scenario.gpus
-    used = np.zeros(T, dtype=np.int64)
-    for p in plan.placements:
-        job = scenario.jobs[scenario.job_index(p.job)]
-        used[p.start : min(T, p.start + job.duration)] += job.gpus
-    curves = {app.name: plan.curve(app.name, T).copy() for app in scenario.apps}
-    for i in serving_order(scenario.apps):
-        app = scenario.apps[int(i)]
-        others = sum((c for name, c in curves.items() if name != app.name), np.zeros(T, dtype=np.int64))
-        u = G - used - others
-        if cap is not None:
-            u = np.minimum(u, np.maximum(cap[int(i)], curves[app.name]))
-        for s in range(T - 2, -1, -1):
-            u[s] = min(u[s], u[s + 1] + app.ramp)
-        for s in range(T):
-            u[s] = min(u[s], (app.initial if s == 0 else u[s - 1]) + app.ramp)
-        curves[app.name] = np.maximum(u, curves[app.name])
-    lists = {name: [int(x) for x in curve] for name, curve in curves.items()}
-    raised = Plan(plan.scenario, plan.scheduler, list(plan.placements), lists)
-    raised.solve_ms = plan.solve_ms
-    return raised
+    demand = None
+    if day is not None and name != "anticipate-consensus":  # the vote as it was measured: arrivals alone
+        demand = DemandModel.fit(history, day) if history else DemandModel.observed_only(len(day.apps))
+    rule = "consensus" if name == "anticipate-consensus" else "expectation"
+    return AnticipatingPlanner(
+        base, arrivals, runtimes, samples, DEFAULT_THRESHOLD, seed, name, forecaster, rule=rule, demand=demand
+    )

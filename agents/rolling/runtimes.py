@@ -17,6 +17,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 import numpy as np
 
@@ -24,6 +25,18 @@ from gpu_env.scenario import Scenario
 
 _TOL = 1e-9
 """Slack of the discretisation: ``ratio * limit`` within this of a whole number counts as that number."""
+
+
+class RuntimeSampler(Protocol):
+    """What the live planner's futures ask of a runtime distribution (:class:`RuntimeDistribution` is one)."""
+
+    def sample_remaining(self, limit: int, elapsed: int, rng: np.random.Generator) -> int:
+        """Slots a job with time limit ``limit`` still runs, given it has run ``elapsed`` slots."""
+        ...
+
+    def runtime_slots(self, limit: int, u: float) -> int:
+        """The runtime in slots of a job with time limit ``limit`` at quantile ``u`` of the distribution."""
+        ...
 
 
 class RuntimeModel(StrEnum):

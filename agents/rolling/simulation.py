@@ -258,7 +258,12 @@ def rolling(
         if replanned:
             ahead = corrector.forecast(forecast, real, t, G)
             state = state_at(scenario, t, started, curves, ahead, reveal, runtime)
-            state = replace(state, error_level=_error_level(forecast, real, t))
+            state = replace(
+                state,
+                error_level=_error_level(forecast, real, t),
+                day_forecast=tuple(tuple(int(x) for x in row) for row in forecast),
+                observed=tuple(tuple(int(x) for x in row) for row in real[:, :t]),
+            )
             if isinstance(scheduler, str):
                 began = time.perf_counter()
                 decision = decide(state, scheduler, options)

@@ -1,0 +1,175 @@
+"""The live planner's futures carry demand, and its decisions are chosen by their expected value."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agents.registry import run_scheduler
+from agents.rolling import simulation
+from agents.rolling.allocator import ClusterState, decision_from_plan
+from agents.rolling.anticipate import AnticipatingPlanner, choose, fix_decision, live_planner
+from agents.rolling.demand import DEFAULT_RHO, DemandModel
+from agents.rolling.forecast import NoiseModel, with_demand
+from gpu_env.generators import FAMILIES, generate
+from gpu_env.plan import Placement
+from gpu_env.scenario import App, Job, JobType, Scenario
+from gpu_env.validation import validate
+
+
+def _past(curves: list[list[int]]) -> list[Scenario]:
+    return [
+        Scenario("past", gpus=8, slots=len(c), apps=(App("chat", tuple(c), ramp=8, initial=c[0], penalty=10.0),))
+        for c in curves
+    ]
+
+
+def _today(slots: int) -> Scenario:
+    return Scenario("today", gpus=8, slots=slots, apps=(App("chat", (2,) * slots, ramp=8, initial=2, penalty=10.0),))
+
+
+# ----------------------------------------------------------------------------- the demand model
+
+
+def test_demand_model_fit_hand_worked() -> None:
+    """Two past days 2, 4, 2 and 4, 2, 4: profile 3; deviations -1/3, +1/3, ...; level 1/3, persistence -1 -> 0."""
+    model = DemandModel.fit(_past([[2, 4, 2], [4, 2, 4]]), _today(3))
+    assert model.sigma_prior[0] == pytest.approx(1 / 3)
+    assert model.rho[0] == 0.0  # an alternating deviation has autocorrelation -1, clipped at 0
+
+
+def test_demand_model_without_two_past_curves_has_no_prior() -> None:
+    model = DemandModel.fit(_past([[2, 4, 2]]), _today(3))
+    assert model.sigma_prior[0] == 0.0 and model.rho[0] == DEFAULT_RHO
+
+
+def test_level_mixes_the_prior_with_todays_errors() -> None:
+    """Prior 0.2 counted as 4 slots, then 4 slots observed exact: sqrt(4 * 0.04 / 8)."""
+    model = DemandModel(np.array([0.2]), np.array([0.8]))
+    F = np.full((1, 8), 5)
+    assert model.level(F, F[:, :4], 4)[0] == pytest.approx(math.sqrt(4 * 0.04 / 8))
+    # one slot observed 50 % high, no prior: the level is 0.5
+    bare = DemandModel.observed_only(1)
+    assert bare.level(F, np.array([[5, 5, 5, 15 / 2]]), 4)[0] == pytest.approx(math.sqrt(0.25 / 4))
+
+
+def test_sampled_paths_follow_the_ar1_law_from_the_error_now() -> None:
+    """Lead 1: mean F (1 + rho e), sd F sigma sqrt(1 - rho^2), with e the last two slots' error."""
+    model = DemandModel(np.array([0.2]), np.array([0.5]), prior_weight=1e9)  # the level stays the prior's
+    F = np.full((1, 6), 100)
+    seen = np.array([[100, 100, 120, 120]])  # error now: +20 %
+    rng = np.random.default_rng(0)
+    paths = np.array([model.sample(rng, F, seen, 4, gpus=1000)[0] for _ in range(4000)])
+    assert paths.shape == (4000, 2)
+    assert paths[:, 0].mean() == pytest.approx(100 * (1 + 0.5 * 0.2), abs=0.5)
+    assert paths[:, 0].std() == pytest.approx(100 * 0.2 * math.sqrt(1 - 0.25), rel=0.05)
+    assert paths[:, 1].std() == pytest.approx(100 * 0.2 * math.sqrt(1 - 0.5**4), rel=0.05)  # wider at lead 2
+
+
+def test_sampled_paths_never_read_after_now_and_are_seeded() -> None:
+    model = DemandModel(np.array([0.3]), np.array([0.8]))
+    F = np.full((1, 6), 4)
+    a = model.sample(np.random.default_rng(3), F, np.array([[4, 5, 9, 9, 9, 9]]), 2, gpus=8)
+    b = model.sample(np.random.default_rng(3), F, np.array([[4, 5, 0, 1, 2, 3]]), 2, gpus=8)
+    assert a.tolist() == b.tolist()
+    assert a.shape == (1, 4) and a.min() >= 0 and a.max() <= 8
+
+
+# ----------------------------------------------------------------------------- the rule
+
+
+def test_choose_keeps_the_base_when_no_candidate_clears_the_bar() -> None:
+    values = np.array([[10.0, 10.0, 10.0], [10.0, 10.0, 10.0], [9.0, 9.0, 9.0]])
+    assert choose(values, 2.0, 0.0) == (0, 0.0, 0.0)
+
+
+def test_choose_takes_the_best_sure_gain() -> None:
+    """Candidate 1 gains 1 in every future (SE 0); candidate 2 gains 1.5 on average as a gamble (SE 1.5)."""
+    values = np.array([[10.0, 10, 10, 10], [11, 11, 11, 11], [14, 8.5, 14, 9.5]])
+    best, gain, se = choose(values, 2.0, 0.0)
+    assert (best, gain, se) == (1, 1.0, 0.0)
+    assert choose(values, 0.5, 0.0)[0] == 2  # a weaker bar takes the gamble
+    assert choose(values, 0.0, 0.12)[0] == 2  # min_gain is a share of the base's value: a bar of 1.2 here
+
+
+def test_fix_decision_pins_the_starts_and_delays_the_rest() -> None:
+    jobs = (
+        Job("a", JobType.TRAINING, 4, 2),
+        Job("b", JobType.TRAINING, 2, 2),
+        Job("now-or-never", JobType.BATCH_INFERENCE, 2, 2, deadline=2),
+        Job("later", JobType.TRAINING, 2, 1, release=2),
+    )
+    future = Scenario("f", gpus=8, slots=4, jobs=jobs)
+    fixed = fix_decision(future, [Placement("a", 0, (0, 1, 2, 3))])
+    by_id = {j.id: j for j in fixed.jobs}
+    assert by_id["a"].running_on == (0, 1, 2, 3)
+    assert by_id["b"].release == 1 and by_id["later"].release == 2
+    assert "now-or-never" not in by_id  # held now, it can no longer meet its deadline
+    plan = run_scheduler("greedy", fixed)
+    assert not validate(fixed, plan)
+    assert all(p.start >= 1 for p in plan.placements if p.job != "a")
+
+
+def _hedging_state(observed: tuple[int, int]) -> ClusterState:
+    """8 GPUs; the app is forecast at 2 but came in at ``observed`` in the last two slots (penalty 10 a GPU-slot);
+    a cheap 6-GPU job (worth 0.1 a GPU-slot) waits."""
+    cheap = Job("cheap", JobType.TRAINING, 6, 4, priority=0.1)
+    app = App("chat", (2, 2, 2, 2), ramp=8, initial=2, penalty=10.0)
+    return ClusterState(
+        gpus=8,
+        horizon=4,
+        queue=(cheap,),
+        apps=(app,),
+        day_forecast=((2,) * 6,),
+        observed=((observed[0], observed[1]),),
+    )
+
+
+def test_demand_in_the_futures_holds_a_cheap_job_that_would_take_the_apps_gpus() -> None:
+    """The state's forecast says 2, so the base plan starts the cheap job on 6 of the 8 GPUs. Today the app ran
+    at 6 against a forecast of 2: in the futures its demand stays high, and a GPU-slot short costs 100 times
+    what the job earns on it. Holding the job is worth more in every future: it is held, and the note says why."""
+    state = _hedging_state((6, 6))
+    scenario, _ = state.to_scenario()
+    base = decision_from_plan(scenario, run_scheduler("greedy", scenario))
+    assert [p.job for p in base.start_now] == ["cheap"]
+    planner = AnticipatingPlanner(demand=DemandModel.observed_only(1), fill=False)
+    decision = planner.decide(state, 2)
+    assert decision.start_now == ()
+    assert decision.why["cheap"].startswith("held: over 8 futures")
+    assert not validate(decision.scenario, decision.plan)
+
+
+def test_an_exact_day_so_far_leaves_nothing_to_sample_and_the_base_decision_stands() -> None:
+    state = _hedging_state((2, 2))
+    planner = AnticipatingPlanner(demand=DemandModel.observed_only(1), fill=False)
+    decision = planner.decide(state, 2)
+    assert [p.job for p in decision.start_now] == ["cheap"] and decision.why == {}
+
+
+def test_a_rule_that_is_unknown_is_refused() -> None:
+    with pytest.raises(ValueError, match="rule"):
+        AnticipatingPlanner(rule="vote")
+    with pytest.raises(ValueError, match="lookahead"):
+        AnticipatingPlanner(lookahead=0)
+
+
+@settings(max_examples=6, deadline=None)
+@given(family=st.sampled_from(sorted(FAMILIES)), seed=st.integers(0, 10_000), sigma=st.sampled_from([0.0, 0.3]))
+def test_every_expectation_decision_is_valid_and_the_day_reproduces(family: str, seed: int, sigma: float) -> None:
+    """Small days of every family, history from other seeds: every cycle's plan and the executed day validate."""
+    day = generate(family, seed, gpus=16, num_jobs=6)
+    past = [
+        with_demand(p, NoiseModel(sigma).draw(p, s))
+        for s, p in ((s, generate(family, s, gpus=16, num_jobs=6)) for s in (seed + 1, seed + 2))
+    ]
+    planner = live_planner("anticipate", history=past, day=day, samples=3, seed=seed)
+    live, _ = simulation.simulate(day, planner, sigma=sigma, seed=seed)  # check=True: every cycle validated
+    assert not validate(live.actual, live.executed)
+    again, _ = simulation.simulate(day, planner, sigma=sigma, seed=seed)
+    assert again.executed.placements == live.executed.placements
+    assert again.executed.curves == live.executed.curves
