@@ -82,6 +82,8 @@ STATE_KEYS = {
     "value_scale",
     "name",
     "error_level",
+    "day_forecast",
+    "observed",
 }
 """The fields of :class:`agents.rolling.allocator.ClusterState`: the other form of ``/v1/decide``'s ``state``."""
 
@@ -136,6 +138,14 @@ def read_state(value: Any, source: str = "state") -> tuple[Scenario, tuple[str, 
     if not isinstance(levels, list):
         raise r.fail("error_level", f"expected a list, got {type(levels).__name__}")
     error_level = tuple(r.number(x, f"error_level[{i}]", minimum=0.0) for i, x in enumerate(levels))
+    curves = {}
+    for key in ("day_forecast", "observed"):
+        rows = data.get(key) or []
+        if not isinstance(rows, list):
+            raise r.fail(key, f"expected a list (one list per app), got {type(rows).__name__}")
+        if rows and len(rows) != len(checked.apps):
+            raise r.fail(key, f"expected one list per app ({len(checked.apps)}), got {len(rows)}")
+        curves[key] = tuple(tuple(r.int_list(row, f"{key}[{i}]")) for i, row in enumerate(rows))
     jobs = checked.jobs
     state = ClusterState(
         gpus=checked.gpus,
@@ -156,6 +166,8 @@ def read_state(value: Any, source: str = "state") -> tuple[Scenario, tuple[str, 
         value_scale=scale,
         name=checked.name,
         error_level=error_level,
+        day_forecast=curves["day_forecast"],
+        observed=curves["observed"],
     )
     try:
         return state.to_scenario()

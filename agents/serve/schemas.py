@@ -179,6 +179,12 @@ class ClusterStateDocument(BaseModel):
     error_level: list[float] = Field(
         default_factory=list, description="each app's relative forecast error observed so far (RMS)"
     )
+    day_forecast: list[list[int]] = Field(
+        default_factory=list, description="each app's forecast for the whole day (slots 0..T-1 of the day)"
+    )
+    observed: list[list[int]] = Field(
+        default_factory=list, description="each app's actual demand in the slots of the day before now"
+    )
 
 
 class DecideRequest(BaseModel):
