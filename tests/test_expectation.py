@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -12,11 +13,12 @@ from hypothesis import strategies as st
 from agents.registry import run_scheduler
 from agents.rolling import simulation
 from agents.rolling.allocator import ClusterState, decision_from_plan
-from agents.rolling.anticipate import AnticipatingPlanner, choose, fix_decision, live_planner
+from agents.rolling.anticipate import AnticipatingPlanner, Candidate, choose, commit_slot, live_planner
 from agents.rolling.demand import DEFAULT_RHO, DemandModel
 from agents.rolling.forecast import NoiseModel, with_demand
 from gpu_env.generators import FAMILIES, generate
-from gpu_env.plan import Placement
+from gpu_env.metrics import compute_metrics
+from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import App, Job, JobType, Scenario
 from gpu_env.validation import validate
 
@@ -96,22 +98,61 @@ def test_choose_takes_the_best_sure_gain() -> None:
     assert choose(values, 0.0, 0.12)[0] == 2  # min_gain is a share of the base's value: a bar of 1.2 here
 
 
-def test_fix_decision_pins_the_starts_and_delays_the_rest() -> None:
+def test_choose_can_ask_a_departure_to_do_no_worse_in_most_futures() -> None:
+    """Gains 3, 3, 3, -1: mean 2, SE 1; it is worse in one future of four."""
+    values = np.array([[10.0, 10, 10, 10], [13, 13, 13, 9]])
+    assert choose(values, 1.0, 0.0)[0] == 1
+    assert choose(values, 1.0, 0.0, 0.75)[0] == 1
+    assert choose(values, 1.0, 0.0, 1.0)[0] == 0
+    assert choose(values, 1.0, 0.0, np.array([1.0]))[0] == 0
+
+
+def test_commit_slot_hand_worked() -> None:
+    """Slot 0: a started (4 GPUs x 1) and r running (2 GPUs x 2) earn 8, the app is 1 GPU short (penalty 10)."""
     jobs = (
         Job("a", JobType.TRAINING, 4, 2),
+        Job("r", JobType.TRAINING, 2, 1, priority=2.0, running_on=(4, 5)),
         Job("b", JobType.TRAINING, 2, 2),
         Job("now-or-never", JobType.BATCH_INFERENCE, 2, 2, deadline=2),
         Job("later", JobType.TRAINING, 2, 1, release=2),
     )
-    future = Scenario("f", gpus=8, slots=4, jobs=jobs)
-    fixed = fix_decision(future, [Placement("a", 0, (0, 1, 2, 3))])
-    by_id = {j.id: j for j in fixed.jobs}
-    assert by_id["a"].running_on == (0, 1, 2, 3)
-    assert by_id["b"].release == 1 and by_id["later"].release == 2
+    app = App("chat", (3, 3, 3, 3), ramp=2, initial=2, penalty=10.0)
+    future = Scenario("f", gpus=8, slots=4, decay=0.5, apps=(app,), jobs=jobs)
+    value, rest = commit_slot(future, [Placement("a", 0, (0, 1, 2, 3))], (2,))
+    assert value == pytest.approx(4 * 1 + 2 * 2 - 10 * 1)
+    assert rest is not None and rest.slots == 3 and rest.apps[0].initial == 2 and rest.apps[0].demand == (3, 3, 3)
+    by_id = {j.id: j for j in rest.jobs}
+    assert by_id["a"].running_on == (0, 1, 2, 3) and by_id["a"].duration == 1
+    assert "r" not in by_id  # it ended with slot 0
     assert "now-or-never" not in by_id  # held now, it can no longer meet its deadline
-    plan = run_scheduler("greedy", fixed)
-    assert not validate(fixed, plan)
-    assert all(p.start >= 1 for p in plan.placements if p.job != "a")
+    assert by_id["b"].release == 0 and by_id["later"].release == 1
+    assert by_id["b"].weight == pytest.approx(0.5)  # slot 1 of the future is worth decay**1
+
+
+@settings(max_examples=25, deadline=None)
+@given(family=st.sampled_from(sorted(FAMILIES)), seed=st.integers(0, 10_000), cut=st.integers(0, 3))
+def test_a_committed_slot_and_the_rest_make_a_valid_plan_of_exactly_that_value(
+    family: str, seed: int, cut: int
+) -> None:
+    """A candidate (greedy's plan of a future, its starts and app GPUs now) committed, greedy's plan of the rest
+    shifted by one slot: together a plan of the future that the validator accepts, worth exactly the value."""
+    future = generate(family, seed, gpus=16, num_jobs=5)
+    scenario = replace(future, decay=0.9, jobs=future.jobs[: len(future.jobs) - cut])
+    plan = run_scheduler("greedy", scenario)
+    candidate = Candidate.of("c", scenario, plan)
+    value, rest = commit_slot(scenario, candidate.starts, candidate.app_gpus)
+    assert rest is not None
+    tail = run_scheduler("greedy", rest)
+    running = {j.id for j in scenario.jobs if j.running_on is not None} | {p.job for p in candidate.starts}
+    placements = [p for p in plan.placements if p.job in running and p.start == 0]
+    placements += [Placement(p.job, p.start + 1, p.gpus) for p in tail.placements if p.job not in running]
+    curves = {
+        app.name: [candidate.app_gpus[i], *tail.curve(app.name, rest.slots).tolist()]
+        for i, app in enumerate(scenario.apps)
+    }
+    combined = Plan(scenario.name, "committed", placements, curves)
+    assert not validate(scenario, combined)
+    assert compute_metrics(scenario, combined).objective == pytest.approx(value + tail.metrics.objective)
 
 
 def _hedging_state(observed: tuple[int, int]) -> ClusterState:

@@ -12,13 +12,14 @@ Optimization*, 2006). At every cycle:
    given, the jobs' runtimes (:mod:`agents.rolling.runtimes`).
 3. The rule (``rule``) turns the futures into this slot's decision:
 
-   - ``expectation`` (the default): a few candidate decisions (the base decision; the base decision with
-     each of its jobs held; all of them held; the starts of plans made with real-time headroom) are each
-     fixed at slot 0 in every future, and every future is planned on by the base planner; each candidate's
-     score is its mean objective over the same futures (common random numbers). A candidate replaces the
-     base decision only if its paired gain over the base decision clears ``confidence`` standard errors
-     and ``min_gain`` of the base decision's value: where the model says little, or says it unsure, the
-     base decision stands.
+   - ``expectation`` (the default): a few candidate decisions (the base decision; the same without the
+     fill; the base decision with each of its jobs held; all of them held; the starts of plans made with
+     real-time headroom) are each committed in slot 0 of every future (its jobs started, each app's GPUs
+     now), and the rest of each future is planned on by the base planner (:func:`commit_slot`); each
+     candidate's score is its mean objective over the same futures (common random numbers). A candidate
+     replaces the base decision only if its paired gain over the base decision clears ``confidence``
+     standard errors and ``min_gain`` of the base decision's value: where the model says little, or says
+     it unsure, the base decision stands.
    - ``consensus``: a job of the base decision starts now only if it also starts now in at least
      ``threshold`` of the futures, each planned whole (the vote, kept for comparison).
 
@@ -33,6 +34,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -90,22 +92,32 @@ the consensus vote with greedy."""
 
 @dataclass(frozen=True)
 class Candidate:
-    """One decision for this slot: the plan of the state it comes from (its slot-0 starts are the decision).
+    """One decision for this slot: the plan of the state it comes from (its slot 0 is the decision).
 
     Attributes:
-        label: What it is (``base``, ``hold j``, ``hold all``, ``headroom 1``).
-        plan: A valid plan of the state, its curves raised into idle GPUs.
+        label: What it is (``the base plan``, ``holding j``, ``holding all``, ``headroom 1``, ``the fill``).
+        plan: A valid plan of the state.
         starts: Its slot-0 starts of queued jobs.
+        app_gpus: GPUs each app gets now, in the state's app order.
     """
 
     label: str
     plan: Plan
     starts: tuple[Placement, ...]
+    app_gpus: tuple[int, ...]
+
+    @classmethod
+    def of(cls, label: str, scenario: Scenario, plan: Plan) -> Candidate:
+        """The decision a plan of the state makes now."""
+        running = {j.id for j in scenario.jobs if j.running_on is not None}
+        starts = tuple(p for p in plan.placements if p.start == 0 and p.job not in running)
+        gpus = tuple(int(plan.curve(app.name, scenario.slots)[0]) for app in scenario.apps)
+        return cls(label, plan, starts, gpus)
 
     @property
-    def key(self) -> frozenset[tuple[str, tuple[int, ...]]]:
-        """The decision itself: which jobs start now on which GPUs."""
-        return frozenset((p.job, tuple(p.gpus)) for p in self.starts)
+    def key(self) -> tuple[frozenset[tuple[str, tuple[int, ...]]], tuple[int, ...]]:
+        """The decision itself: which jobs start now on which GPUs, and each app's GPUs now."""
+        return frozenset((p.job, tuple(p.gpus)) for p in self.starts), self.app_gpus
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,9 @@ class AnticipatingPlanner:
         headroom: Expectation: headroom levels (error SDs) whose plans' starts are candidates.
         fill_within_ramp: Raise an app at most one ramp step above the plan's curve, so that every raised
             GPU can be given back to a job in the next slot.
+        min_share: Expectation: share of the futures in which a departure must do at least as well.
+        base_fill: The base decision has its curves raised into idle GPUs (the fill); False: the base
+            decision is the base planner's own (rolling greedy's), and the fill is one more candidate.
     """
 
     base: str = "greedy"
@@ -152,6 +167,8 @@ class AnticipatingPlanner:
     min_gain: float = DEFAULT_MIN_GAIN
     headroom: tuple[float, ...] = field(default=DEFAULT_HEADROOM)
     fill_within_ramp: bool = False
+    base_fill: bool = True
+    min_share: float = 0.0
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -186,17 +203,23 @@ class AnticipatingPlanner:
             options: Passed to the base planner.
         """
         scenario, expired = state.to_scenario()
-        plan = self._filled(scenario, run_scheduler(self.base, scenario, options), state, now)
+        plain = run_scheduler(self.base, scenario, options)
+        filled = self._filled(scenario, plain, state, now)
+        plan = filled if self.base_fill else plain
         decision = decision_from_plan(scenario, plan, expired)
-        if not decision.start_now:
-            return decision
         demand = self._demand_inputs(state, now, scenario)
         if not self.anticipates and demand is None:
             return decision
-        futures = [self._future(scenario, state, now, elapsed or {}, demand, k) for k in range(self.samples)]
         if self.rule == "consensus":
+            if not decision.start_now:
+                return decision
+            futures = [self._future(scenario, now, elapsed or {}, demand, k) for k in range(self.samples)]
             return self._consensus(scenario, plan, decision, futures, expired, options)
-        return self._expectation(scenario, state, now, plan, decision, futures, expired, options)
+        candidates = self.candidates(scenario, state, now, plain, filled, options)
+        if len(candidates) == 1:
+            return decision
+        futures = [self._future(scenario, now, elapsed or {}, demand, k) for k in range(self.samples)]
+        return self._expectation(scenario, decision, candidates, futures, expired, options)
 
     # ------------------------------------------------------------------------- the two rules
 
@@ -227,21 +250,14 @@ class AnticipatingPlanner:
     def _expectation(
         self,
         scenario: Scenario,
-        state: ClusterState,
-        now: int,
-        plan: Plan,
         decision: Decision,
+        candidates: Sequence[Candidate],
         futures: Sequence[Scenario],
         expired: tuple[str, ...],
         options: PlanOptions | None,
     ) -> Decision:
-        candidates = self.candidates(scenario, state, now, plan, options)
-        if len(candidates) == 1:
-            return decision
-        values = np.array(
-            [[self.value(future, c.starts, options) for future in futures] for c in candidates], dtype=np.float64
-        )
-        best, gain, se = choose(values, self.confidence, self.min_gain)
+        values = np.array([[self.value(future, c, options) for future in futures] for c in candidates])
+        best, gain, se = choose(values, self.confidence, self.min_gain, self.min_share)
         if best == 0:
             return decision
         chosen = candidates[best]
@@ -251,20 +267,42 @@ class AnticipatingPlanner:
         note = f"over {len(futures)} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
         out.why = {job: f"held: {note}" for job in sorted(base_jobs - new_jobs)}
         out.why.update({job: f"started: {note}" for job in sorted(new_jobs - base_jobs)})
+        for app, before, after in zip(scenario.apps, candidates[0].app_gpus, chosen.app_gpus, strict=True):
+            if before != after:
+                out.why[app.name] = f"{after} GPUs now instead of {before}: {note}"
         return out
 
     def candidates(
-        self, scenario: Scenario, state: ClusterState, now: int, plan: Plan, options: PlanOptions | None
+        self,
+        scenario: Scenario,
+        state: ClusterState,
+        now: int,
+        plain: Plan,
+        filled: Plan,
+        options: PlanOptions | None,
     ) -> list[Candidate]:
-        """The decisions the expectation rule weighs, the base decision first, each decision once."""
-        running = {j.id for j in scenario.jobs if j.running_on is not None}
-        starts = tuple(p for p in plan.placements if p.start == 0 and p.job not in running)
-        out = [Candidate("base", plan, starts)]
+        """The decisions the expectation rule weighs, the base decision first, each decision once.
+
+        Args:
+            scenario: The state as a scenario.
+            state: The state (its error level sets the headroom).
+            now: The slot of the day.
+            plain: The base planner's plan of the state.
+            filled: The same with its curves raised into idle GPUs (:func:`fill_idle`; ``plain`` without the fill).
+            options: Passed to the base planner.
+        """
+        base, other = (filled, plain) if self.base_fill else (plain, filled)
+        out = [Candidate.of("the base plan", scenario, base), Candidate.of("the plan as made", scenario, other)]
+        if self.fill and not self.base_fill:
+            out[1] = replace(out[1], label="the fill")
+        starts = out[0].starts
         size = {j.id: j.gpus * j.duration for j in scenario.jobs}
         for p in sorted(starts, key=lambda p: -size[p.job])[:MAX_HOLDS]:
-            out.append(Candidate(f"holding {p.job}", _without(plan, {p.job}), tuple(q for q in starts if q != p)))
+            held = self._filled(scenario, _without(plain, {p.job}), state, now)
+            out.append(Candidate.of(f"holding {p.job}", scenario, held))
         if len(starts) > 1:
-            out.append(Candidate("holding all", _without(plan, {p.job for p in starts}), ()))
+            held = self._filled(scenario, _without(plain, {p.job for p in starts}), state, now)
+            out.append(Candidate.of("holding all", scenario, held))
         level = np.asarray(state.error_level, dtype=np.float64) if state.error_level else np.zeros(0)
         if self.demand is not None and state.day_forecast:
             F, seen = np.asarray(state.day_forecast), np.asarray(state.observed).reshape(len(scenario.apps), -1)
@@ -275,24 +313,25 @@ class AnticipatingPlanner:
                     np.ceil(scenario.demand * (1.0 + z * level.reshape(-1, 1)) - 1e-9), scenario.gpus
                 ).astype(np.int64)
                 alt = run_scheduler(self.base, with_demand(scenario, raised, scenario.name), options)
-                alt = Plan(plan.scenario, alt.scheduler, list(alt.placements), dict(alt.curves))
-                alt = self._filled(scenario, alt, state, now)
-                alt_starts = tuple(p for p in alt.placements if p.start == 0 and p.job not in running)
-                out.append(Candidate(f"headroom {z:g}", alt, alt_starts))
-        unique: dict[frozenset[tuple[str, tuple[int, ...]]], Candidate] = {}
+                alt = Plan(plain.scenario, alt.scheduler, list(alt.placements), dict(alt.curves))
+                out.append(Candidate.of(f"headroom {z:g}", scenario, self._filled(scenario, alt, state, now)))
+        unique: dict[Any, Candidate] = {}
         for c in out:
             unique.setdefault(c.key, c)
         return list(unique.values())
 
-    def value(self, future: Scenario, starts: Sequence[Placement], options: PlanOptions | None) -> float:
-        """The objective of a future with a decision fixed at slot 0, planned on by the base planner.
+    def value(self, future: Scenario, candidate: Candidate, options: PlanOptions | None) -> float:
+        """The objective of a future with a candidate committed in slot 0, the rest planned on by the base planner.
 
-        The decision's jobs hold their GPUs from slot 0 (pinned as running); every other job known now
-        may start at slot 1 at the earliest (a job that then can no longer meet its deadline, or has no
-        slot left, is lost); the futures' arrivals are as drawn.
+        Slot 0 earns what the candidate's jobs and the jobs running earn in it, less the penalty of the
+        apps' GPUs now against the future's demand now (:func:`commit_slot`); from slot 1 on, the base
+        planner plans the rest of the future with the candidate's jobs running, the apps starting from
+        their GPUs now, and every other job known now starting at slot 1 at the earliest.
         """
-        fixed = fix_decision(future, starts)
-        return float(run_scheduler(self.base, fixed, options).metrics.objective)
+        now_value, rest = commit_slot(future, candidate.starts, candidate.app_gpus)
+        if rest is None:
+            return now_value
+        return now_value + float(run_scheduler(self.base, rest, options).metrics.objective)
 
     # ------------------------------------------------------------------------- futures
 
@@ -328,7 +367,6 @@ class AnticipatingPlanner:
     def _future(
         self,
         scenario: Scenario,
-        state: ClusterState,
         now: int,
         elapsed: Mapping[str, int],
         demand: tuple[np.ndarray, np.ndarray, int] | None,
@@ -359,13 +397,17 @@ class AnticipatingPlanner:
         return future
 
 
-def choose(values: np.ndarray, confidence: float, min_gain: float) -> tuple[int, float, float]:
+def choose(
+    values: np.ndarray, confidence: float, min_gain: float, min_share: float | np.ndarray = 0.0
+) -> tuple[int, float, float]:
     """The expectation rule's pick: the candidate whose paired gain over candidate 0 is largest and clears the bar.
 
     Args:
         values: Shape (candidates, futures): each candidate's objective in each future, candidate 0 the base.
         confidence: Standard errors of the paired gain a candidate must clear.
         min_gain: ... and this share of the base's mean value (of its absolute value, at least 1).
+        min_share: ... and be at least as good as the base in this share of the futures (one share, or one
+            per candidate after the base).
 
     Returns:
         (index, mean gain, its standard error); index 0, gain 0 when no candidate clears the bar.
@@ -382,26 +424,57 @@ def choose(values: np.ndarray, confidence: float, min_gain: float) -> tuple[int,
     gain = diffs.mean(axis=1)
     se = diffs.std(axis=1, ddof=1) / math.sqrt(n) if n > 1 else np.full(diffs.shape[0], np.inf)
     bar = np.maximum(confidence * se, min_gain * max(1.0, abs(float(base.mean()))))
-    clears = gain > bar + 1e-9
+    clears = (gain > bar + 1e-9) & ((diffs >= -1e-9).mean(axis=1) >= min_share - 1e-9)
     if not clears.any():
         return 0, 0.0, 0.0
     i = int(np.argmax(np.where(clears, gain, -np.inf)))
     return i + 1, float(gain[i]), float(se[i])
 
 
-def fix_decision(future: Scenario, starts: Sequence[Placement]) -> Scenario:
-    """The future with ``starts`` committed at slot 0 and nothing else known now starting then."""
+def commit_slot(
+    future: Scenario, starts: Sequence[Placement], app_gpus: Sequence[int]
+) -> tuple[float, Scenario | None]:
+    """Slot 0 of a future committed: what it earns, and the rest of the future from slot 1 on as a scenario.
+
+    Slot 0 earns ``w k`` for every job that holds GPUs in it (those running and ``starts``), less each app's
+    penalty for the demand above ``app_gpus``. The rest is the future's slots ``1..T-1``: the jobs that still
+    run pinned on their GPUs with what remains, every other job known now released at slot 1 at the
+    earliest (one that could only have started now is lost), the apps starting from ``app_gpus``; each
+    job's worth per GPU-slot is multiplied by the decay, so that its objective is the future's over those
+    slots. None when the future has one slot.
+
+    Args:
+        future: A future of the state (slot 0 = now), with its demand path.
+        starts: The jobs started now, on their GPUs (a decision valid for the state).
+        app_gpus: Each app's GPUs now, in the future's app order.
+    """
     pinned = {p.job: tuple(p.gpus) for p in starts}
+    demand_now = future.demand[:, 0] if future.apps else np.zeros(0)
+    value = -sum(
+        app.penalty * max(0, int(d) - int(a)) for app, d, a in zip(future.apps, demand_now, app_gpus, strict=True)
+    )
     jobs = []
     for job in future.jobs:
-        if job.id in pinned:
-            job = replace(job, running_on=pinned[job.id], release=0)
-        elif job.running_on is None and job.release == 0:
-            if future.slots < 2 or (job.deadline is not None and job.deadline - job.duration < 1):
-                continue  # it could only have started now
-            job = replace(job, release=1)
-        jobs.append(job)
-    return replace(future, jobs=tuple(jobs))
+        gpus = pinned.get(job.id, job.running_on)
+        if gpus is not None:
+            value += job.weight * job.gpus
+            if job.duration > 1:
+                jobs.append(replace(job, running_on=gpus, release=0, duration=job.duration - 1, deadline=None))
+            continue
+        release = max(0, job.release - 1)
+        deadline = None if job.deadline is None else job.deadline - 1
+        if release >= future.slots - 1 or (deadline is not None and deadline - job.duration < release):
+            continue  # it could only have started now
+        jobs.append(replace(job, release=release, deadline=deadline))
+    if future.slots < 2:
+        return float(value), None
+    decay = future.decay
+    jobs = [replace(j, priority=j.weight * decay, value=None) for j in jobs]
+    apps = tuple(
+        replace(app, demand=app.demand[1:], initial=int(a)) for app, a in zip(future.apps, app_gpus, strict=True)
+    )
+    rest = replace(future, slots=future.slots - 1, apps=apps, jobs=tuple(jobs), name=f"{future.name}+1")
+    return float(value), rest
 
 
 def _without(plan: Plan, held: set[str]) -> Plan:
