@@ -7,7 +7,8 @@ day is played at every forecast error of ``--sigmas`` and runtime model of ``--r
 1. **The realized day.** The actual demand is ``NoiseModel(sigma).draw(day, seed)``, the actual runtimes
    ``draw_runtimes(day, model, seed)``; both depend on the family, the day's seed and sigma alone, so
    every planner meets the same day (common random numbers). ``realized_day`` puts them into the
-   scenario: the day as it happened.
+   scenario: the day as it happened; each row records a digest of the day its planner played
+   (``realized_digest``).
 2. **The hindsight optimum.** CP-SAT plans the realized day whole, every job, runtime and demand known
    from slot 0 (one worker, seed 0, ``--hindsight-dtime`` of deterministic time so that the same day
    gives the same reference on any machine, ``--hindsight-time-limit`` as a wall-clock guard). The
@@ -41,6 +42,7 @@ plays only the days it had not finished.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -203,6 +205,21 @@ def _ratio(value: float, over: float | None) -> float | None:
     return None if over is None or over <= EPS else round(value / over, 6)
 
 
+def realized_digest(realized: Scenario, runtimes: Mapping[str, int]) -> str:
+    """A fingerprint of the day a planner played: the actual demand and every job's actual runtime.
+
+    Computed in :func:`play` from what it hands to :func:`rolling` (the realized scenario and the
+    runtimes), so that two rows with the same digest met the same day.
+    """
+    digest = hashlib.sha256()
+    demand = np.ascontiguousarray(realized.demand, dtype=np.int64)
+    digest.update(repr(demand.shape).encode())
+    digest.update(demand.tobytes())
+    jobs = sorted((job.id, int(job.duration), int(runtimes.get(job.id, job.duration))) for job in realized.jobs)
+    digest.update(json.dumps(jobs, separators=(",", ":")).encode())
+    return digest.hexdigest()[:16]
+
+
 def live_scheduler(
     name: str, day: Scenario, past: Sequence[Scenario], model: str, seed: int, settings: Settings
 ) -> tuple[Any, Corrector | None, PlanOptions]:
@@ -235,10 +252,13 @@ def play(
 ) -> dict[str, Any]:
     """One planner live on one realized day: its executed objective, validation, re-plans and cycle times.
 
+    The row's ``realized_digest`` (:func:`realized_digest`) fingerprints the day handed to :func:`rolling`.
+
     An exception (a planner's plan that breaks a rule for its state raises ``RollingError``) is recorded
     in ``error``, not raised: the day's other planners still run.
     """
     started = time.perf_counter()
+    digest = realized_digest(realized, runtimes)
     try:
         scheduler, corrector, options = live_scheduler(name, day, past, model, seed, settings)
         sim = rolling(
@@ -254,6 +274,7 @@ def play(
     except Exception as exc:  # a bug in a planner: recorded and reported loudly, the others go on
         return {
             "planner": name,
+            "realized_digest": digest,
             "objective": None,
             "valid": False,
             "violations": [],
@@ -267,6 +288,7 @@ def play(
     m = sim.metrics
     return {
         "planner": name,
+        "realized_digest": digest,
         "objective": round(m.objective, 6),
         "shortfall": m.shortfall,
         "utilization": round(m.utilization, 6),

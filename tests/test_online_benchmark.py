@@ -11,6 +11,9 @@ import math
 import pytest
 
 import benchmarks.online_benchmark as bench
+from agents.rolling.forecast import NoiseModel
+from agents.rolling.runtimes import draw_runtimes
+from agents.rolling.simulation import realized_day
 from gpu_env.generators import generate
 
 SEED = 123
@@ -50,12 +53,20 @@ def test_the_same_day_gives_the_same_rows(day, rows):
     assert bench.untimed(again) == bench.untimed(rows)
 
 
-def test_every_planner_meets_the_same_realized_day(rows):
-    """Common random numbers: one hindsight optimum per (sigma, runtime model), whatever the planner."""
+def test_every_planner_meets_the_same_realized_day(day, rows):
+    """Common random numbers: each row's digest of the day it played is the cell's day, drawn independently here."""
+    digests = {}
     for sigma in SETTINGS.sigmas:
+        demand = NoiseModel(sigma).draw(day, SEED)
         for model in SETTINGS.runtimes:
+            runtimes = draw_runtimes(day, model, SEED)
+            expected = bench.realized_digest(realized_day(day, demand, runtimes), runtimes)
             cell = [r for r in rows if r["sigma"] == sigma and r["runtime"] == model]
-            assert len({r["reference"] for r in cell}) == 1
+            assert {r["planner"] for r in cell} == set(SETTINGS.planners)
+            assert {r["realized_digest"] for r in cell} == {expected}
+            digests[sigma, model] = expected
+    for model in SETTINGS.runtimes:  # the digest sees the day: another sigma is another day
+        assert digests[0.0, model] != digests[0.3, model]
 
 
 def test_history_is_other_days():
