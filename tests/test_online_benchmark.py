@@ -7,6 +7,7 @@ wall-clock guard, so its reference is the same at any machine speed. No test rea
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -93,3 +94,64 @@ def test_report_and_figure_are_written(rows, tmp_path):
     assert any(g.met is not None for g in goals)
     path = bench.save_figure(bench.plot(rows, SETTINGS), tmp_path / "online.png")
     assert path.stat().st_size > 0
+
+
+def _row(planner: str, seed: int, sigma: float, ratio: float) -> dict:
+    return {
+        "family": "fam",
+        "gpus": 8,
+        "seed_size": True,
+        "seed": seed,
+        "sigma": sigma,
+        "runtime": "exact",
+        "planner": planner,
+        "ratio": ratio,
+        "valid": True,
+    }
+
+
+HAND_SETTINGS = bench.Settings(
+    sigmas=(0.0, 0.3), runtimes=("exact",), planners=("greedy", "anticipate", "anticipate-nohist")
+)
+HAND_ROWS = [
+    # sigma 0: anticipate level with greedy on every day
+    *(_row(p, s, 0.0, 0.95) for p in HAND_SETTINGS.planners for s in (1, 2, 3)),
+    # sigma 0.3: anticipate loses 0.05 of the optimum on seed 2, gains on the others; nohist never below
+    *(_row("greedy", s, 0.3, 0.90) for s in (1, 2, 3)),
+    _row("anticipate", 1, 0.3, 0.93),
+    _row("anticipate", 2, 0.3, 0.85),
+    _row("anticipate", 3, 0.3, 0.91),
+    *(_row("anticipate-nohist", s, 0.3, r) for s, r in ((1, 0.90), (2, 0.89), (3, 0.95))),
+]
+
+
+def test_against_greedy_names_the_worst_day():
+    g = bench.against_greedy(HAND_ROWS, "anticipate", sigma=0.3)
+    assert (g.days, g.below, g.above) == (3, 1, 1)
+    assert g.worst == pytest.approx(-0.05) and g.mean == pytest.approx((0.03 - 0.05 + 0.01) / 3)
+    assert g.worst_day["seed"] == 2 and g.worst_text() == "fam seed 2, σ 0.3, exact (-0.050)"
+    pooled = bench.against_greedy(HAND_ROWS, "anticipate")
+    assert (pooled.days, pooled.below, pooled.worst_day["seed"]) == (6, 1, 2)
+    assert bench.against_greedy(HAND_ROWS, "anticipate", sigma=0.0).below == 0
+    assert bench.against_greedy(HAND_ROWS, "fifo").days == 0  # not run: nothing paired
+
+
+def test_the_greedy_table_is_pooled_and_per_cell():
+    lines = bench.greedy_table(HAND_ROWS, HAND_SETTINGS)
+    live = [line for line in lines if "| **anticipate** |" in line]
+    assert len(live) == 3  # pooled, sigma 0, sigma 0.3
+    assert live[0].startswith("| all | all |") and "| 6 |" in live[0] and "fam seed 2, σ 0.3, exact (-0.050)" in live[0]
+    assert live[1].startswith("| 0 | exact |") and "| +0.000 | 0 | 0 |" in live[1]
+    assert live[2].startswith("| 0.3 | exact |") and "| 1 | 1 | fam seed 2, σ 0.3, exact (-0.050) |" in live[2]
+
+
+def test_the_day_by_day_target_is_missed_on_one_bad_day():
+    goals = {g.goal: g for g in bench.greedy_day_targets(HAND_ROWS, HAND_SETTINGS)}
+    live = goals["`anticipate` (with history): no day more than 0.02 below rolling greedy"]
+    assert live.met is False
+    assert live.measured.startswith("1 of 6 days more than 0.02 below")
+    assert "fam seed 2, σ 0.3, exact (-0.050)" in live.measured
+    nohist = goals["`anticipate-nohist` (without history): no day more than 0.02 below rolling greedy"]
+    assert nohist.met is True and nohist.measured.startswith("0 of 6 days")  # a loss of 0.01 is within 0.02
+    without = bench.greedy_day_targets(HAND_ROWS, replace(HAND_SETTINGS, planners=("anticipate",)))
+    assert all(g.met is None for g in without)
