@@ -16,10 +16,11 @@ day is played at every forecast error of ``--sigmas`` and runtime model of ``--r
    sizes CP-SAT may find nothing in time); its status and bound are recorded.
 3. **Every planner live** (:func:`agents.rolling.simulation.rolling`, re-planning every slot, jobs known
    at their release, early ends re-planned): the plain schedulers (fifo, backfill, greedy, ppo, full) with
-   today's ``Corrector()``, and the live planner ``anticipate`` (consensus over sampled futures,
-   :mod:`agents.rolling.anticipate`) with its own forecaster, in three variants: with the history
-   (``anticipate``), without it (``anticipate-nohist``), and with the demand forecaster fitted from the
-   history (``anticipate-histfc``). The history is ``--history-days`` other days of the same family
+   today's ``Corrector()``, and the live planner ``anticipate`` (decisions by expected value over sampled
+   futures that carry arrivals and demand, :mod:`agents.rolling.anticipate`) with its own forecaster, in
+   four variants: with the history (``anticipate``), without it (``anticipate-nohist``), with the demand
+   forecaster fitted from the history (``anticipate-histfc``), and the consensus vote it replaced
+   (``anticipate-consensus``, with the history). The history is ``--history-days`` other days of the same family
    (seeds never played), each with its **realized** demand drawn at the same sigma: what happened on
    those days, never the played day. The live planners see only the time limits, as shipped. With
    ``--oracle``, each selected live variant also plays as its ``-oracle`` twin, told the actual demand of
@@ -89,12 +90,14 @@ SIGMAS = (0.0, 0.2, 0.3, 0.4)
 RUNTIMES = ("exact", "trace")
 PLAIN = ("fifo", "backfill", "greedy", "ppo", "full")
 """Schedulers rolled as they are, with today's ``Corrector()``."""
-LIVE: dict[str, tuple[bool, str]] = {
-    "anticipate": (True, "corrector"),
-    "anticipate-nohist": (False, "corrector"),
-    "anticipate-histfc": (True, "history"),
+LIVE: dict[str, tuple[bool, str, str]] = {
+    "anticipate": (True, "corrector", "anticipate"),
+    "anticipate-nohist": (False, "corrector", "anticipate"),
+    "anticipate-histfc": (True, "history", "anticipate"),
+    "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
 }
-"""The live planner's variants: name -> (fitted from the history, its demand forecast)."""
+"""The live planner's variants: name -> (fitted from the history, its demand forecast, the live planner's name:
+the expectation rule, or the consensus vote it replaced)."""
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
 """The information limit: each live variant told the actual demand of the whole day (``--oracle``), name -> the
 variant. Its forecaster is :class:`ActualDemand`; ``anticipate-histfc-oracle`` differs from ``anticipate-oracle``
@@ -294,9 +297,9 @@ def live_scheduler(
     """
     variant = ORACLE.get(name, name)
     if variant in LIVE:
-        with_history, forecast = LIVE[variant]
+        with_history, forecast, kind = LIVE[variant]
         planner = live_planner(
-            "anticipate",
+            kind,
             history=past if with_history else (),
             day=day,
             samples=settings.samples,
@@ -1018,9 +1021,11 @@ LIVE_COLOURS = {
     "anticipate": "#d62728",
     "anticipate-nohist": "#f4a3a3",
     "anticipate-histfc": "#9467bd",
+    "anticipate-consensus": "#ff7f0e",
     "anticipate-oracle": "#7f0000",
     "anticipate-nohist-oracle": "#c76b6b",
     "anticipate-histfc-oracle": "#4b2a6b",
+    "anticipate-consensus-oracle": "#a65200",
 }
 """The live variants: the live planner in strong red, without history pale, with the history's forecaster purple;
 their oracle twins darker (drawn dotted)."""
@@ -1175,11 +1180,13 @@ def report(
         f"{', '.join(settings.runtimes)}. Every planner plays the same realized day (the actual demand "
         "`NoiseModel(σ).draw(day, seed)` and the actual runtimes `draw_runtimes(day, model, seed)`), re-planning "
         "every slot, each job known from its release, a re-plan whenever a job ends early. Plain schedulers "
-        "with today's `Corrector()`; the live planner `anticipate` "
-        f"({settings.samples} futures per cycle) with its own forecaster, fitted from {settings.history_days} past "
-        "days of the same family (other seeds, their demand as it happened at the same σ); "
+        "with today's `Corrector()`; the live planner `anticipate` (decisions by expected value, "
+        f"{settings.samples} futures per cycle, each carrying arrivals and demand) fitted from "
+        f"{settings.history_days} past days of the same family (other seeds, their demand as it happened at "
+        "the same σ); "
         "`anticipate-nohist`: the same without history; `anticipate-histfc`: with the demand forecaster fitted "
-        "from the past days instead of the corrected forecast. The live planners see only the time limits, "
+        "from the past days instead of the corrected forecast; `anticipate-consensus`: the former vote over "
+        "futures of arrivals, with the history. The live planners see only the time limits, "
         "as shipped (sampling runtimes in the futures measured worse: docs/rolling.md)."
         + (
             " `-oracle` twins (the information limit): the same variant told the actual demand of the whole day."
