@@ -3,9 +3,10 @@
 One process, serially, after one warm-up day (numba and onnxruntime loaded and compiled). For each family
 at its seed size: one day (seed 70000) played live at forecast error 0.3 with 8 past days of the same
 family, every cycle timed (the rolling loop's ``solve_ms``: the state built, the base plan, the futures
-sampled and planned, the expectation rule's candidates weighed). At 1,024 GPUs, for the families of ``--large`` the cycles at slots
-0, 6 and 12 of a day are timed on the state a rolling greedy day reaches there (a whole live day there
-takes minutes). Targets (issue 24): at most 50 ms at the seed's sizes, at most 1 s at 1,024 GPUs.
+sampled and planned, the expectation rule's candidates weighed). At 1,024 GPUs, for the families of
+``--large`` the cycles at slots 0, 6 and 12 of a day are timed on the state a rolling greedy day reaches
+there (a whole live day there takes minutes). Targets (issue 24): at most 50 ms at the seed's sizes, at most
+1 s at 1,024 GPUs.
 
 Run: ``PYTHONPATH=. .venv/bin/python benchmarks/live_latency.py`` (a few minutes on 2 cores).
 """

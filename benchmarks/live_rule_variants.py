@@ -4,10 +4,11 @@ Every family at its seed size, days ``--seeds``, each played at every ``--sigmas
 realized day, the history of 8 past days and the hindsight optimum exactly as ``online_benchmark.py`` makes
 them). Each variant is the live planner ``anticipate`` with fields replaced (``--variants`` is JSON: name ->
 fields of :class:`agents.rolling.anticipate.AnticipatingPlanner`, plus ``"history": false`` to play without the
-history and ``"planner": "anticipate-consensus"`` for another named planner). Prints, per cell, each
-variant's mean ratio to the hindsight optimum, its worst family, the days it lost (or won) against rolling
-greedy by more than 0.02 of the hindsight optimum, the worst such day, the cycle time, and how often the
-expectation rule departed from the base decision.
+history, ``"planner": "anticipate-consensus"`` for another named planner, ``"forecast": "history"`` for the
+forecaster fitted from the history and ``"margin": Z`` for the corrected forecast's margin in error SDs).
+Prints, per cell, each variant's mean ratio to the hindsight optimum, its worst family, the days it lost
+(or won) against rolling greedy by more than 0.02 of the hindsight optimum, the worst such day, the cycle
+time, and how often the expectation rule departed from the base decision.
 
 Run (docs/rolling.md's table; 140 days, about 5 min on 2 cores)::
 
@@ -62,7 +63,11 @@ def planner_for(spec: Mapping[str, Any], day: Any, past: Sequence[Any], seed: in
     fields = dict(spec)
     name = fields.pop("planner", "anticipate")
     history = past if fields.pop("history", True) else ()
-    planner = anticipate.live_planner(name, history=history, day=day, seed=seed)
+    forecast = fields.pop("forecast", "corrector")
+    margin = fields.pop("margin", None)
+    planner = anticipate.live_planner(name, history=history, day=day, seed=seed, forecast=forecast)
+    if margin is not None:
+        fields["forecaster"] = replace(planner.forecaster, margin=float(margin))
     if "headroom" in fields:
         fields["headroom"] = tuple(fields["headroom"])
     return replace(planner, **fields)
