@@ -258,6 +258,8 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _simulate_arguments(p: argparse.ArgumentParser) -> None:
+    from agents.rolling.hindsight import DEFAULT_SECONDS
+
     p.add_argument("scenario", type=Path, help="scenario file; its real-time demand is the forecast")
     p.add_argument(
         "--scheduler",
@@ -306,6 +308,23 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
         help="safety margin, in observed error SDs (default: 1, the live planner's 2)",
     )
     p.add_argument("--no-picture", action="store_true", help="skip simulation.png")
+    p.add_argument(
+        "--hindsight",
+        type=positive_float,
+        nargs="?",
+        const=DEFAULT_SECONDS,
+        default=None,
+        metavar="SECONDS",
+        help="also plan the realized day (actual.yaml) with full mode for SECONDS "
+        f"(default {DEFAULT_SECONDS:g}) and report the executed objective as a share of it",
+    )
+    p.add_argument(
+        "--deterministic-time",
+        type=positive_float,
+        default=None,
+        metavar="D",
+        help="also stop CP-SAT (re-plans, --hindsight) after D units of its deterministic time (default: none)",
+    )
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -357,7 +376,7 @@ def _simulate(args: argparse.Namespace) -> int:
             sigma=args.forecast_error,
             seed=args.seed,
             replan_every=args.replan_every,
-            options=PlanOptions(time_limit=args.time_limit, seed=args.seed),
+            options=PlanOptions(time_limit=args.time_limit, seed=args.seed, deterministic_time=args.deterministic_time),
             corrector=corrector,
             reveal=args.reveal,
             runtime_model=args.runtime_model,
@@ -384,11 +403,20 @@ def _simulate(args: argparse.Namespace) -> int:
         "margin": args.margin,
         "time_limit": args.time_limit,
     }
-    if args.output is None:
-        print(json.dumps({**settings, "rolling": roll.summary(), "open_loop": fixed.summary()}, indent=1))
-    else:
-        write_simulation(args.output, roll, fixed, settings, picture=not args.no_picture)
+    if args.deterministic_time is not None:
+        settings["deterministic_time"] = args.deterministic_time
     r, o = roll.metrics, fixed.metrics
+    hindsight = None
+    if args.hindsight is not None:
+        options = PlanOptions(time_limit=args.hindsight, seed=args.seed, deterministic_time=args.deterministic_time)
+        hindsight = rolling.plan_hindsight(roll.actual, options)
+    if args.output is None:
+        document = {**settings, "rolling": roll.summary(), "open_loop": fixed.summary()}
+        if hindsight is not None:
+            document["hindsight"] = hindsight.summary(r.objective, o.objective)
+        print(json.dumps(document, indent=1))
+    else:
+        write_simulation(args.output, roll, fixed, settings, picture=not args.no_picture, hindsight=hindsight)
     print(
         f"{name} on {scenario.name}, forecast error {args.forecast_error:g}, seed {args.seed}: "
         f"rolling objective {r.objective:.2f} (shortfall {r.shortfall}), "
@@ -396,9 +424,15 @@ def _simulate(args: argparse.Namespace) -> int:
         f"slowest {max(roll.solve_ms):.1f} ms" + (f" -> {args.output}/" if args.output is not None else ""),
         file=sys.stderr,
     )
+    if hindsight is not None:
+        print(f"hindsight: {hindsight.describe(r.objective, o.objective)}", file=sys.stderr)
     violations = validate(roll.actual, roll.executed)
     if violations:
         _report_violations(violations, sys.stderr)
+        return EXIT_INVALID
+    if hindsight is not None and hindsight.violations:  # full mode validates its plan: a bug if ever seen
+        print(f"the hindsight plan is INVALID ({len(hindsight.violations)} violations):", file=sys.stderr)
+        print("\n".join(hindsight.violations), file=sys.stderr)
         return EXIT_INVALID
     return EXIT_OK
 

@@ -483,6 +483,10 @@ def test_gpualloc_simulate_writes_a_valid_day(tmp_path: Path, capsys):
     executed = Plan.load(out / "executed.json")
     assert not validate(load_scenario(out / "actual.yaml"), executed)
     assert main(["validate", str(out / "actual.yaml"), str(out / "executed.json")]) == 0
+    # Without --hindsight there is no hindsight plan, nor any of its numbers (tests/test_hindsight.py)
+    assert not (out / "hindsight.json").exists()
+    data = json.loads((out / "metrics.json").read_text())
+    assert "hindsight" not in data and "hindsight" not in data["validation"] and "deterministic_time" not in data
 
 
 @pytest.mark.parametrize(("every", "starts"), [(1, [0, 0, 2, 4, 5]), (3, [0, 0, 3, 6, 6])])

@@ -24,6 +24,7 @@ import numpy as np
 from agents.fanout import Backend, Run, TaskResult
 from agents.options import PlanOptions
 from agents.report.statistics import mean_ci
+from agents.rolling.hindsight import Hindsight
 from agents.rolling.simulation import MODES, Simulation, SlotRecord
 from agents.rolling.tasks import compare_tasks
 from gpu_env.files import write_text_atomic
@@ -34,9 +35,24 @@ from gpu_env.validation import validate
 
 
 def write_simulation(
-    directory: str | Path, roll: Simulation, fixed: Simulation, settings: Mapping[str, Any], picture: bool = True
+    directory: str | Path,
+    roll: Simulation,
+    fixed: Simulation,
+    settings: Mapping[str, Any],
+    picture: bool = True,
+    hindsight: Hindsight | None = None,
 ) -> list[Path]:
     """Write ``actual.yaml``, ``executed.json``, ``open_loop.json``, ``metrics.json`` and ``simulation.png``.
+
+    Args:
+        directory: The folder (made when missing).
+        roll: The rolling simulation.
+        fixed: The open-loop simulation on the same realized day.
+        settings: The options of the run, copied into ``metrics.json``.
+        picture: Draw ``simulation.png``.
+        hindsight: The realized day planned with hindsight (:func:`agents.rolling.plan_hindsight`):
+            also ``hindsight.json``, its numbers under ``metrics.json``'s ``hindsight`` (and its
+            validation), and its allocation in the picture.
 
     Returns:
         The files written.
@@ -50,8 +66,11 @@ def write_simulation(
     written.append(directory / "executed.json")
     fixed.executed.save(directory / "open_loop.json")
     written.append(directory / "open_loop.json")
+    if hindsight is not None:
+        hindsight.plan.save(directory / "hindsight.json")
+        written.append(directory / "hindsight.json")
     forecast, actual = roll.forecast.demand, roll.actual.demand
-    data = {
+    data: dict[str, Any] = {
         "scenario": roll.forecast.name,
         "scheduler": roll.scheduler,
         **dict(settings),
@@ -67,15 +86,18 @@ def write_simulation(
             "executed": [str(v) for v in validate(roll.actual, roll.executed)],
             "open_loop": [str(v) for v in validate(fixed.actual, fixed.executed)],
         },
-        "slots": [_record_dict(r) for r in roll.slots],
     }
+    if hindsight is not None:
+        data["hindsight"] = hindsight.summary(roll.metrics.objective, fixed.metrics.objective)
+        data["validation"]["hindsight"] = list(hindsight.violations)
+    data["slots"] = [_record_dict(r) for r in roll.slots]
     write_text_atomic(directory / "metrics.json", json.dumps(data, indent=1) + "\n")
     written.append(directory / "metrics.json")
     if picture:
         from agents.report.rolling_figures import plot_simulation
         from gpu_env.render import save_figure
 
-        written.append(save_figure(plot_simulation(roll, fixed), directory / "simulation.png"))
+        written.append(save_figure(plot_simulation(roll, fixed, hindsight), directory / "simulation.png"))
     return written
 
 

@@ -16,33 +16,38 @@ from gpu_env.render import hour_ticks, pyplot, scheduler_colours
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from agents.rolling import Simulation
+    from agents.rolling import Hindsight, Simulation
+    from gpu_env.plan import Plan
+    from gpu_env.scenario import Scenario
 
 _ROLLING = "#2b6cb0"
 _OPEN = "#c05621"
+_HINDSIGHT = "#2f855a"  # green, beside the blue rolling and orange open loop
+_HINDSIGHT_STYLE = (0, (4, 1.5))  # dashes, apart from the forecast's "--" (dark grey) and open loop's "-."
 
 
-def _job_load(sim: Simulation) -> np.ndarray:
-    """GPUs held by jobs in each slot of the executed schedule, shape (T,)."""
-    sc = sim.actual
+def _job_load(sc: Scenario, plan: Plan) -> np.ndarray:
+    """GPUs held by the jobs of ``plan`` in each slot of the (realized) day ``sc``, shape (T,)."""
     load = np.zeros(sc.slots, dtype=np.int64)
-    for p in sim.executed.placements:
+    for p in plan.placements:
         job = sc.jobs[sc.job_index(p.job)]
         load[p.start : min(sc.slots, p.start + job.duration)] += job.gpus
     return load
 
 
-def plot_simulation(roll: Simulation, fixed: Simulation | None = None) -> Figure:
+def plot_simulation(roll: Simulation, fixed: Simulation | None = None, hindsight: Hindsight | None = None) -> Figure:
     """Forecast, actual demand and allocation over time, one panel per app, and the GPUs held by jobs.
 
     Each app's panel shows the actual demand (grey area), the forecast made
     before the day (dashed), the forecast the rolling planner saw for each slot
     when it committed it (dotted), and the allocation of the rolling and the
-    open-loop schedules; the bottom panel the GPUs held by jobs in both.
+    open-loop schedules, and of the hindsight plan when given; the bottom panel
+    the GPUs held by jobs in each.
 
     Args:
         roll: The rolling simulation.
         fixed: The open-loop simulation on the same actual demand, if any.
+        hindsight: The realized day planned with hindsight (:func:`agents.rolling.plan_hindsight`), if any.
 
     Returns:
         The figure.
@@ -72,19 +77,36 @@ def plot_simulation(roll: Simulation, fixed: Simulation | None = None) -> Figure
             short = int(np.maximum(0, actual[i] - other).sum())
             ax.stairs(other, edges, color=_OPEN, linewidth=1.6, linestyle="-.", label=f"open loop (shortfall {short})")
             top = max(top, int(other.max()))
+        if hindsight is not None:
+            best = np.asarray(hindsight.plan.curves[app.name])
+            short = int(np.maximum(0, actual[i] - best).sum())
+            ax.stairs(
+                best,
+                edges,
+                color=_HINDSIGHT,
+                linewidth=1.6,
+                linestyle=_HINDSIGHT_STYLE,
+                label=f"hindsight (shortfall {short})",
+                zorder=3,
+            )
+            top = max(top, int(best.max()))
         ax.set_ylim(0, top * 1.45 + 0.5)  # head-room for the legend
         ax.set_ylabel("GPUs")
         ax.set_title(f"{app.name}: ramp {app.ramp}/slot, penalty {app.penalty:g} per unserved GPU-slot")
         ax.grid(axis="y", color="#eeeeee", zorder=0)
         ax.legend(loc="upper left", frameon=False, ncol=2, fontsize=7.5)
     ax = axes[-1]
-    ax.stairs(_job_load(roll), edges, color=_ROLLING, linewidth=2.0, label="jobs, rolling")
+    ax.stairs(_job_load(sc, roll.executed), edges, color=_ROLLING, linewidth=2.0, label="jobs, rolling")
     if fixed is not None:
-        ax.stairs(_job_load(fixed), edges, color=_OPEN, linewidth=1.6, linestyle="-.", label="jobs, open loop")
+        load = _job_load(sc, fixed.executed)
+        ax.stairs(load, edges, color=_OPEN, linewidth=1.6, linestyle="-.", label="jobs, open loop")
+    if hindsight is not None:
+        load = _job_load(sc, hindsight.plan)
+        ax.stairs(load, edges, color=_HINDSIGHT, linewidth=1.6, linestyle=_HINDSIGHT_STYLE, label="jobs, hindsight")
     ax.axhline(sc.gpus, color="#999999", linewidth=0.8)
     ax.set_ylim(0, sc.gpus * 1.1)
     ax.set_ylabel("GPUs held by jobs")
-    ax.legend(loc="upper left", frameon=False, ncol=2, fontsize=7.5)
+    ax.legend(loc="upper left", frameon=False, ncol=3, fontsize=7.5)
     ax.grid(axis="y", color="#eeeeee", zorder=0)
     ticks, names = hour_ticks(sc, T)
     ax.set_xticks(ticks, names)
@@ -93,6 +115,12 @@ def plot_simulation(roll: Simulation, fixed: Simulation | None = None) -> Figure
     title = f"{roll.forecast.name}, {roll.scheduler}: realised objective rolling {roll.metrics.objective:.1f}"
     if fixed is not None:
         title += f", open loop {fixed.metrics.objective:.1f}"
+    if hindsight is not None:
+        share = hindsight.share(roll.metrics.objective)
+        what = "optimum" if hindsight.optimal else f"plan ({hindsight.status})"
+        title += f"\nhindsight {what} {hindsight.objective:.1f}"
+        if share is not None:
+            title += f": rolling reached {share:.3f} of it"
     fig.suptitle(title, fontweight="bold")
     return fig
 

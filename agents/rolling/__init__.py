@@ -6,6 +6,8 @@
   (:class:`NoiseModel`) and the forecast corrected by observation (:class:`Corrector`);
 - :mod:`agents.rolling.simulation`: one simulated day, open loop (:func:`open_loop`)
   and rolling (:func:`rolling`), and comparisons over many (:func:`compare`);
+- :mod:`agents.rolling.hindsight`: the realized day planned whole by full mode
+  (:func:`plan_hindsight`), the executed day's objective as a share of it;
 - :mod:`agents.rolling.tasks`: the same comparisons as tasks of :mod:`agents.fanout`
   (:func:`compare_tasks`), over a process pool or Ray.
 
@@ -15,6 +17,7 @@ Statistics, tables, files and figures of the comparison are in
 
 from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide
 from agents.rolling.forecast import Correction, Corrector, NoiseModel, with_demand
+from agents.rolling.hindsight import Hindsight, plan_hindsight
 from agents.rolling.simulation import (
     MODES,
     Reveal,
@@ -35,6 +38,7 @@ __all__ = [
     "Correction",
     "Corrector",
     "Decision",
+    "Hindsight",
     "NoiseModel",
     "Reveal",
     "RollingError",
@@ -48,6 +52,7 @@ __all__ = [
     "decide",
     "open_loop",
     "ordered_rows",
+    "plan_hindsight",
     "rolling",
     "simulate",
     "state_at",
