@@ -5,7 +5,8 @@ realized day, the history of 8 past days and the hindsight optimum exactly as ``
 them). Each variant is the live planner ``anticipate`` with fields replaced (``--variants`` is JSON: name ->
 fields of :class:`agents.rolling.anticipate.AnticipatingPlanner`, plus ``"history": false`` to play without the
 history, ``"planner": "anticipate-consensus"`` for another named planner, ``"forecast": "history"`` for the
-forecaster fitted from the history and ``"margin": Z`` for the corrected forecast's margin in error SDs).
+forecaster fitted from the history, ``"margin": Z`` for the corrected forecast's margin in error SDs and
+``"prior_weight": W`` for the slots the demand model's prior level counts as).
 Prints, per cell, each variant's mean ratio to the hindsight optimum, its worst family, the days it lost
 (or won) against rolling greedy by more than 0.02 of the hindsight optimum, the worst such day, the cycle
 time, and how often the expectation rule departed from the base decision.
@@ -68,6 +69,9 @@ def planner_for(spec: Mapping[str, Any], day: Any, past: Sequence[Any], seed: in
     planner = anticipate.live_planner(name, history=history, day=day, seed=seed, forecast=forecast)
     if margin is not None:
         fields["forecaster"] = replace(planner.forecaster, margin=float(margin))
+    weight = fields.pop("prior_weight", None)
+    if weight is not None and planner.demand is not None:
+        fields["demand"] = replace(planner.demand, prior_weight=float(weight))
     if "headroom" in fields:
         fields["headroom"] = tuple(fields["headroom"])
     return replace(planner, **fields)
