@@ -453,23 +453,32 @@ def commit_slot(
     value = -sum(
         app.penalty * max(0, int(d) - int(a)) for app, d, a in zip(future.apps, demand_now, app_gpus, strict=True)
     )
+    decay = future.decay
     jobs = []
     for job in future.jobs:
         gpus = pinned.get(job.id, job.running_on)
         if gpus is not None:
             value += job.weight * job.gpus
             if job.duration > 1:
-                jobs.append(replace(job, running_on=gpus, release=0, duration=job.duration - 1, deadline=None))
+                jobs.append(
+                    replace(
+                        job,
+                        running_on=gpus,
+                        release=0,
+                        duration=job.duration - 1,
+                        deadline=None,
+                        priority=job.weight * decay,
+                        value=None,
+                    )
+                )
             continue
         release = max(0, job.release - 1)
         deadline = None if job.deadline is None else job.deadline - 1
         if release >= future.slots - 1 or (deadline is not None and deadline - job.duration < release):
             continue  # it could only have started now
-        jobs.append(replace(job, release=release, deadline=deadline))
+        jobs.append(replace(job, release=release, deadline=deadline, priority=job.weight * decay, value=None))
     if future.slots < 2:
         return float(value), None
-    decay = future.decay
-    jobs = [replace(j, priority=j.weight * decay, value=None) for j in jobs]
     apps = tuple(
         replace(app, demand=app.demand[1:], initial=int(a)) for app, a in zip(future.apps, app_gpus, strict=True)
     )

@@ -25,6 +25,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import os
 import zlib
 from collections.abc import Sequence
@@ -208,6 +209,7 @@ class ArrivalModel:
         return out
 
 
+@functools.lru_cache(maxsize=4096)
 def _placeable(k: int, gpus: int, node_size: int) -> bool:
     return k <= gpus and rules.allowed_block_starts(k, gpus, node_size).size > 0
 
