@@ -12,7 +12,7 @@ from agents.rolling import simulation
 from agents.rolling.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand
 from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, history_error_level, load_history
-from agents.rolling.runtimes import TRACE_RUNTIMES, draw_runtimes
+from agents.rolling.runtimes import TRACE_RUNTIMES, RuntimeSampler, draw_runtimes
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.scenario import App, Job, JobType, Scenario, load_scenario, save_scenario
 from gpu_env.validation import validate
@@ -240,6 +240,29 @@ def test_every_live_day_validates(family: str) -> None:
     assert not validate(fixed.actual, fixed.executed)
     again, _ = simulation.simulate(day, planner, sigma=0.3, seed=4, runtime_model="trace")
     assert again.executed.placements == live.executed.placements  # the same seed gives the same day
+
+
+class _Halves:
+    """A runtime model of its own: every job runs half its limit (rounded up), whatever it has run."""
+
+    def sample_remaining(self, limit: int, elapsed: int, rng: np.random.Generator) -> int:
+        half = math.ceil(limit / 2)
+        return half - elapsed if elapsed < half else limit - elapsed  # outlived its half: runs to the limit
+
+    def runtime_slots(self, limit: int, u: float) -> int:
+        return math.ceil(limit / 2)
+
+
+def test_any_runtime_sampler_serves_the_live_planner() -> None:
+    """RuntimeDistribution is a RuntimeSampler, and so is any object with its two methods."""
+    shipped: RuntimeSampler = TRACE_RUNTIMES
+    assert isinstance(shipped, RuntimeSampler) and isinstance(_Halves(), RuntimeSampler)
+    assert not isinstance(object(), RuntimeSampler)
+    day = generate("mixed-control", seed=5, gpus=16, num_jobs=10)
+    history = [generate("mixed-control", seed=s, gpus=16, num_jobs=10) for s in (6, 7)]
+    planner = live_planner(history=history, day=day, runtimes=_Halves(), samples=2)
+    live, _ = simulation.simulate(day, planner, sigma=0.3, seed=1, runtime_model="trace")
+    assert not validate(live.actual, live.executed)
 
 
 # ----------------------------------------------------------------------------- early ends

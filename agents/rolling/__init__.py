@@ -7,7 +7,9 @@
 - :mod:`agents.rolling.simulation`: one simulated day, open loop (:func:`open_loop`)
   and rolling (:func:`rolling`), and comparisons over many (:func:`compare`);
 - :mod:`agents.rolling.tasks`: the same comparisons as tasks of :mod:`agents.fanout`
-  (:func:`compare_tasks`), over a process pool or Ray.
+  (:func:`compare_tasks`), over a process pool or Ray;
+- :mod:`agents.rolling.runtimes`: jobs that end before their time limit, and what the live
+  planner asks of a runtime model (:class:`RuntimeSampler`).
 
 Statistics, tables, files and figures of the comparison are in
 :mod:`agents.report.rolling`. ``docs/rolling.md`` describes the whole.
@@ -15,6 +17,7 @@ Statistics, tables, files and figures of the comparison are in
 
 from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide
 from agents.rolling.forecast import Correction, Corrector, NoiseModel, with_demand
+from agents.rolling.runtimes import RuntimeDistribution, RuntimeSampler
 from agents.rolling.simulation import (
     MODES,
     Reveal,
@@ -39,6 +42,8 @@ __all__ = [
     "Reveal",
     "RollingError",
     "RunningJob",
+    "RuntimeDistribution",
+    "RuntimeSampler",
     "Simulation",
     "SlotRecord",
     "compare",
