@@ -140,6 +140,32 @@ def ramp_ceiling(initial: int, ramp: int, slots: int) -> np.ndarray:
     return initial + ramp * (np.arange(slots) + 1)
 
 
+def ramp_envelope(cap: np.ndarray | list[int], initial: int, ramp: int) -> np.ndarray:
+    """The largest curve under ``cap`` that keeps the ramp from ``initial`` and between slots.
+
+    That is the pointwise largest ``c`` with ``c <= cap``, ``|c[s] - c[s-1]| <= R`` and
+    ``c[0] <= initial + R``: ``c[t] = min(initial + R*(t + 1), min_s(cap[s] + R*|t - s|))``, what a
+    backward pass (``c[s] <= c[s+1] + R``) then a forward pass (``c[s] <= c[s-1] + R``,
+    ``c[0] <= initial + R``) give. Every curve under ``cap`` that keeps rule 6 lies under it, so when one
+    exists (``cap`` is above some ramp-feasible curve) the envelope keeps rule 6 itself; when none does,
+    its ``c[0]`` falls more than R below ``initial`` (the way down from ``initial`` is not this function's
+    to enforce).
+
+    >>> ramp_envelope([9, 9, 1, 9, 9], initial=2, ramp=2).tolist()
+    [4, 3, 1, 3, 5]
+
+    Args:
+        cap: The ceiling per slot, shape (T,).
+        initial: The allocation in the slot before slot 0.
+        ramp: R, the largest change from one slot to the next.
+
+    Returns:
+        An int64 array of shape (T,).
+    """
+    c = np.asarray(cap, dtype=np.int64)
+    return _lipschitz_envelope(np.minimum(c, ramp_ceiling(initial, ramp, c.size)), ramp, lower=False)
+
+
 def cover_curve(demand: np.ndarray | list[int], initial: int, ramp: int, cap: np.ndarray | None = None) -> np.ndarray:
     """The least ramp-feasible allocation that serves as much demand as possible.
 
@@ -156,9 +182,8 @@ def cover_curve(demand: np.ndarray | list[int], initial: int, ramp: int, cap: np
     slots = d.size
     upper = ramp_ceiling(initial, ramp, slots)
     if cap is not None:
-        upper = np.minimum(upper, np.asarray(cap, dtype=np.int64))
         # A cap binds earlier slots too: r_t <= cap_s + R*|t-s|.
-        upper = _lipschitz_envelope(upper, ramp, lower=False)
+        upper = ramp_envelope(np.broadcast_to(np.asarray(cap, dtype=np.int64), d.shape), initial, ramp)
     target = np.minimum(d, upper)
     low = _lipschitz_envelope(np.maximum(target, ramp_floor(initial, ramp, slots)), ramp, lower=True)
     return np.maximum(np.minimum(low, upper), 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from agents.rolling import simulation
 from agents.rolling.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand
 from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, history_error_level, load_history
-from agents.rolling.runtimes import TRACE_RUNTIMES, draw_runtimes
+from agents.rolling.runtimes import TRACE_RUNTIMES, RuntimeSampler, draw_runtimes
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.scenario import App, Job, JobType, Scenario, load_scenario, save_scenario
 from gpu_env.validation import validate
@@ -242,6 +243,29 @@ def test_every_live_day_validates(family: str) -> None:
     assert again.executed.placements == live.executed.placements  # the same seed gives the same day
 
 
+class _Halves:
+    """A runtime model of its own: every job runs half its limit (rounded up), whatever it has run."""
+
+    def sample_remaining(self, limit: int, elapsed: int, rng: np.random.Generator) -> int:
+        half = math.ceil(limit / 2)
+        return half - elapsed if elapsed < half else limit - elapsed  # outlived its half: runs to the limit
+
+    def runtime_slots(self, limit: int, u: float) -> int:
+        return math.ceil(limit / 2)
+
+
+def test_any_runtime_sampler_serves_the_live_planner() -> None:
+    """RuntimeDistribution is a RuntimeSampler, and so is any object with its two methods."""
+    shipped: RuntimeSampler = TRACE_RUNTIMES
+    assert isinstance(shipped, RuntimeSampler) and isinstance(_Halves(), RuntimeSampler)
+    assert not isinstance(object(), RuntimeSampler)
+    day = generate("mixed-control", seed=5, gpus=16, num_jobs=10)
+    history = [generate("mixed-control", seed=s, gpus=16, num_jobs=10) for s in (6, 7)]
+    planner = live_planner(history=history, day=day, runtimes=_Halves(), samples=2)
+    live, _ = simulation.simulate(day, planner, sigma=0.3, seed=1, runtime_model="trace")
+    assert not validate(live.actual, live.executed)
+
+
 # ----------------------------------------------------------------------------- early ends
 
 
@@ -293,6 +317,177 @@ def test_trace_days_score_against_actual_runtimes() -> None:
     assert {j.id: j.duration for j in live.actual.jobs} == runtimes
     assert any(runtimes[j.id] < j.duration for j in day.jobs)
     assert not validate(live.actual, live.executed)
+
+
+# ----------------------------------------------------------------------------- causality
+
+# A decision at slot t may depend only on what is known at the start of slot t: the forecast, the jobs released
+# by t, the actual demand of slots before t, and which running jobs have ended. Two realized days that agree on
+# all of that and differ in everything after it must get the same decisions in slots 0..t.
+
+CAUSAL_T = (0, 4, 11, 17, 22)
+CAUSAL_DAYS = (("mixed-control", 1), ("realtime-diurnal", 2), ("priority-inversion", 3))
+
+
+class _Peeking:
+    """A forecaster that uses every column of actual demand it is handed: handed slot ``now`` or later, it
+    forecasts them exactly (an oracle), so the rolling loop is causal only if it hands ``now`` columns."""
+
+    def __init__(self) -> None:
+        self.widths: list[tuple[int, int]] = []
+        self.inner = Corrector()
+
+    def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
+        self.widths.append((now, actual.shape[1]))
+        if actual.shape[1] > now:
+            return np.clip(actual[:, now:], 0, gpus).astype(np.int64)
+        return self.inner.forecast(forecast, actual, now, gpus)
+
+
+class _Oracle:
+    """A forecaster told the whole realized day by a side channel: not causal, whatever the loop hands it."""
+
+    def __init__(self, real: np.ndarray) -> None:
+        self.real = real
+
+    def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
+        return np.clip(self.real[:, now:], 0, gpus).astype(np.int64)
+
+
+def _causal_day(family: str, seed: int) -> tuple[Scenario, list[Scenario]]:
+    day = generate(family, seed, gpus=16, num_jobs=14)
+    return day, [generate(family, seed + 100 * k, gpus=16, num_jobs=14) for k in (1, 2, 3)]
+
+
+def _planner(
+    kind: str, day: Scenario, history: list[Scenario]
+) -> tuple[str | simulation.LivePlanner, simulation.Forecaster | None]:
+    """(scheduler, corrector) of each kind of planner the causality test plays."""
+    if kind == "greedy":
+        return "greedy", Corrector()
+    if kind == "greedy-peeking":
+        return "greedy", _Peeking()
+    if kind == "anticipate":
+        return live_planner("anticipate", history=history, day=day, samples=4), None
+    assert kind == "anticipate-history"  # the forecaster fitted from the history, runtimes sampled
+    return live_planner(
+        "anticipate", history=history, day=day, samples=4, forecast="history", runtimes=TRACE_RUNTIMES
+    ), None
+
+
+def _play(
+    day: Scenario,
+    real: np.ndarray,
+    runtimes: dict[str, int],
+    scheduler: str | simulation.LivePlanner,
+    corrector: simulation.Forecaster | None,
+) -> simulation.Simulation:
+    actual = simulation.realized_day(day, real, runtimes)
+    return simulation.rolling(day, scheduler, actual, corrector=corrector, runtimes=runtimes)
+
+
+def _after(
+    day: Scenario, real: np.ndarray, runtimes: dict[str, int], played: simulation.Simulation, t: int, seed: int
+) -> tuple[Scenario, np.ndarray, dict[str, int]]:
+    """A realized day that agrees with ``day`` on everything known at the start of slot ``t`` and differs after.
+
+    Demand from slot t on redrawn (slot t always changed: it is observed only at its end); jobs released after
+    t changed, dropped or added (anywhere in the file); runtimes changed wherever the job ends after t in the
+    day played (a job started by t still running at t: any end after t; a job not started by t: any runtime).
+    """
+    rng = np.random.default_rng(seed)
+    T, G = day.slots, day.gpus
+    other = real.copy()
+    other[:, t:] = rng.integers(0, G + 1, size=other[:, t:].shape)
+    other[:, t] = (real[:, t] + 1 + rng.integers(0, G, size=real.shape[0])) % (G + 1)
+    pending = [j for j in day.jobs if j.running_on is None]
+    jobs: list[Job] = []
+    for job in day.jobs:
+        if job.running_on is None and job.release > t:
+            pick = rng.integers(3)
+            if pick == 0:
+                continue  # never released
+            if pick == 1:
+                release = int(rng.integers(t + 1, T))
+                slack = None if job.deadline is None else int(rng.integers(0, 4))
+                job = replace(
+                    job,
+                    release=release,
+                    duration=int(rng.integers(1, 13)),
+                    priority=float(rng.uniform(0.5, 10.0)),
+                    value=None,
+                    deadline=None,
+                )
+                if slack is not None:
+                    job = replace(job, deadline=release + job.duration + slack)
+        jobs.append(job)
+    for k in range(int(rng.integers(1, 5))):  # late arrivals, inserted anywhere
+        like = pending[int(rng.integers(len(pending)))]
+        release = int(rng.integers(t + 1, T))
+        late = replace(like, id=f"late-{k}", release=release, deadline=None, priority=float(rng.uniform(0.5, 10.0)))
+        jobs.insert(int(rng.integers(len(jobs) + 1)), late)
+    changed = replace(day, jobs=tuple(jobs))
+    start = {p.job: p.start for p in played.executed.placements}
+    new_runtimes: dict[str, int] = {}
+    for job in changed.jobs:
+        s = start.get(job.id)
+        if s is not None and s + runtimes[job.id] <= t:
+            new_runtimes[job.id] = runtimes[job.id]  # ended by t: known
+        elif s is not None and s <= t:
+            new_runtimes[job.id] = int(rng.integers(t - s + 1, job.duration + 1))  # running at t: ends after t
+        else:
+            new_runtimes[job.id] = int(rng.integers(1, job.duration + 1))
+    return changed, other, new_runtimes
+
+
+def _first_divergence(a: simulation.Simulation, b: simulation.Simulation, t: int) -> int | None:
+    """The first slot <= t whose decisions differ (jobs started with their GPUs, app allocations, re-plan)."""
+    for ra, rb in zip(a.slots[: t + 1], b.slots[: t + 1], strict=True):
+        if (ra.started, ra.app_gpus, ra.replanned) != (rb.started, rb.app_gpus, rb.replanned):
+            return ra.slot
+    return None
+
+
+def _known_runs(
+    family: str, seed: int, kind: str
+) -> tuple[Scenario, list[Scenario], np.ndarray, dict[str, int], simulation.Simulation, simulation.Forecaster | None]:
+    """The day of a family and seed, its history, its actual demand and runtimes, and the day played."""
+    day, history = _causal_day(family, seed)
+    real = NoiseModel(sigma=0.3).draw(day, seed)
+    runtimes = draw_runtimes(day, "trace", seed)
+    scheduler, corrector = _planner(kind, day, history)
+    return day, history, real, runtimes, _play(day, real, runtimes, scheduler, corrector), corrector
+
+
+@pytest.mark.parametrize("kind", ["greedy", "greedy-peeking", "anticipate", "anticipate-history"])
+def test_decisions_up_to_a_slot_ignore_everything_after_it(kind: str) -> None:
+    """Demand, arrivals and early ends after slot t changed: every decision in slots 0..t is the same."""
+    moved: list[bool] = []
+    for family, seed in CAUSAL_DAYS:
+        day, history, real, runtimes, played, corrector = _known_runs(family, seed, kind)
+        assert any(runtimes[j.id] < j.duration for j in day.jobs)  # jobs end early: re-plans at their ends
+        for t in CAUSAL_T:
+            other_day, other_real, other_runtimes = _after(day, real, runtimes, played, t, seed * 1000 + t)
+            scheduler, other_corrector = _planner(kind, other_day, history)
+            again = _play(other_day, other_real, other_runtimes, scheduler, other_corrector)
+            assert _first_divergence(played, again, t) is None, f"{family} seed {seed}: slot t={t}"
+            assert [r.forecast for r in played.slots[: t + 1]] == [r.forecast for r in again.slots[: t + 1]]
+            if t < CAUSAL_T[-1]:  # a change in the day's last slots may leave every decision as it was
+                moved.append(_first_divergence(played, again, day.slots - 1) is not None)
+        if isinstance(corrector, _Peeking):
+            assert corrector.widths and all(now == width for now, width in corrector.widths)
+    assert all(moved)  # the changes after t do change decisions after t: the check is not vacuous
+
+
+def test_the_causality_check_catches_a_forecaster_that_knows_the_day() -> None:
+    """The negative control: the same check on a forecaster told the realized day finds a decision that moved."""
+    for family, seed in CAUSAL_DAYS:
+        day, _, real, runtimes, _, _ = _known_runs(family, seed, "greedy")
+        played = _play(day, real, runtimes, "greedy", _Oracle(real))
+        for t in CAUSAL_T:
+            other_day, other_real, other_runtimes = _after(day, real, runtimes, played, t, seed * 1000 + t)
+            again = _play(other_day, other_real, other_runtimes, "greedy", _Oracle(other_real))
+            assert _first_divergence(played, again, t) is not None, f"{family} seed {seed}: slot t={t}"
 
 
 # ----------------------------------------------------------------------------- the command line

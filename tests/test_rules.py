@@ -66,6 +66,74 @@ def test_cover_curve_under_a_cap_stays_under_it(demand: list[int], initial: int,
     assert np.all(r <= cap) and np.all(r >= floor)
 
 
+def _two_passes(cap: np.ndarray, initial: int, ramp: int) -> np.ndarray:
+    """The envelope as agents/rolling/anticipate.py ``fill_idle`` computes it inline: backward, then forward."""
+    u = np.array(cap, dtype=np.int64)
+    for s in range(u.size - 2, -1, -1):
+        u[s] = min(u[s], u[s + 1] + ramp)
+    for s in range(u.size):
+        u[s] = min(u[s], (initial if s == 0 else u[s - 1]) + ramp)
+    return u
+
+
+def test_ramp_envelope_hand_worked():
+    """cap [9, 9, 1, 9, 9], initial 2, R 2: the ceiling from initial is [4, 6, 8, 10, 12], and the cap of 1
+    in slot 2 binds its neighbours at 3 and theirs at 5: [4, 3, 1, 3, 5]."""
+    assert rules.ramp_envelope([9, 9, 1, 9, 9], 2, 2).tolist() == [4, 3, 1, 3, 5]
+    assert rules.ramp_envelope([5, 5, 5], 5, 1).tolist() == [5, 5, 5]  # the cap itself when it keeps the ramp
+    assert rules.ramp_envelope([0, 8, 8, 0], 0, 3).tolist() == [0, 3, 3, 0]
+    assert rules.ramp_envelope([], 3, 1).tolist() == []
+
+
+@settings(max_examples=300)
+@given(initial=st.integers(0, 12), ramp=st.integers(1, 4), data=st.data())
+def test_ramp_envelope_is_under_the_cap_keeps_the_ramp_and_is_the_two_passes(initial: int, ramp: int, data):
+    """A cap above some ramp-feasible curve (as a valid plan's curve is in fill_idle): the envelope keeps rule 6,
+    is above that curve, is under the cap, and is exactly what the backward-then-forward passes give."""
+    steps = data.draw(st.lists(st.integers(-ramp, ramp), min_size=1, max_size=30))
+    feasible = np.maximum(0, initial + np.cumsum(steps))
+    assert rules.ramp_problems(feasible, initial, ramp) == []
+    extra = np.array(data.draw(st.lists(st.integers(0, 12), min_size=len(steps), max_size=len(steps))))
+    cap = feasible + extra
+    c = rules.ramp_envelope(cap, initial, ramp)
+    assert c.dtype == np.int64 and c.shape == cap.shape
+    assert np.all(c <= cap)
+    assert rules.ramp_problems(c, initial, ramp) == []
+    assert np.all(c >= feasible)
+    assert c.tolist() == _two_passes(cap, initial, ramp).tolist()
+    # Any cap at all (none may be feasible): the upward ramp from initial and the ramp between slots still hold.
+    wild = np.array(data.draw(st.lists(st.integers(-3, 30), min_size=len(steps), max_size=len(steps))))
+    w = rules.ramp_envelope(wild, initial, ramp)
+    assert np.all(w <= wild) and w[0] <= initial + ramp and np.all(np.abs(np.diff(w)) <= ramp)
+    assert w.tolist() == _two_passes(wild, initial, ramp).tolist()
+
+
+@settings(max_examples=150)
+@given(
+    cap=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+    initial=st.integers(0, 4),
+    ramp=st.integers(1, 2),
+)
+def test_ramp_envelope_is_the_largest_against_brute_force(cap: list[int], initial: int, ramp: int):
+    """Every curve under the cap (values 0..4, up to 4 slots) that keeps rule 6 is under the envelope pointwise,
+    and the envelope is one of them whenever there is one; over the curves that keep only the ramp between
+    slots and ``c[0] <= initial + R`` (no way down from initial), the envelope is their maximum."""
+    import itertools
+
+    c = rules.ramp_envelope(cap, initial, ramp)
+    under = [np.array(x) for x in itertools.product(*(range(k + 1) for k in cap))]
+    keeping = [x for x in under if not rules.ramp_problems(x, initial, ramp)]
+    for x in keeping:
+        assert np.all(x <= c), (x, c)
+    if keeping:
+        assert rules.ramp_problems(c, initial, ramp) == []
+        assert any(np.array_equal(x, c) for x in keeping)
+    upward = [x for x in under if x[0] <= initial + ramp and np.all(np.abs(np.diff(x)) <= ramp)]
+    assert upward  # all zeros is one
+    assert np.max(upward, axis=0).tolist() == c.tolist()
+    assert any(np.array_equal(x, c) for x in upward)
+
+
 def test_occupancy_feasible_matches_brute_force():
     s = make_scenario(
         cluster={"gpus": 4, "node_size": 2},

@@ -9,7 +9,9 @@
 - :mod:`agents.rolling.hindsight`: the realized day planned whole by full mode
   (:func:`plan_hindsight`), the executed day's objective as a share of it;
 - :mod:`agents.rolling.tasks`: the same comparisons as tasks of :mod:`agents.fanout`
-  (:func:`compare_tasks`), over a process pool or Ray.
+  (:func:`compare_tasks`), over a process pool or Ray;
+- :mod:`agents.rolling.runtimes`: jobs that end before their time limit, and what the live
+  planner asks of a runtime model (:class:`RuntimeSampler`).
 
 Statistics, tables, files and figures of the comparison are in
 :mod:`agents.report.rolling`. ``docs/rolling.md`` describes the whole.
@@ -18,6 +20,7 @@ Statistics, tables, files and figures of the comparison are in
 from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide
 from agents.rolling.forecast import Correction, Corrector, NoiseModel, with_demand
 from agents.rolling.hindsight import Hindsight, plan_hindsight
+from agents.rolling.runtimes import RuntimeDistribution, RuntimeSampler
 from agents.rolling.simulation import (
     MODES,
     Reveal,
@@ -43,6 +46,8 @@ __all__ = [
     "Reveal",
     "RollingError",
     "RunningJob",
+    "RuntimeDistribution",
+    "RuntimeSampler",
     "Simulation",
     "SlotRecord",
     "compare",

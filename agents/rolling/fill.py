@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpu_env import rules
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
 
@@ -45,9 +46,10 @@ def fill_idle(scenario: Scenario, plan: Plan, cap: np.ndarray | None = None) -> 
     may come above its forecast: serving it from GPUs no job uses avoids the penalty. Apps are raised in
     :func:`gpu_env.objective.serving_order` (highest penalty first), each to the largest curve that fits
     in the capacity the plan's jobs and the other apps leave in every slot and that keeps its ramp from
-    ``initial`` and between slots: a backward pass (``u[s] <= u[s+1] + R``, so that the plan's later
-    slots can still be reached) and a forward pass (``u[s] <= u[s-1] + R``, ``u[0] <= initial + R``). The
-    plan's own curve satisfies both, so the raised curve is never below it, and the plan stays valid.
+    ``initial`` and between slots (:func:`gpu_env.rules.ramp_envelope`, the rules' own statement: a backward
+    pass ``u[s] <= u[s+1] + R``, so that the plan's later slots can still be reached, and a forward pass
+    ``u[s] <= u[s-1] + R``, ``u[0] <= initial + R``). The plan's own curve satisfies both, so the raised
+    curve is never below it, and the plan stays valid.
 
     Args:
         scenario: The state as a scenario (slot 0 = now).
@@ -68,11 +70,7 @@ def fill_idle(scenario: Scenario, plan: Plan, cap: np.ndarray | None = None) -> 
         u = G - used - others
         if cap is not None:
             u = np.minimum(u, np.maximum(cap[int(i)], curves[app.name]))
-        for s in range(T - 2, -1, -1):
-            u[s] = min(u[s], u[s + 1] + app.ramp)
-        for s in range(T):
-            u[s] = min(u[s], (app.initial if s == 0 else u[s - 1]) + app.ramp)
-        curves[app.name] = np.maximum(u, curves[app.name])
+        curves[app.name] = np.maximum(rules.ramp_envelope(u, app.initial, app.ramp), curves[app.name])
     lists = {name: [int(x) for x in curve] for name, curve in curves.items()}
     raised = Plan(plan.scenario, plan.scheduler, list(plan.placements), lists)
     raised.solve_ms = plan.solve_ms

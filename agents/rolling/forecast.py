@@ -141,6 +141,12 @@ class Corrector:
 
         With ``prior_sigma`` the prior counts as ``prior_weight`` observed slots; with nothing observed
         and no prior it is 0.
+
+        Args:
+            forecast: The day's forecast, shape (apps, T).
+            actual: The demand observed in the slots before ``now``, shape (apps, now) or wider (columns
+                ``>= now`` are not read).
+            now: The slot being planned.
         """
         F = forecast.astype(np.float64)[:, :now]
         errors = (actual[:, :now] - F) / np.maximum(F, 1.0)
@@ -150,7 +156,15 @@ class Corrector:
         return np.sqrt((weight * self.prior_sigma**2 + (errors**2).sum(axis=1)) / (weight + now))
 
     def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
-        """Forecast of slots ``now..T-1``, shape (apps, T - now), from the actual demand of slots before ``now``."""
+        """Forecast of slots ``now..T-1``, shape (apps, T - now), from the actual demand of slots before ``now``.
+
+        Args:
+            forecast: The day's forecast, shape (apps, T).
+            actual: The demand observed in the slots before ``now``, shape (apps, now) or wider (columns
+                ``>= now`` are not read).
+            now: The slot being planned.
+            gpus: G, the largest allocation.
+        """
         F = forecast.astype(np.float64)
         ahead = F[:, now:]
         if self.method == "none":

@@ -305,6 +305,13 @@ class HistoryForecaster:
         """Forecast of slots ``now..T-1``, shape (apps, T - now), from the demand observed before ``now``.
 
         ``forecast`` (the day's own forecast) is not read: the face is :class:`agents.rolling.Corrector`'s.
+
+        Args:
+            forecast: The day's forecast (unused; may be None).
+            actual: The demand observed in the slots before ``now``, shape (apps, now) or wider (columns
+                ``>= now`` are not read).
+            now: The slot being planned.
+            gpus: G, the largest allocation.
         """
         T = self.profile.shape[1]
         out = np.empty((len(self.names), T - now))
@@ -339,7 +346,10 @@ def _curves_of(days: Sequence[Scenario], name: str, T: int) -> np.ndarray:
 
 
 def _corrected(profile: np.ndarray, actual: np.ndarray, now: int, rho: float, window: int, limit: float) -> np.ndarray:
-    """The profile of slots ``now..`` corrected by the level observed over the last ``window`` slots."""
+    """The profile of slots ``now..`` corrected by the level observed over the last ``window`` slots.
+
+    ``actual`` is one app's observed demand, ``now`` slots or more (only ``actual[:now]`` is read).
+    """
     ahead = profile[now:].astype(np.float64)
     if now == 0:
         return ahead

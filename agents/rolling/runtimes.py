@@ -8,7 +8,8 @@ IBM SP2 log of the Parallel Workloads Archive; ``benchmarks/fit_runtimes.py``
 fits it, ``docs/runtimes.md`` gives the source, the figures and the choices).
 :func:`draw_runtimes` draws every job's runtime for a simulated day, one
 independent draw per job; the planners' view of a job that is still running
-is :meth:`RuntimeDistribution.remaining_distribution`.
+is :meth:`RuntimeDistribution.remaining_distribution`. :class:`RuntimeSampler` is what the live
+planner asks of a runtime model (``RuntimeDistribution`` is one).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import hashlib
 import math
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,15 +28,38 @@ _TOL = 1e-9
 """Slack of the discretisation: ``ratio * limit`` within this of a whole number counts as that number."""
 
 
+@runtime_checkable
 class RuntimeSampler(Protocol):
-    """What the live planner's futures ask of a runtime distribution (:class:`RuntimeDistribution` is one)."""
+    """What the live planner asks of a runtime model: draws of a job's runtime, in slots, below its limit.
+
+    :class:`agents.rolling.anticipate.AnticipatingPlanner` draws, in each sampled future, the remaining
+    runtime of every running job (:meth:`sample_remaining`) and the runtime of every queued one
+    (:meth:`runtime_slots`). :class:`RuntimeDistribution` implements both.
+    """
 
     def sample_remaining(self, limit: int, elapsed: int, rng: np.random.Generator) -> int:
-        """Slots a job with time limit ``limit`` still runs, given it has run ``elapsed`` slots."""
+        """A draw of the slots still to run of a job that has run ``elapsed`` slots and not ended.
+
+        Args:
+            limit: The job's time limit in slots (its whole limit, ``elapsed`` included), >= 1.
+            elapsed: Slots it has run so far, ``0 <= elapsed < limit``.
+            rng: The random source.
+
+        Returns:
+            The remaining runtime, in ``1..limit - elapsed``.
+        """
         ...
 
     def runtime_slots(self, limit: int, u: float) -> int:
-        """The runtime in slots of a job with time limit ``limit`` at quantile ``u`` of the distribution."""
+        """The runtime in whole slots of a job with this limit at probability ``u`` (its quantile).
+
+        Args:
+            limit: The time limit in slots, >= 1.
+            u: A probability in ``[0, 1]``; a uniform draw gives a draw of the runtime.
+
+        Returns:
+            The runtime, in ``1..limit``, non-decreasing in ``u``.
+        """
         ...
 
 

@@ -55,7 +55,15 @@ class Forecaster(Protocol):
     """What the rolling loop asks of a forecast: the slots ahead, from the demand observed so far."""
 
     def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
-        """Forecast of slots ``now..T-1``, shape (apps, T - now)."""
+        """Forecast of slots ``now..T-1``, shape (apps, T - now).
+
+        Args:
+            forecast: The day's forecast, shape (apps, T).
+            actual: The demand observed in the slots before ``now``, shape (apps, now) or wider (only
+                columns ``< now`` may be read; :func:`rolling` hands exactly ``now`` columns).
+            now: The slot being planned.
+            gpus: G, the largest allocation.
+        """
         ...
 
 
@@ -208,7 +216,9 @@ def rolling(
             jobs' durations are the actual runtimes (:func:`realized_day`).
         replan_every: Re-plan every K slots (1: every slot); between re-plans the latest plan is followed.
         options: Passed to the scheduler at every re-plan.
-        corrector: How observed demand corrects the forecast (default :class:`Corrector`).
+        corrector: How observed demand corrects the forecast (default :class:`Corrector`, or the live
+            planner's ``forecaster``). It and the planner are handed only the actual demand of the slots
+            before the slot being planned (``actual.demand[:, :t]``): nothing of the day's future.
         reveal: ``release``: a job is known from its release slot on; ``all``: the
             day's jobs are known from slot 0 (they still start no earlier than their release).
         check: Validate every plan against the state it was made for; a broken
@@ -256,13 +266,15 @@ def rolling(
         )
         replanned = t % replan_every == 0 or ended_early
         if replanned:
-            ahead = corrector.forecast(forecast, real, t, G)
+            # Only the demand observed before now: the planner at slot t never reads slot t or later.
+            observed = real[:, :t]
+            ahead = corrector.forecast(forecast, observed, t, G)
             state = state_at(scenario, t, started, curves, ahead, reveal, runtime)
             state = replace(
                 state,
-                error_level=_error_level(forecast, real, t),
+                error_level=_error_level(forecast, observed, t),
                 day_forecast=tuple(tuple(int(x) for x in row) for row in forecast),
-                observed=tuple(tuple(int(x) for x in row) for row in real[:, :t]),
+                observed=tuple(tuple(int(x) for x in row) for row in observed),
             )
             if isinstance(scheduler, str):
                 began = time.perf_counter()
@@ -308,7 +320,7 @@ def rolling(
                 running=running,
                 app_gpus={app.name: int(curves[i, t]) for i, app in enumerate(apps)},
                 forecast={app.name: int(seen[i, t]) for i, app in enumerate(apps)},
-                actual={app.name: int(real[i, t]) for i, app in enumerate(apps)},
+                actual={app.name: int(real[i, t]) for i, app in enumerate(apps)},  # the record, after the decision
                 solve_ms=solve_ms,
             )
         )
@@ -326,7 +338,10 @@ def rolling(
 
 
 def _error_level(forecast: np.ndarray, actual: np.ndarray, now: int) -> tuple[float, ...]:
-    """Each app's observed relative forecast error so far (:meth:`Corrector.error_level`, no prior)."""
+    """Each app's observed relative forecast error so far (:meth:`Corrector.error_level`, no prior).
+
+    ``actual`` holds the demand observed before ``now``, shape (apps, now) or wider.
+    """
     return tuple(float(x) for x in Corrector(prior_sigma=0.0).error_level(forecast, actual, now))
 
 
