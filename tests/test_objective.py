@@ -133,10 +133,16 @@ def test_the_seven_benchmark_scenarios_are_pinned():
 
 @pytest.mark.parametrize("name", sorted(PINNED))
 @pytest.mark.parametrize("scheduler", ["fifo", "greedy", "ppo"])
-def test_objective_unchanged_to_the_last_digit(name: str, scheduler: str):
+def test_objective_unchanged_to_rounding(name: str, scheduler: str):
+    """The pinned plans' metrics, equal up to the last few bits: numpy's sums dispatch on the CPU's vector
+    instructions, so the last digit of a float sum differs between machines (seen: 445.5735092092085 here
+    against 445.57350920920845 pinned); a changed plan moves the objective by far more."""
     metrics = run_scheduler(scheduler, shipped(name)).metrics
     assert metrics is not None
-    assert (metrics.objective, metrics.job_value, metrics.shortfall) == PINNED[name][scheduler]
+    objective, job_value, shortfall = PINNED[name][scheduler]
+    assert metrics.objective == pytest.approx(objective, rel=1e-12, abs=1e-9)
+    assert metrics.job_value == pytest.approx(job_value, rel=1e-12, abs=1e-9)
+    assert metrics.shortfall == shortfall
 
 
 @pytest.mark.parametrize("name", sorted(RETURNS))
