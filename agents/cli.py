@@ -305,7 +305,7 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=None,
         metavar="Z",
-        help="safety margin, in observed error SDs (default: 1, the live planner's 2)",
+        help="safety margin, in observed error SDs (default: 1, for the live planner too)",
     )
     p.add_argument("--no-picture", action="store_true", help="skip simulation.png")
     p.add_argument(
