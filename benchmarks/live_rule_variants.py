@@ -6,7 +6,9 @@ them). Each variant is the live planner ``anticipate`` with fields replaced (``-
 fields of :class:`agents.rolling.anticipate.AnticipatingPlanner`, plus ``"history": false`` to play without the
 history, ``"planner": "anticipate-consensus"`` for another named planner, ``"forecast": "history"`` for the
 forecaster fitted from the history, ``"margin": Z`` for the corrected forecast's margin in error SDs and
-``"prior_weight": W`` for the slots the demand model's prior level counts as).
+``"prior_weight": W`` for the slots the demand model's prior level counts as, ``"history_from": "another
+family"`` for the past days of the next family in alphabetical order, drawn at this cluster's size: a
+history of another cluster).
 Prints, per cell, each variant's mean ratio to the hindsight optimum, its worst family, the days it lost
 (or won) against rolling greedy by more than 0.02 of the hindsight optimum, the worst such day, the cycle
 time, and how often the expectation rule departed from the base decision.
@@ -45,6 +47,7 @@ from agents.rolling.simulation import realized_day, rolling  # noqa: E402
 from benchmarks import online_benchmark as bench  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 
+FAMILIES_ORDER = sorted(FAMILIES)
 LOSS = 0.02
 """A day lost against rolling greedy: more than this share of the hindsight optimum below it."""
 _COUNT = {"calls": 0, "departures": 0}
@@ -89,7 +92,13 @@ def play_day(task: tuple[str, int, float, str, dict[str, dict[str, Any]]]) -> di
     reference = bench.hindsight(realized, settings)["reference"]
     out: dict[str, Any] = {"family": family, "seed": seed, "sigma": sigma, "runtime": model, "planners": {}}
     for name in ("rolling greedy", *variants):
-        scheduler: Any = "greedy" if name == "rolling greedy" else planner_for(variants[name], day, past, seed)
+        spec = variants.get(name, {})
+        history = past
+        if spec.get("history_from") == "another family":  # the model wrong: the history of another cluster
+            other = FAMILIES_ORDER[(FAMILIES_ORDER.index(family) + 1) % len(FAMILIES_ORDER)]
+            history = bench.past_days(other, day.gpus, seed, settings.history_days, sigma)
+            spec = {k: v for k, v in spec.items() if k != "history_from"}
+        scheduler: Any = "greedy" if name == "rolling greedy" else planner_for(spec, day, history, seed)
         corrector = Corrector() if name == "rolling greedy" else None
         _COUNT.update(calls=0, departures=0)
         started = time.perf_counter()
