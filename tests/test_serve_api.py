@@ -166,6 +166,11 @@ def test_decide_takes_the_cluster_state_form_too(client):
         (lambda s: s["apps"][0].update(ramp=-1), "state: apps[0].ramp: expected a"),
         (lambda s: s.update(horizon=0), "state: horizon: expected a positive integer, got 0"),
         (lambda s: s.update(colour=1), "state: colour: unknown key"),
+        (lambda s: s.update(day_forecast=[[2], [3]]), "state: day_forecast: expected one list per app (1), got 2"),
+        (
+            lambda s: (s["apps"].append({**s["apps"][0], "name": "api"}), s.update(observed=[[2], [3, 3]])),
+            "state: observed: expected lists of one length (one slot each), got lengths [1, 2]",
+        ),
     ],
 )
 def test_a_bad_cluster_state_names_its_field(client, change, fragment):

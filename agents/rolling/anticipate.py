@@ -46,6 +46,7 @@ from agents.rolling.fill import fill_ceiling, fill_idle
 from agents.rolling.forecast import Corrector, with_demand
 from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
 from agents.rolling.runtimes import RuntimeSampler
+from gpu_env.objective import shortfall_penalty
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Job, Scenario
 
@@ -215,7 +216,7 @@ class AnticipatingPlanner:
                 return decision
             futures = [self._future(scenario, now, elapsed or {}, demand, k) for k in range(self.samples)]
             return self._consensus(scenario, plan, decision, futures, expired, options)
-        candidates = self.candidates(scenario, state, now, plain, filled, options)
+        candidates = self.candidates(scenario, state, now, plain, filled, demand, options)
         if len(candidates) == 1:
             return decision
         futures = [self._future(scenario, now, elapsed or {}, demand, k) for k in range(self.samples)]
@@ -279,6 +280,7 @@ class AnticipatingPlanner:
         now: int,
         plain: Plan,
         filled: Plan,
+        demand: tuple[np.ndarray, np.ndarray, int] | None,
         options: PlanOptions | None,
     ) -> list[Candidate]:
         """The decisions the expectation rule weighs, the base decision first, each decision once.
@@ -289,6 +291,8 @@ class AnticipatingPlanner:
             now: The slot of the day.
             plain: The base planner's plan of the state.
             filled: The same with its curves raised into idle GPUs (:func:`fill_idle`; ``plain`` without the fill).
+            demand: What the demand model reads (:meth:`_demand_inputs`; None: the state's error level sets
+                the headroom).
             options: Passed to the base planner.
         """
         base, other = (filled, plain) if self.base_fill else (plain, filled)
@@ -304,9 +308,8 @@ class AnticipatingPlanner:
             held = self._filled(scenario, _without(plain, {p.job for p in starts}), state, now)
             out.append(Candidate.of("holding all", scenario, held))
         level = np.asarray(state.error_level, dtype=np.float64) if state.error_level else np.zeros(0)
-        if self.demand is not None and state.day_forecast:
-            F, seen = np.asarray(state.day_forecast), np.asarray(state.observed).reshape(len(scenario.apps), -1)
-            level = self.demand.level(F, seen, now)
+        if demand is not None and self.demand is not None:
+            level = self.demand.level(*demand)
         if level.size == len(scenario.apps) and np.any(level > 0):
             for z in self.headroom:
                 raised = np.minimum(
@@ -449,9 +452,10 @@ def commit_slot(
         app_gpus: Each app's GPUs now, in the future's app order.
     """
     pinned = {p.job: tuple(p.gpus) for p in starts}
-    demand_now = future.demand[:, 0] if future.apps else np.zeros(0)
-    value = -sum(
-        app.penalty * max(0, int(d) - int(a)) for app, d, a in zip(future.apps, demand_now, app_gpus, strict=True)
+    value = -shortfall_penalty(
+        np.asarray(app_gpus, dtype=np.int64).reshape(-1, 1),
+        future.demand[:, :1],
+        np.array([app.penalty for app in future.apps], dtype=np.float64),
     )
     decay = future.decay
     jobs = []

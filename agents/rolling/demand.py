@@ -38,6 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from agents.rolling.forecast import observed_error_level
+from agents.rolling.history import past_curves, persistence, relative_deviations
 from gpu_env.scenario import Scenario
 
 PRIOR_WEIGHT = 4.0
@@ -70,20 +72,17 @@ class DemandModel:
 
         An app with fewer than two past curves has no prior level (0) and the default persistence.
         """
+        same = [d for d in days if d.slots == day.slots]
         n = len(day.apps)
         sigma = np.zeros(n)
         rho = np.full(n, DEFAULT_RHO)
         for i, app in enumerate(day.apps):
-            rows = [list(a.demand) for d in days for a in d.apps if a.name == app.name and d.slots == day.slots]
-            if len(rows) < 2:
+            c = past_curves(same, app.name, day.slots)
+            if len(c) < 2:
                 continue
-            c = np.array(rows, dtype=np.float64)
-            profile = c.mean(axis=0)
-            dev = (c - profile) / np.maximum(profile, 1.0)
+            dev = relative_deviations(c)
             sigma[i] = min(MAX_LEVEL, float(np.sqrt(np.mean(dev**2))))
-            a, b = dev[:, :-1].ravel(), dev[:, 1:].ravel()
-            if a.size > 1 and a.std() > 0 and b.std() > 0:
-                rho[i] = float(np.clip(np.corrcoef(a, b)[0, 1], 0.0, 0.95))
+            rho[i] = persistence(dev, default=DEFAULT_RHO)
         return cls(sigma, rho)
 
     @classmethod
@@ -99,12 +98,7 @@ class DemandModel:
             observed: The actual demand of slots before ``now``, shape (apps, now) or wider.
             now: The slot of the day.
         """
-        F = np.asarray(forecast, dtype=np.float64)[:, :now]
-        errors = (np.asarray(observed, dtype=np.float64)[:, :now] - F) / np.maximum(F, 1.0)
-        weight = np.where(self.sigma_prior > 0, self.prior_weight, 0.0)
-        total = weight + now
-        sq = weight * self.sigma_prior**2 + (errors**2).sum(axis=1)
-        out = np.sqrt(np.divide(sq, total, out=np.zeros_like(sq), where=total > 0))
+        out = observed_error_level(forecast, observed, now, self.sigma_prior, self.prior_weight)
         return np.minimum(out, MAX_LEVEL)
 
     def error_now(self, forecast: np.ndarray, observed: np.ndarray, now: int) -> np.ndarray:

@@ -81,6 +81,30 @@ def with_demand(scenario: Scenario, demand: np.ndarray, name: str | None = None)
 # ----------------------------------------------------------------------------- forecast correction
 
 
+def observed_error_level(
+    forecast: np.ndarray, actual: np.ndarray, now: int, prior: float | np.ndarray = 0.0, weight: float = 4.0
+) -> np.ndarray:
+    """Each app's root-mean-square relative error ``(actual - forecast) / max(forecast, 1)`` before ``now``.
+
+    A prior level (one for every app, or one per app; 0: none) counts as ``weight`` observed slots; an app
+    with no prior and nothing observed has level 0.
+
+    Args:
+        forecast: The day's forecast, shape (apps, T) (columns before ``now`` are read).
+        actual: The demand observed before ``now``, shape (apps, now) or wider.
+        now: Slots observed.
+        prior: The prior level.
+        weight: How many observed slots the prior counts as.
+    """
+    F = np.asarray(forecast, dtype=np.float64)[:, :now]
+    errors = (np.asarray(actual, dtype=np.float64)[:, :now] - F) / np.maximum(F, 1.0)
+    prior = np.broadcast_to(np.asarray(prior, dtype=np.float64), (F.shape[0],))
+    w = np.where(prior > 0, weight, 0.0)
+    total = w + now
+    squares = w * prior**2 + (errors**2).sum(axis=1)
+    return np.sqrt(np.divide(squares, total, out=np.zeros_like(squares), where=total > 0))
+
+
 class Correction(StrEnum):
     """How a :class:`Corrector` turns the error seen so far into a forecast."""
 
@@ -148,12 +172,7 @@ class Corrector:
                 ``>= now`` are not read).
             now: The slot being planned.
         """
-        F = forecast.astype(np.float64)[:, :now]
-        errors = (actual[:, :now] - F) / np.maximum(F, 1.0)
-        weight = self.prior_weight if self.prior_sigma > 0 else 0.0
-        if weight + now == 0:
-            return np.zeros(forecast.shape[0])
-        return np.sqrt((weight * self.prior_sigma**2 + (errors**2).sum(axis=1)) / (weight + now))
+        return observed_error_level(forecast, actual, now, self.prior_sigma, self.prior_weight)
 
     def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
         """Forecast of slots ``now..T-1``, shape (apps, T - now), from the actual demand of slots before ``now``.

@@ -273,17 +273,14 @@ class HistoryForecaster:
             raise ValueError(f"quantile: expected a number in (0, 1), got {quantile}")
         T = day.slots
         names = tuple(app.name for app in day.apps)
-        curves = [_curves_of(days, name, T) for name in names]
+        curves = [past_curves(days, name, T) for name in names]
         profile = np.array([c.mean(axis=0) if len(c) else np.zeros(T) for c in curves]).reshape(len(names), T)
         rho = np.zeros(len(names))
         margin = np.zeros((len(names), T + 1))
         for i, c in enumerate(curves):
             if len(c) == 0:
                 continue
-            dev = (c - profile[i]) / np.maximum(profile[i], 1.0)
-            a, b = dev[:, :-1].ravel(), dev[:, 1:].ravel()
-            if a.size > 1 and a.std() > 0 and b.std() > 0:
-                rho[i] = float(np.clip(np.corrcoef(a, b)[0, 1], 0.0, 0.95))
+            rho[i] = persistence(relative_deviations(c), default=0.0)
             if len(c) < 2:
                 continue
             errors: list[list[float]] = [[] for _ in range(T + 1)]
@@ -332,17 +329,34 @@ def history_error_level(days: Sequence[Scenario], day: Scenario) -> float:
     """
     levels = []
     for app in day.apps:
-        c = _curves_of(days, app.name, day.slots)
+        c = past_curves(days, app.name, day.slots)
         if len(c) < 2:
             continue
-        profile = c.mean(axis=0)
-        levels.append(float(np.sqrt(np.mean(((c - profile) / np.maximum(profile, 1.0)) ** 2))))
+        levels.append(float(np.sqrt(np.mean(relative_deviations(c) ** 2))))
     return float(np.mean(levels)) if levels else 0.0
 
 
-def _curves_of(days: Sequence[Scenario], name: str, T: int) -> np.ndarray:
+def past_curves(days: Sequence[Scenario], name: str, T: int) -> np.ndarray:
+    """The curves of the app ``name`` in the past days (those that have it), shape (days with it, T)."""
     rows = [list(app.demand) for d in days for app in d.apps if app.name == name]
     return np.array(rows, dtype=np.float64).reshape(len(rows), T)
+
+
+def relative_deviations(curves: np.ndarray) -> np.ndarray:
+    """Each past curve's deviation from their mean by slot, relative to it: ``(c - profile) / max(profile, 1)``."""
+    profile = curves.mean(axis=0)
+    return (curves - profile) / np.maximum(profile, 1.0)
+
+
+def persistence(deviations: np.ndarray, default: float) -> float:
+    """The lag-one autocorrelation of relative deviations (one row a day), clipped to ``[0, 0.95]``.
+
+    ``default`` where it is undefined (fewer than two pairs of slots, or no variation).
+    """
+    a, b = deviations[:, :-1].ravel(), deviations[:, 1:].ravel()
+    if a.size > 1 and a.std() > 0 and b.std() > 0:
+        return float(np.clip(np.corrcoef(a, b)[0, 1], 0.0, 0.95))
+    return default
 
 
 def _corrected(profile: np.ndarray, actual: np.ndarray, now: int, rho: float, window: int, limit: float) -> np.ndarray:

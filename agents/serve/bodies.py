@@ -146,6 +146,9 @@ def read_state(value: Any, source: str = "state") -> tuple[Scenario, tuple[str, 
         if rows and len(rows) != len(checked.apps):
             raise r.fail(key, f"expected one list per app ({len(checked.apps)}), got {len(rows)}")
         curves[key] = tuple(tuple(r.int_list(row, f"{key}[{i}]")) for i, row in enumerate(rows))
+        lengths = {len(row) for row in curves[key]}
+        if len(lengths) > 1:
+            raise r.fail(key, f"expected lists of one length (one slot each), got lengths {sorted(lengths)}")
     jobs = checked.jobs
     state = ClusterState(
         gpus=checked.gpus,
