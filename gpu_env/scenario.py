@@ -74,6 +74,7 @@ class Job:
     deadline: int | None = None  # the job must end by this slot: start + d <= deadline
     value: float | None = None  # total worth of a full run; sets w = value / (k * d)
     running_on: tuple[int, ...] | None = None  # inherited: holds these GPUs from slot 0
+    runtime: int | None = None  # a recorded day's actual runtime, 1..duration (read by no rule or planner)
 
     @property
     def weight(self) -> float:
@@ -187,6 +188,8 @@ class Scenario:
                 entry["deadline"] = job.deadline
             if job.running_on is not None:
                 entry["running_on"] = list(job.running_on)
+            if job.runtime is not None:
+                entry["runtime"] = job.runtime
             jobs.append(entry)
         data["jobs"] = jobs
         return data
@@ -203,7 +206,7 @@ _TOP_KEYS = {"name", "cluster", "horizon", "realtime", "jobs", "family", "seed"}
 _CLUSTER_KEYS = {"gpus", "node_size"}
 _HORIZON_KEYS = {"slots", "slot_minutes", "decay"}
 _APP_KEYS = {"name", "demand", "ramp", "initial", "penalty"}
-_JOB_KEYS = {"id", "type", "gpus", "duration", "release", "priority", "deadline", "value", "running_on"}
+_JOB_KEYS = {"id", "type", "gpus", "duration", "release", "priority", "deadline", "value", "running_on", "runtime"}
 
 
 class FieldReader:
@@ -401,6 +404,7 @@ def _read_jobs(r: FieldReader, value: Any) -> tuple[Job, ...]:
                 deadline=entry.get("deadline"),
                 value=None if value_ is None else _as_float(value_),
                 running_on=running_on,
+                runtime=entry.get("runtime"),
             )
         )
     return tuple(jobs)
@@ -447,6 +451,7 @@ def _plain_job_ok(job: Any, gpus: int, seen: Mapping[str, int]) -> bool:
             job.value is None or (type(job.value) is float and 0.0 < job.value <= MAX_WEIGHT * job.gpus * job.duration)
         )
         and job.running_on is None
+        and job.runtime is None
     )
 
 
@@ -476,6 +481,11 @@ def _check_job(r: FieldReader, job: Any, path: str, gpus: int, node_size: int, s
         r.integer(job.deadline, f"{path}.deadline", 1, MAX_SLOTS)
     if job.value is not None:
         r.number(job.value, f"{path}.value", positive=True, maximum=MAX_WEIGHT * k * d)
+    if job.runtime is not None:
+        if r.integer(job.runtime, f"{path}.runtime", 1, MAX_SLOTS) > d:
+            raise r.fail(f"{path}.runtime", f"a job runs at most its duration ({d} slots), got {job.runtime}")
+        if job.running_on is not None:
+            raise r.fail(f"{path}.runtime", "a running job has no recorded runtime: leave runtime out")
     if job.running_on is not None:
         block = _int_tuple(r, job.running_on, f"{path}.running_on", MAX_GPUS)
         problem = rules.block_problem(block, k, gpus, node_size)

@@ -1,9 +1,13 @@
 """``gpualloc slurm snapshot | cycle | run``: the allocator driving a real Slurm (docs/slurm.md).
 
     gpualloc slurm snapshot --config slurm.yaml -o now.yaml
-    gpualloc slurm cycle --config slurm.yaml --scheduler greedy --dry-run -o plan.png
+    gpualloc slurm cycle --config slurm.yaml --dry-run -o plan.png
     gpualloc slurm cycle --config slurm.yaml --scheduler greedy
-    gpualloc slurm run --config slurm.yaml --scheduler greedy --every 60 --poll 5 --log cycles.jsonl
+    gpualloc slurm run --config slurm.yaml --every 60 --poll 5 --log cycles.jsonl
+
+``cycle`` and ``run`` plan with the live planner of ``gpualloc simulate`` (``anticipate``) unless
+``--scheduler`` names another: the day's clock, the demand observed, and the past days recorded in
+``slurm.history_dir`` or given with ``--history`` (:mod:`agents.slurm.live`).
 
 Every command talks to the cluster that ``SLURM_CONF`` (or Slurm's default)
 names. Decisions are printed as one JSON line each on stdout; notes for the
@@ -64,9 +68,37 @@ def arguments(p: argparse.ArgumentParser) -> None:
     common(s)
     s.add_argument("-o", "--output", type=Path, metavar="FILE", help="write .yaml/.yml or .json (default: stdout)")
 
+    def live(q: argparse.ArgumentParser) -> None:
+        from agents.arguments import int_at_least
+
+        q.add_argument(
+            "--scheduler",
+            "-s",
+            default=None,
+            metavar="NAME",
+            help="the live planner anticipate (default), anticipate-ppo or anticipate-consensus, or any registry "
+            "scheduler rolled on the configured forecast (greedy, full, ...)",
+        )
+        q.add_argument(
+            "--history",
+            type=Path,
+            nargs="+",
+            default=[],
+            metavar="FILE",
+            help="past days of this cluster (scenario files) for the live planner (default: the newest "
+            "slurm.history_days days recorded in slurm.history_dir)",
+        )
+        q.add_argument(
+            "--futures",
+            type=int_at_least(1),
+            default=None,
+            metavar="K",
+            help="the live planner's sampled futures per cycle (gpualloc simulate's --samples; default 8)",
+        )
+
     c = sub.add_parser("cycle", help="snapshot, plan, commit what starts now (or --dry-run: change nothing)")
     common(c)
-    c.add_argument("--scheduler", "-s", default="greedy", metavar="NAME", help="any planner (default: greedy)")
+    live(c)
     c.add_argument("--dry-run", action="store_true", help="print the decisions and change nothing (the what-if)")
     c.add_argument("-o", "--output", type=Path, metavar="PLAN.png|PLAN.json", help="draw the plan or write it")
     c.add_argument(
@@ -80,7 +112,7 @@ def arguments(p: argparse.ArgumentParser) -> None:
 
     r = sub.add_parser("run", help="repeat the cycle every --every minutes and when a job ends or is submitted")
     common(r)
-    r.add_argument("--scheduler", "-s", default="greedy", metavar="NAME", help="the fast mode (default: greedy)")
+    live(r)
     r.add_argument("--every", type=positive_float, required=True, metavar="MINUTES", help="minutes between cycles")
     r.add_argument(
         "--poll",
@@ -102,7 +134,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
         "--budget",
         type=float,
         metavar="S",
-        help="seconds of planning per cycle; `full` runs when it is at least 2 (default: a tenth of --every, <= 60)",
+        help="seconds of planning per cycle; with a registry --scheduler, `full` runs seeded by it when this is "
+        "at least 2 (default: a tenth of --every, <= 60)",
     )
     r.add_argument("--cycles", type=int, metavar="N", help="stop after N cycles (default: run until stopped)")
     r.add_argument("--log", type=Path, metavar="FILE", help="append every cycle's lines here (JSON lines)")
@@ -177,17 +210,22 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 def _cycle(args: argparse.Namespace) -> int:
     from agents.arguments import plan_options
-    from agents.registry import SCHEDULERS
-    from agents.slurm.errors import BadInputError
     from agents.slurm.loop import cycle
 
     _check_output(args.output, (".png", ".json"))
-    if args.scheduler not in SCHEDULERS:
-        raise BadInputError(f"--scheduler: unknown scheduler {args.scheduler!r} (expected: {', '.join(SCHEDULERS)})")
+    scheduler = _scheduler(args)
     config, client = _setup(args)
     lock = _writer_lock(config, "gpualloc slurm cycle", args.wait, _say_waiting)
     with _planner_errors():
-        result = cycle(config, client, args.scheduler, plan_options(args), dry_run=args.dry_run, lock=lock)
+        result = cycle(
+            config,
+            client,
+            scheduler,
+            plan_options(args),
+            dry_run=args.dry_run,
+            lock=lock,
+            observe=_observe(config, scheduler),
+        )
     for line in result.lines:
         print(json.dumps(line))
     _print_notes([*result.snapshot.relaxed, *result.snapshot.notes])
@@ -205,12 +243,10 @@ def _cycle(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from agents.arguments import plan_options
-    from agents.registry import SCHEDULERS
     from agents.slurm.errors import BadInputError
     from agents.slurm.loop import run_loop
 
-    if args.scheduler not in SCHEDULERS:
-        raise BadInputError(f"--scheduler: unknown scheduler {args.scheduler!r} (expected: {', '.join(SCHEDULERS)})")
+    scheduler = _scheduler(args)
     if args.budget is not None and not args.budget >= 0:
         raise BadInputError(f"--budget: expected seconds >= 0, got {args.budget}")
     if args.cycles is not None and args.cycles < 1:
@@ -231,7 +267,7 @@ def _run(args: argparse.Namespace) -> int:
             failures = run_loop(
                 config,
                 client,
-                args.scheduler,
+                scheduler,
                 args.every,
                 plan_options(args),
                 budget=args.budget,
@@ -242,11 +278,57 @@ def _run(args: argparse.Namespace) -> int:
                 debounce_seconds=args.debounce,
                 should_stop=lambda: stop["now"],
                 lock=writer,
+                observe=_observe(config, scheduler),
             )
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
     return 1 if failures else 0
+
+
+def _scheduler(args: argparse.Namespace) -> Any:
+    """``--scheduler``: the live planner (a :class:`~agents.slurm.live.LiveSetup`) or a registry name.
+
+    Raises:
+        BadInputError: An unknown name, a missing ``--history`` file, or a live planner's option with a
+            registry scheduler.
+    """
+    from agents.registry import SCHEDULERS
+    from agents.rolling.anticipate import LIVE_PLANNERS
+    from agents.slurm.errors import BadInputError
+    from agents.slurm.live import LiveSetup
+
+    name = args.scheduler or LIVE_PLANNERS[0]
+    for path in args.history:
+        if not path.is_file():
+            raise BadInputError(f"{path}: --history: no such file")
+    if name in LIVE_PLANNERS:
+        return LiveSetup(name, tuple(args.history), args.futures, args.seed)
+    if name not in SCHEDULERS:
+        raise BadInputError(
+            f"--scheduler: unknown scheduler {name!r} (expected a live planner, {', '.join(LIVE_PLANNERS)}, or one "
+            f"of: {', '.join(SCHEDULERS)})"
+        )
+    if args.history or args.futures is not None:
+        raise BadInputError(f"--history and --futures are the live planner's; {name!r} rolls as it is")
+    return name
+
+
+def _observe(config: Any, scheduler: Any) -> Any:
+    """The reader of the apps' observed demand, for a live planner whose configuration names a source."""
+    from agents.slurm.live import LiveSetup
+
+    if not isinstance(scheduler, LiveSetup) or not any(getattr(a, "observed", None) for a in config.apps):
+        return None
+    from agents.slurm.observe import read_all
+
+    def observe(cfg: Any) -> tuple[dict[str, int], list[str]]:
+        found = read_all(cfg)
+        readings = {app: o.gpus for app, o in found.items() if o.gpus is not None}
+        failed = [f"{app}: {o.error}" for app, o in found.items() if o.error is not None]
+        return readings, failed
+
+    return observe
 
 
 def _writer_lock(config: Any, what: str, wait: float, on_wait: Any) -> Any:

@@ -742,6 +742,8 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
             else:
                 line["action"] = "wait"
                 line["why"] = _why_wait(job, p.start)
+        if jid in decision.why:  # the live planner's reason to depart from its base plan
+            line["why"] = decision.why[jid]
         if jid in failed:
             line["failed"] = failed[jid]
         elif jid in skipped:
@@ -766,6 +768,8 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
             "nodes": layout.get(app.name, {}),
             "held_now": snapshot.app_now.get(app.name, {}),
         }
+        if app.name in decision.why:
+            line["why"] = decision.why[app.name]
         problems = {n: failed[n] for n in names if n in failed}
         if problems:
             line["failed"] = problems

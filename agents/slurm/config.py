@@ -42,6 +42,8 @@ from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, JobType
 RESERVATION_PREFIX = "gpualloc-"
 PIECE_MARK = "~"  # an app's further reservations on a node: gpualloc-<app>.<node>~2, ~3, ... (docs/slurm.md)
 STATE_DIR = "/var/lib/gpualloc"  # default of slurm.state_dir: the writers' lock files
+HISTORY_DAYS = 14  # default of slurm.history_days: past days the live planner reads
+DAY_SECONDS = 86_400.0
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
@@ -71,7 +73,7 @@ class RealtimeApp:
     Attributes:
         name: App name; its reservation on node N is ``gpualloc-<name>.N``.
         demand: Forecast GPUs per slot; slot 0 is now (``anchor: now``) or the first slot of
-            the UTC day (``anchor: day``, read cyclically by the clock).
+            the day (``anchor: day``, read cyclically by the day's clock, :mod:`agents.slurm.clock`).
         ramp: Most GPUs added or removed between slots.
         penalty: Cost of one unserved GPU-slot.
         initial: GPUs serving it now when it holds no reservation (None: 0, what Slurm says).
@@ -115,6 +117,10 @@ class SlurmConfig:
         state_dir: Folder of the lock files that keep to one writer per cluster (:mod:`agents.slurm.lock`).
         reservation_minutes: Length of a real-time reservation (renewed when less than a slot is left).
         reservation_prefix: Prefix of the reservation names.
+        day_start: Seconds after 00:00 UTC at which slot 0 of a day begins (``horizon.day_start``).
+        day_slots: Slots in a day (``horizon.day_slots``; default a day of 24 hours).
+        history_dir: Folder in which the loop records each day (None: nothing is recorded or read).
+        history_days: Past days the live planner reads from ``history_dir``, the newest first.
     """
 
     source: str
@@ -139,6 +145,10 @@ class SlurmConfig:
     state_dir: str = STATE_DIR
     reservation_minutes: float = 0.0  # 0: the horizon
     reservation_prefix: str = RESERVATION_PREFIX
+    day_start: float = 0.0
+    day_slots: int = 24
+    history_dir: str | None = None
+    history_days: int = HISTORY_DAYS
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def reservation_name(self, app: str, node: str) -> str:
@@ -279,6 +289,8 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
             "retries",
             "confirm",
             "state_dir",
+            "history_dir",
+            "history_days",
         },
     )
     owned = r.mapping(top["owned"] or {}, "owned", {"partitions", "qos", "comment_tag"})
@@ -290,8 +302,16 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         raise r.fail(
             "owned", "name at least one partition, QOS or comment_tag: the allocator touches only its own jobs"
         )
-    horizon = r.mapping(top.get("horizon", {}) or {}, "horizon", {"slots", "slot_minutes", "decay"})
+    horizon = r.mapping(
+        top.get("horizon", {}) or {}, "horizon", {"slots", "slot_minutes", "decay", "day_start", "day_slots"}
+    )
     slots = r.integer(horizon.get("slots", 24), "horizon.slots", 1, MAX_SLOTS)
+    slot_minutes = r.real(horizon.get("slot_minutes", 60), "horizon.slot_minutes", 0.0, 10_080, open_low=True)
+    day_start = _clock_time(r, horizon.get("day_start", "00:00"), "horizon.day_start")
+    if "day_slots" in horizon:
+        day_slots = r.integer(horizon["day_slots"], "horizon.day_slots", 1, 10_000_000)
+    else:  # a day of 24 hours, in whole slots
+        day_slots = max(1, round(DAY_SECONDS / (slot_minutes * 60.0)))
     workloads = r.mapping(top.get("workloads", {}) or {}, "workloads", {"rules", "default_type"})
     rules = []
     raw_rules = workloads.get("rules", []) or []
@@ -367,7 +387,7 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         owned_qos=owned_qos,
         owned_comment_tag=tag,
         slots=slots,
-        slot_minutes=r.real(horizon.get("slot_minutes", 60), "horizon.slot_minutes", 0.0, 10_080, open_low=True),
+        slot_minutes=slot_minutes,
         decay=r.real(horizon.get("decay", 1.0), "horizon.decay", 0.0, 1.0, open_low=True),
         rules=tuple(rules),
         default_type=default_type,
@@ -379,4 +399,19 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         state_dir=r.text(slurm.get("state_dir", STATE_DIR), "slurm.state_dir"),
         reservation_minutes=r.real(res.get("minutes", 0), "reservations.minutes", 0.0, 10_080 * 60),
         reservation_prefix=prefix,
+        day_start=day_start,
+        day_slots=day_slots,
+        history_dir=r.text(slurm["history_dir"], "slurm.history_dir") if "history_dir" in slurm else None,
+        history_days=r.integer(slurm.get("history_days", HISTORY_DAYS), "slurm.history_days", 1, 366),
     )
+
+
+def _clock_time(r: _Reader, value: Any, path: str) -> float:
+    """``"HH:MM"`` or ``"HH:MM:SS"`` (UTC) as seconds after midnight."""
+    if isinstance(value, str):
+        parts = value.split(":")
+        if 2 <= len(parts) <= 3 and all(p.isdigit() and len(p) == 2 for p in parts):
+            h, m, sec = (int(p) for p in (*parts, "00")[:3])
+            if h < 24 and m < 60 and sec < 60:
+                return float(3600 * h + 60 * m + sec)
+    raise r.fail(path, f"expected a UTC time of day as 'HH:MM' or 'HH:MM:SS', got {_kind(value)}")

@@ -55,6 +55,7 @@ class SlurmJob:
         deadline: Epoch seconds of ``--deadline`` (None when not set).
         required_nodes: The node list it is restricted to (``NodeList=`` / ``-w``).
         dependency: Its ``--dependency`` ("" when none).
+        submit_time: Epoch seconds at which it was submitted (None when the JSON does not say).
     """
 
     id: str
@@ -77,6 +78,7 @@ class SlurmJob:
     deadline: int | None
     required_nodes: tuple[str, ...]
     dependency: str = ""
+    submit_time: int | None = None
 
     @property
     def held(self) -> bool:
@@ -360,6 +362,7 @@ def read_job(j: Mapping[str, Any]) -> SlurmJob:
         deadline=_time(j.get("deadline"), f"{where}: deadline"),
         required_nodes=expand_hostlist(required) if required else (),
         dependency=_text(j.get("dependency")),
+        submit_time=_time(j.get("submit_time"), f"{where}: submit_time"),
     )
 
 

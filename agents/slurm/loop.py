@@ -25,10 +25,15 @@ from agents.options import PlanOptions
 from agents.registry import run_scheduler
 from agents.rolling.allocator import Decision, decision_from_plan
 from agents.slurm import commit as commit_module
+from agents.slurm import live as live_module
 from agents.slurm import snapshot as snapshot_module
+from agents.slurm.clock import DayClock
 from agents.slurm.config import SlurmConfig
 from agents.slurm.errors import SlurmError
 from agents.slurm.events import Events, Watch
+from agents.slurm.live import LiveSetup
+from agents.slurm.record import DayRecord, History
+from gpu_env.metrics import compute_metrics
 from gpu_env.validation import validate
 
 FULL_MIN_SECONDS = 2.0  # the loop runs ``full`` when a cycle's budget leaves at least this long to plan
@@ -37,6 +42,8 @@ LOCK_WAIT_MOST = 600.0  # seconds a loop's cycle waits for another writer's lock
 
 Lock = Callable[[], AbstractContextManager[Any]]
 """Makes the context in which a cycle commits: the single-writer guard (:mod:`agents.slurm.lock`)."""
+Observe = Callable[[SlurmConfig], tuple[dict[str, int], list[str]]]
+"""Reads the apps' observed demand now: GPUs per app that answered, and one line per source that failed."""
 
 
 class InvalidPlanError(SlurmError):
@@ -72,7 +79,7 @@ class CycleResult:
 def cycle(
     config: SlurmConfig,
     client: Any,
-    scheduler: str,
+    scheduler: str | LiveSetup,
     options: PlanOptions | None = None,
     *,
     dry_run: bool = False,
@@ -81,8 +88,15 @@ def cycle(
     slot_start: Mapping[str, int] | None = None,
     hint: str | None = None,
     lock: Lock | None = None,
+    observe: Observe | None = None,
 ) -> CycleResult:
     """Snapshot, plan with ``scheduler``, validate, and commit the plan's slot 0 (nothing when ``dry_run``).
+
+    ``scheduler`` is a registry name (its plan of the snapshot, rolled as it is) or a
+    :class:`~agents.slurm.live.LiveSetup` (the live planner, :mod:`agents.slurm.live`). A live
+    cycle reads the apps' observed demand through ``observe``, adds what it saw to the day's
+    record in ``slurm.history_dir`` (not in a dry run; :mod:`agents.slurm.record`) and plans
+    from the recorded day and the past days.
 
     ``confirm_seconds`` (default: the configuration's ``slurm.confirm``) is how long a released
     job may take to start before it is held again. ``slot_start`` (per app, the GPUs it held when
@@ -97,28 +111,44 @@ def cycle(
         UnknownSchedulerError: No scheduler has this name.
     """
     with contextlib.nullcontext() if lock is None or dry_run else lock():
-        return _cycle(config, client, scheduler, options, dry_run, now, confirm_seconds, slot_start, hint)
+        return _cycle(config, client, scheduler, options, dry_run, now, confirm_seconds, slot_start, hint, observe)
 
 
 def _cycle(
     config: SlurmConfig,
     client: Any,
-    scheduler: str,
+    scheduler: str | LiveSetup,
     options: PlanOptions | None,
     dry_run: bool,
     now: float | None,
     confirm_seconds: float | None,
     slot_start: Mapping[str, int] | None,
     hint: str | None,
+    observe: Observe | None,
 ) -> CycleResult:
     started = time.perf_counter()
+    readings: dict[str, int] = {}
+    read_notes: list[str] = []
+    if observe is not None and isinstance(scheduler, LiveSetup):
+        readings, read_notes = observe(config)
     snap = snapshot_module.take(client, config, now, slot_start)
     t_snap = time.perf_counter()
-    plan = plan_with(scheduler, snap.scenario, options, hint)
-    violations = validate(snap.scenario, plan)
+    live: dict[str, Any] = {}
+    if isinstance(scheduler, LiveSetup):
+        decision, live = _live_decision(scheduler, snap, readings, options, dry_run)
+        live["observed"] = readings
+        if read_notes:
+            live["observe_failed"] = read_notes
+        plan = decision.plan
+        checked = decision.scenario
+    else:
+        plan = plan_with(scheduler, snap.scenario, options, hint)
+        checked = snap.scenario
+    violations = validate(checked, plan)
     if violations:
-        raise InvalidPlanError(f"the {scheduler} plan breaks a rule, nothing committed: {violations[0]}")
-    decision = decision_from_plan(snap.scenario, plan)
+        raise InvalidPlanError(f"the {plan.scheduler} plan breaks a rule, nothing committed: {violations[0]}")
+    if not isinstance(scheduler, LiveSetup):
+        decision = decision_from_plan(snap.scenario, plan)
     t_plan = time.perf_counter()
     planned = commit_module.changes(snap, decision)
     confirm = config.confirm if confirm_seconds is None else confirm_seconds
@@ -136,8 +166,9 @@ def _cycle(
         {
             "cycle": "dry-run" if dry_run else "commit",
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(snap.now)),
-            "scheduler": plan.scheduler,
+            "scheduler": scheduler.name if isinstance(scheduler, LiveSetup) else plan.scheduler,
             **_full_info(plan),
+            **live,
             "objective": round(metrics.objective, 6) if metrics else None,
             "utilization": round(metrics.utilization, 6) if metrics else None,
             "start_now": [p.job for p in decision.start_now],
@@ -151,6 +182,48 @@ def _cycle(
         }
     )
     return CycleResult(snap, decision, planned, done, lines, timings)
+
+
+def _live_decision(
+    setup: LiveSetup,
+    snap: snapshot_module.Snapshot,
+    readings: Mapping[str, int],
+    options: PlanOptions | None,
+    dry_run: bool,
+) -> tuple[Decision, dict[str, Any]]:
+    """The live planner's decision, and what the cycle's summary says of the day, the history and the record."""
+    config = snap.config
+    clock = DayClock.of(config)
+    history = History.of(config)
+    notes: list[str] = []
+    record: DayRecord | None = None
+    recorded: list[Path] = []
+    if history is not None:
+        record = history.load(config, snap.now, notes, write=not dry_run)
+        record.see(snap, readings)
+        recorded = history.recent(config.history_days)
+    setup.notes.clear()
+    try:
+        planner = setup.planner(config, snap.scenario.gpus, recorded)
+    except ValueError as exc:
+        raise SlurmError(str(exc)) from None
+    decision = live_module.decide(planner, snap, record, options)
+    if decision.plan.metrics is None:
+        decision.plan.metrics = compute_metrics(decision.scenario, decision.plan)
+    if history is not None and record is not None and not dry_run:
+        history.save(record)
+    info: dict[str, Any] = {
+        "day": clock.day_name(snap.now),
+        "slot_of_day": clock.slot_of_day(snap.now),
+        "history_days": len(setup.history) if setup.history else len(recorded),
+        "forecast_now": {a.name: a.demand[0] for a in decision.scenario.apps},
+    }
+    if decision.why:
+        info["why"] = dict(decision.why)
+    notes.extend(setup.notes)
+    if notes:
+        info["history_notes"] = notes
+    return decision, info
 
 
 def plan_with(scheduler: str, scenario: Any, options: PlanOptions | None, hint: str | None = None) -> Any:
@@ -200,7 +273,7 @@ def _full_info(plan: Any) -> dict[str, Any]:
 def run_loop(
     config: SlurmConfig,
     client: Any,
-    scheduler: str,
+    scheduler: str | LiveSetup,
     every_minutes: float,
     options: PlanOptions | None = None,
     *,
@@ -214,6 +287,7 @@ def run_loop(
     clock: Callable[[], float] = time.monotonic,
     should_stop: Callable[[], bool] = lambda: False,
     lock: Lock | None = None,
+    observe: Observe | None = None,
 ) -> int:
     """Repeat :func:`cycle` every ``every_minutes`` and when a job ends or is submitted; returns the failed cycles.
 
@@ -228,12 +302,14 @@ def run_loop(
     ramps from what they held at the clock's last cycle, so that an app moves at most
     its ramp a slot however many events come (``slot_start`` of :func:`cycle`).
 
-    Each cycle plans with ``scheduler`` (the fast mode), or with ``full`` seeded by its plan when
-    ``budget`` (seconds of planning per cycle; default a tenth of the interval, at most 60)
-    is at least :data:`FULL_MIN_SECONDS`; full returns within the budget plus its stated grace
-    (:data:`agents.full.GRACE_SECONDS`). Every cycle's lines go to ``out`` and, appended,
-    to ``log``; a cycle that fails is one ``{"cycle": "failed", "error": ...}`` line, and so is
-    one that found another writer holding ``lock`` (a cycle's single-writer guard) too long.
+    Each cycle plans with ``scheduler``: the live planner (a :class:`~agents.slurm.live.LiveSetup`,
+    which reads the apps' demand through ``observe`` and keeps the day's record), or a registry
+    name (the fast mode), then ``full`` seeded by its plan when ``budget`` (seconds of planning per
+    cycle; default a tenth of the interval, at most 60) is at least :data:`FULL_MIN_SECONDS`; full
+    returns within the budget plus its stated grace (:data:`agents.full.GRACE_SECONDS`). Every
+    cycle's lines go to ``out`` and, appended, to ``log``; a cycle that fails is one
+    ``{"cycle": "failed", "error": ...}`` line, and so is one that found another writer
+    holding ``lock`` (a cycle's single-writer guard) too long.
     ``sleep`` and ``clock`` (monotonic seconds) are the loop's only sense of time.
     """
     options = options or PlanOptions()
@@ -249,7 +325,8 @@ def run_loop(
         if should_stop():
             break
         n += 1
-        use = "full" if budget >= FULL_MIN_SECONDS else scheduler
+        live = isinstance(scheduler, LiveSetup)
+        use = "full" if budget >= FULL_MIN_SECONDS and not live else scheduler
         opts = replace(options, time_limit=budget) if use == "full" else options
         try:
             result = cycle(
@@ -258,8 +335,9 @@ def run_loop(
                 use,
                 opts,
                 slot_start=None if trigger == "clock" else slot_start,
-                hint=scheduler if use == "full" and scheduler != "full" else None,
+                hint=scheduler if use == "full" and scheduler != "full" and isinstance(scheduler, str) else None,
                 lock=lock,
+                observe=observe,
             )
             watch.saw(result.snapshot.jobs)  # what happens from here on is the next poll's news
             if trigger == "clock":  # a slot begins: the apps' ramps count from what they hold now

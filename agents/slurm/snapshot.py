@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from agents.slurm.clock import DayClock
 from agents.slurm.config import SlurmConfig
 from agents.slurm.errors import UnreadableError
 from agents.slurm.jsonread import SlurmJob, SlurmNode, SlurmReservation, parse_gres
@@ -698,9 +699,9 @@ def _iso(epoch: float) -> str:
 
 
 def _demand(app: Any, config: SlurmConfig, now: float) -> tuple[int, ...]:
-    """The forecast for the horizon: from now, or read by the clock from the UTC day's first slot."""
+    """The forecast for the horizon: from now, or read by the day's clock from the day's first slot."""
     if app.anchor == "now":
         return tuple(app.demand[: config.slots])
-    slot_of_day = int((now % 86400) // config.slot_seconds)
+    slot_of_day = DayClock.of(config).slot_of_day(now)
     n = len(app.demand)
     return tuple(app.demand[(slot_of_day + t) % n] for t in range(config.slots))

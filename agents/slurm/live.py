@@ -1,0 +1,179 @@
+"""The live planner in the Slurm loop: the cluster's own history in, the slot's decisions and why out.
+
+``gpualloc slurm cycle`` and ``run`` plan, by default, with the live planner of ``gpualloc simulate``
+(:func:`agents.rolling.anticipate.live_planner`), fed as the simulator feeds it:
+
+- **the slot of the day** from the day's clock (:mod:`agents.slurm.clock`): where the arrival model
+  is read, and the decay of the day's objective (job worth is scaled by ``decay ** slot``, as the
+  simulator scores a day);
+- **the forecast corrected** by the demand observed in the day's slots before this one
+  (:data:`agents.rolling.anticipate.LIVE_FORECAST`), from the day's record (:mod:`agents.slurm.record`);
+  a reading counts for the slot it was taken in, so the plan of slot ``s`` reads slots ``0..s-1``,
+  exactly what the simulator hands the planner at ``s``;
+- **the history**: the past days recorded in ``slurm.history_dir`` (the newest
+  ``slurm.history_days``) or the files of ``--history``;
+- **how long each running job has run**, from Slurm's start times.
+
+What the planner decides departs from its base plan only where the sampled futures say so, and each
+departure comes with a sentence (:attr:`agents.rolling.allocator.Decision.why`) that the cycle prints.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from agents.options import PlanOptions
+from agents.rolling.allocator import ClusterState, Decision, RunningJob
+from agents.rolling.anticipate import LIVE_FORECAST, AnticipatingPlanner, live_planner
+from agents.rolling.history import HistoryError, load_history
+from agents.slurm.clock import DayClock
+from agents.slurm.config import SlurmConfig
+from agents.slurm.record import DayRecord
+from agents.slurm.snapshot import Snapshot
+from gpu_env.scenario import MAX_SLOTS, App, Job, Scenario, scenario_from_dict
+
+
+@dataclass
+class LiveSetup:
+    """What the loop plans with live: the planner's name, its history and its draws.
+
+    Attributes:
+        name: A live planner (:data:`agents.rolling.anticipate.LIVE_PLANNERS`).
+        history: Past-day files given on the command line (``--history``); empty: the recorded days.
+        samples: Futures per cycle (None: the planner's default).
+        seed: Seed of every draw.
+    """
+
+    name: str = "anticipate"
+    history: Sequence[str | os.PathLike[str]] = ()
+    samples: int | None = None
+    seed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def planner(self, config: SlurmConfig, gpus: int, recorded: Sequence[os.PathLike[str]] = ()) -> AnticipatingPlanner:
+        """The planner for a cluster of ``gpus`` GPUs, fitted on ``--history`` or else the ``recorded`` days.
+
+        A past day that cannot be read, or is of another shape than the configuration's day, is reported
+        in :attr:`notes` and left out; the planner plans with the rest.
+        """
+        day = day_template(config, gpus)
+        days: list[Scenario] = []
+        for path in self.history or recorded:
+            try:
+                days.extend(load_history([path], day))
+            except HistoryError as exc:
+                self.notes.append(f"history: left out: {exc}")
+        kwargs = {} if self.samples is None else {"samples": self.samples}
+        return live_planner(self.name, history=days, day=day, seed=self.seed, **kwargs)
+
+
+def day_template(config: SlurmConfig, gpus: int) -> Scenario:
+    """The configuration's day as a scenario: its slots and apps (what the history is checked against).
+
+    Raises:
+        ValueError: The configuration's day is longer than a scenario holds (set ``horizon.day_slots``).
+    """
+    if config.day_slots > MAX_SLOTS:
+        raise ValueError(
+            f"{config.source}: horizon.day_slots: a day of {config.day_slots} slots is longer than the {MAX_SLOTS} "
+            "a scenario holds; set horizon.day_slots (and day_start) to the day the history records"
+        )
+    return scenario_from_dict(
+        {
+            "name": "slurm-day",
+            "cluster": {"gpus": gpus, "node_size": gpus},
+            "horizon": {"slots": config.day_slots, "slot_minutes": config.slot_minutes, "decay": config.decay},
+            "realtime": [
+                {"name": a.name, "demand": [0] * config.day_slots, "ramp": a.ramp, "initial": 0, "penalty": a.penalty}
+                for a in config.apps
+            ],
+            "jobs": [],
+        },
+        f"{config.source}: the day",
+    )
+
+
+def state_of(snapshot: Snapshot, record: DayRecord | None, clock: DayClock) -> tuple[ClusterState, int, dict[str, int]]:
+    """The snapshot as the live planner's state, the slot of the day, and the slots each running job has run.
+
+    The day's forecast is the record's forecast of the slots before now followed by the snapshot's
+    forecast ahead; what was observed is the record's (a slot without a reading: its forecast, no error).
+    """
+    scenario = snapshot.scenario
+    config = snapshot.config
+    s = clock.slot_of_day(snapshot.now)
+    ahead = scenario.demand.astype(np.int64)  # (apps, slots): the configuration's forecast from now
+    n_apps = len(scenario.apps)
+    before = np.zeros((n_apps, s), dtype=np.int64)
+    seen = np.zeros((n_apps, s), dtype=np.int64)
+    for i, app in enumerate(scenario.apps):
+        fallback = _forecast_before(config, app.name, s, int(ahead[i, 0]) if ahead.shape[1] else 0)
+        if record is not None:
+            before[i] = record.forecast_before(app.name, s, fallback)
+            seen[i] = record.observed_before(app.name, s, list(before[i]))
+        else:
+            before[i] = fallback
+            seen[i] = before[i]
+    day = np.concatenate([before, ahead], axis=1)
+    corrected = LIVE_FORECAST.forecast(day, seen, s, scenario.gpus) if n_apps else ahead
+    running: list[RunningJob] = []
+    queue: list[Job] = []
+    elapsed: dict[str, int] = {}
+    for job in scenario.jobs:
+        if job.running_on is not None:
+            running.append(RunningJob(job, tuple(job.running_on), job.duration))
+            started = snapshot.running.get(job.id)
+            if started is not None and started.start_time:
+                elapsed[job.id] = max(0, math.floor((snapshot.now - started.start_time) / config.slot_seconds + 1e-9))
+        else:
+            queue.append(job)
+    apps = tuple(
+        App(app.name, tuple(int(x) for x in corrected[i]), app.ramp, app.initial, app.penalty)
+        for i, app in enumerate(scenario.apps)
+    )
+    state = ClusterState(
+        gpus=scenario.gpus,
+        horizon=scenario.slots,
+        running=tuple(running),
+        queue=tuple(queue),
+        apps=apps,
+        node_size=scenario.node_size,
+        decay=scenario.decay,
+        slot_minutes=scenario.slot_minutes,
+        value_scale=scenario.decay**s,
+        name=f"slurm@{s}",
+        error_level=tuple(float(x) for x in LIVE_FORECAST.error_level(day, seen, s)) if s else (),
+        day_forecast=tuple(tuple(int(x) for x in row) for row in day),
+        observed=tuple(tuple(int(x) for x in row) for row in seen),
+    )
+    return state, s, elapsed
+
+
+def _forecast_before(config: SlurmConfig, app: str, slot: int, now_value: int) -> list[int]:
+    """The configuration's forecast of the day's slots before ``slot`` (``anchor: now``: the value now)."""
+    spec = next(a for a in config.apps if a.name == app)
+    if spec.anchor == "day":
+        return [int(spec.demand[t % len(spec.demand)]) for t in range(slot)]
+    return [now_value] * slot
+
+
+def decide(
+    planner: AnticipatingPlanner,
+    snapshot: Snapshot,
+    record: DayRecord | None,
+    options: PlanOptions | None = None,
+) -> Decision:
+    """The live planner's decision for the snapshot (its scenario: the snapshot's, with the corrected forecast)."""
+    clock = DayClock.of(snapshot.config)
+    state, s, elapsed = state_of(snapshot, record, clock)
+    return planner.decide(state, s, elapsed, options)
+
+
+def observed_now(readings: Mapping[str, int | None]) -> dict[str, int]:
+    """The readings that gave a number (the others were reported by the reader)."""
+    return {k: int(v) for k, v in readings.items() if v is not None}
