@@ -14,7 +14,8 @@ The first cycle of a later day closes the record: the day becomes ``<history_dir
 scenario file that ``--history`` reads and the live planner fits its models on (:mod:`agents.rolling.history`):
 its jobs are the day's arrivals (``release``: the slot of arrival; ``duration``: the time limit;
 ``runtime``: the slots it actually ran, when Slurm recorded its start and end within the record), and
-each app's ``demand`` is what was observed (the forecast in a slot without a reading). A record that
+each app's ``demand`` is what was observed (the forecast in a slot without a reading; with ``anchor:
+now``, a slot no cycle saw has the forecast of the last slot before it that one did). A record that
 cannot be read is reported and set aside (renamed ``.bad``), never guessed; a job whose fields break
 the format is reported with its id and left out of the day.
 
@@ -133,6 +134,10 @@ class DayRecord:
             )
             if rec.forecast[s] is None:
                 rec.forecast[s] = int(app.demand[0])
+            if spec.anchor == "day":  # the day's whole forecast is known: the slots without a cycle have it too
+                for t, f in enumerate(rec.forecast):
+                    if f is None:
+                        rec.forecast[t] = int(spec.demand[t % len(spec.demand)])
             if app.name in observed:
                 seen = int(observed[app.name])
                 rec.observed[s] = seen if rec.observed[s] is None else max(rec.observed[s], seen)
@@ -221,7 +226,7 @@ class DayRecord:
         """
         apps = []
         for name, rec in self.apps.items():
-            forecast = [0 if f is None else f for f in rec.forecast]
+            forecast = _filled(rec.forecast)
             demand = [forecast[t] if o is None else o for t, o in enumerate(rec.observed)]
             demand = [min(max(int(d), 0), max(self.gpus, 0)) for d in demand]
             apps.append(
@@ -258,6 +263,17 @@ class DayRecord:
                 continue
             jobs.append(entry)
         return scenario_from_dict({**base, "jobs": jobs}, f"<day {self.name}>")
+
+
+def _filled(values: Sequence[int | None]) -> list[int]:
+    """Each missing value as the last one before it (the first known one at the start; 0 when none is)."""
+    known = [v for v in values if v is not None]
+    last = known[0] if known else 0
+    out = []
+    for v in values:
+        last = last if v is None else v
+        out.append(int(last))
+    return out
 
 
 def _write_atomic(path: Path, text: str) -> None:
