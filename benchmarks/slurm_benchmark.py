@@ -5,6 +5,7 @@
     python benchmarks/slurm_benchmark.py --part day       # the accelerated day only (about 26 minutes)
     python benchmarks/slurm_benchmark.py --part events -o benchmarks/results/slurm_events.md   # about 3 minutes
     python benchmarks/slurm_benchmark.py --part days      # the seven families' days at once (about 28 minutes)
+    python benchmarks/slurm_benchmark.py --part days --sigma 0.3 --runtime-model trace   # the same, live
     python benchmarks/slurm_benchmark.py --part cycle --pending 500 --schedulers ppo -o /tmp/cycle.md   # one row
 
 Needs root and Debian's Slurm (agents/slurm/localcluster.py starts and stops the clusters).
@@ -34,6 +35,11 @@ benchmarks/results/slurm_days.json): one day of each family of gpu_env.generator
 with every job's Slurm priority its worth per GPU-slot (``--priority``), the deadlines and the inherited jobs
 on both sides, and every app's peak reserved statically on Slurm's side. All days run at once, one process
 each, on two clusters each, on one slot clock. ``--families`` and ``--slots`` make a smoke run.
+
+With ``--sigma`` (and ``--runtime-model``, ``--scheduler``), part 4 plays the days live (:class:`LiveDay`,
+its own section of slurm.md, raw record benchmarks/results/slurm_days_live.json): the forecast in the
+configuration, the actual demand through ``observed``, jobs ending at their actual runtime, past days of
+other seeds as the history, and each day compared with its hindsight optimum and the simulator's prediction.
 """
 
 from __future__ import annotations
@@ -58,17 +64,24 @@ sys.path.insert(0, str(ROOT))
 
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
+from agents.rolling.forecast import NoiseModel  # noqa: E402
+from agents.rolling.runtimes import draw_runtimes  # noqa: E402
+from agents.rolling.simulation import realized_day  # noqa: E402
 from agents.slurm import jsonread  # noqa: E402
 from agents.slurm.client import SlurmClient  # noqa: E402
 from agents.slurm.config import config_from_dict  # noqa: E402
 from agents.slurm.errors import SlurmError  # noqa: E402
+from agents.slurm.live import LiveSetup  # noqa: E402
 from agents.slurm.localcluster import LocalCluster, missing_tools  # noqa: E402
 from agents.slurm.loop import cycle  # noqa: E402
 from gpu_env import rules  # noqa: E402
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.metrics import Metrics, compute_metrics  # noqa: E402
 from gpu_env.plan import Placement, Plan  # noqa: E402
-from gpu_env.scenario import Job, Scenario  # noqa: E402
+from gpu_env.scenario import Job, Scenario, save_scenario  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import online_benchmark  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "slurm.md"
 TYPES = ("training", "batch_inference", "quantization")
@@ -369,6 +382,28 @@ def part_events(root: Path, repeats: int = 8) -> list[str]:
 PRIORITY_SCALE = 1000  # Slurm's priorities are integers: the worth per GPU-slot times this keeps three decimals
 DAYS_JSON = OUT.parent / "slurm_days.json"
 DAYS_HEADING = "## Seven days in accelerated time against Slurm's backfill, priority by worth"
+LIVE_HEADING = "## Seven live days: demand off the forecast, jobs ending early, the live planner"
+LIVE_JSON = OUT.parent / "slurm_days_live.json"
+HISTORY_DAYS = 8  # past days of other seeds in each live day's history (online_benchmark's default)
+
+
+@dataclass(frozen=True)
+class LiveDay:
+    """How a live day is played: the actual demand's error, the runtimes, and the loop's planner.
+
+    Attributes:
+        sigma: The actual demand is ``NoiseModel(sigma).draw(day, seed)``, reaching the loop only through
+            ``observed``; the configuration holds the forecast.
+        runtime_model: ``exact`` or ``trace``: each job sleeps its actual runtime (``draw_runtimes``), its
+            limit is what it asked for.
+        scheduler: The loop's planner (``anticipate``, or a registry name rolled on the corrected forecast).
+    """
+
+    sigma: float
+    runtime_model: str
+    scheduler: str
+
+
 RAN = frozenset({"RUNNING", "COMPLETING", "COMPLETED", "TIMEOUT"})  # states of a job that has started
 
 
@@ -510,13 +545,30 @@ def run_day(
     barrier: Any,
     t0_value: Any,
     start_lock: Any,
+    live: LiveDay | None = None,
 ) -> dict[str, Any]:
     """One family's day on two clusters, gpualloc's and Slurm alone; the raw record (run in its own process).
 
     Both clusters start under ``start_lock`` (their ports are probed free one cluster at a time);
-    every day then waits at ``barrier``, whose action sets the shared slot clock ``t0_value``.
+    every day then waits at ``barrier``, whose action sets the shared slot clock ``t0_value``. With
+    ``live``, the day is played as a site runs it (:class:`LiveDay`): the forecast in the configuration,
+    the actual demand read each cycle through ``observed``, jobs ending at their actual runtime, and the
+    history of ``HISTORY_DAYS`` past days of other seeds in ``slurm.history_dir``.
     """
     scenario = _day_scenario(family, seed)
+    actual = runtimes = None
+    history_dir = root / f"{family}-history"
+    if live is not None:
+        actual = NoiseModel(live.sigma).draw(scenario, seed)
+        runtimes = draw_runtimes(scenario, live.runtime_model, seed)
+        history_dir.mkdir(parents=True, exist_ok=True)
+        past = online_benchmark.past_days(family, scenario.gpus, seed, HISTORY_DAYS, live.sigma)
+        for k, day in enumerate(past):
+            save_scenario(day, history_dir / f"2000-01-{k + 1:02d}.yaml")
+
+    def ran_for(job: Job) -> int:  # slots the job actually runs
+        return job.duration if runtimes is None else int(runtimes.get(job.id, job.duration))
+
     size = scenario.node_size
     T = min(scenario.slots, slots or scenario.slots)
     minutes = slot_seconds / 60.0
@@ -561,6 +613,7 @@ def run_day(
             where = ",".join(backfill.node_names[n] for n in inherited_nodes(job, size))
             sleep = t0 + job.duration * slot_seconds - 10 - time.time()
             comment = f"type={job.type.value} priority={job.weight:.6g}"
+            sleep -= (job.duration - ran_for(job)) * slot_seconds
             args = ["-p", "gpu", "-w", where, *gres_args(job, size), "-t", str(math.ceil(job.duration * minutes)),
                     "--comment", comment, "--wrap", f"sleep {sleep:.0f}"]  # fmt: skip
             ids["backfill"][backfill.sbatch(*args)] = job.id
@@ -588,26 +641,44 @@ def run_day(
                 if job.running_on is not None or job.release != s:
                     continue
                 args = ["-p", "gpu", *gres_args(job, size), "-t", str(math.ceil(job.duration * minutes)),
-                        *deadline_args(job), "--wrap", f"sleep {job.duration * slot_seconds - 4:.0f}"]  # fmt: skip
+                        *deadline_args(job), "--wrap", f"sleep {ran_for(job) * slot_seconds - 4:.0f}"]  # fmt: skip
                 ids["backfill"][backfill.sbatch(f"--priority={slurm_priority(job.weight)}", *args)] = job.id
                 comment = f"type={job.type.value} priority={job.weight:.6g}"
                 ids["gpualloc"][ours.sbatch("--hold", "--comment", comment, *args)] = job.id
             apps = []
             for app in scenario.apps:
-                demand = list(app.demand[s:]) + [app.demand[-1]] * s
-                entry = {"name": app.name, "demand": demand, "ramp": app.ramp, "penalty": app.penalty}
+                if live is None:  # the demand from this slot on: a perfect forecast
+                    entry = {"name": app.name, "demand": list(app.demand[s:]) + [app.demand[-1]] * s}
+                else:  # the day's forecast, read by the day's clock
+                    entry = {"name": app.name, "demand": list(app.demand), "anchor": "day"}
+                entry |= {"ramp": app.ramp, "penalty": app.penalty}
                 apps.append(entry | ({"initial": app.initial} if s == 0 else {}))  # the day's start; then Slurm's
-            config = _config(apps, slots=scenario.slots, slot_minutes=minutes, decay=scenario.decay)
+            if live is None:
+                config = _config(apps, slots=scenario.slots, slot_minutes=minutes, decay=scenario.decay)
+                planner: Any = "greedy"
+                observe = None
+            else:
+                config = _live_config(apps, scenario, minutes, t0, root / f"{family}-state", history_dir)
+                planner = (
+                    LiveSetup(live.scheduler, seed=seed)
+                    if live.scheduler.startswith("anticipate")
+                    else (live.scheduler)
+                )
+                readings = {app.name: int(actual[i, s]) for i, app in enumerate(scenario.apps)}  # type: ignore[index]
+                observe = lambda _config, r=readings: (dict(r), [])  # noqa: E731
             begin = time.time()
             record: dict[str, Any] = {"slot": s, "begin_s": round(begin - slot_start, 3)}
             try:
-                result = cycle(config, client, "greedy", confirm_seconds=15.0)
+                result = cycle(config, client, planner, confirm_seconds=15.0, observe=observe)
+                if "why" in result.lines[-1]:
+                    record["why"] = result.lines[-1]["why"]
                 for app in scenario.apps:
                     served[app.name].append(result.decision.app_gpus_now.get(app.name, 0))
                     read_back[app.name].append(sum(result.snapshot.app_now.get(app.name, {}).values()))
                 relaxed.extend(f"slot {s}: {r}" for r in result.snapshot.relaxed)
                 failed = [f"{c.kind} {c.target}: {why}" for c, why in result.commit.failed]
-                record |= {"ms": round(result.timings["total"], 1), "started": len(result.decision.start_now)}
+                record |= {"ms": round(result.timings["total"], 1), "plan_ms": round(result.timings["plan"], 1),
+                           "started": len(result.decision.start_now)}  # fmt: skip
             except SlurmError as exc:  # recorded, and the day goes on (as the loop would)
                 failed = [f"cycle failed: {exc}"]
                 for app in scenario.apps:
@@ -641,7 +712,39 @@ def run_day(
         "relaxed": relaxed,
         "cycles": cycles,
         "failures": failures,
+        **(
+            {"live": {"sigma": live.sigma, "runtime_model": live.runtime_model, "scheduler": live.scheduler}}
+            if live is not None
+            else {}
+        ),
     }
+
+
+def _live_config(apps: list[dict], scenario: Scenario, minutes: float, t0: float, state: Path, history: Path):
+    """A live day's configuration: the forecast read by the day's clock (day 0 starts at ``t0``), the history."""
+    return config_from_dict(
+        {
+            "slurm": {
+                "partitions": ["gpu"],
+                "gres": "gpu",
+                "cpus_per_gpu": 4,
+                "state_dir": str(state),
+                "history_dir": str(history),
+                "history_days": HISTORY_DAYS,
+            },
+            "owned": {"partitions": ["gpu"]},
+            "horizon": {
+                "slots": scenario.slots,
+                "slot_minutes": minutes,
+                "decay": scenario.decay,
+                "day_start": time.strftime("%H:%M:%S", time.gmtime(t0)),
+                "day_slots": scenario.slots,
+            },
+            "workloads": {"default_type": "batch_inference"},
+            "realtime": apps,
+        },
+        "<benchmark>",
+    )
 
 
 def _day_worker(args: tuple, out: Path) -> None:
@@ -654,14 +757,34 @@ def _day_worker(args: tuple, out: Path) -> None:
 
 
 def _score_day(raw: dict[str, Any]) -> dict[str, Any]:
-    """Both sides of one recorded day, scored (the scenario drawn again from its family and seed)."""
+    """Both sides of one recorded day, scored (the scenario drawn again from its family and seed).
+
+    A live day (``raw["live"]``) is scored on its realized day (the actual demand and runtimes, drawn again
+    from the same seed), and beside it: the hindsight optimum of that day, and the simulator's prediction
+    of the same planner (and of rolling greedy) on the same realized day, history and seed.
+    """
     scenario = _day_scenario(raw["family"], raw["seed"])
+    forecast = scenario
+    live = raw.get("live")
+    extra: dict[str, Any] = {}
+    if live is not None:
+        demand = NoiseModel(live["sigma"]).draw(forecast, raw["seed"])
+        runtimes = draw_runtimes(forecast, live["runtime_model"], raw["seed"])
+        scenario = realized_day(forecast, demand, runtimes)
+        if raw["slots"] == forecast.slots:
+            past = online_benchmark.past_days(raw["family"], forecast.gpus, raw["seed"], HISTORY_DAYS, live["sigma"])
+            settings = online_benchmark.Settings(planners=(live["scheduler"], "greedy"))
+            extra["hindsight"] = online_benchmark.hindsight(scenario, settings)
+            for name in dict.fromkeys((live["scheduler"], "greedy")):
+                row = online_benchmark.play(name, forecast, scenario, runtimes, past, live["runtime_model"],
+                                            raw["seed"], settings)  # fmt: skip
+                extra[f"simulated_{name}"] = row["objective"]
     T = scenario.slots
     pad = {name: curve + [curve[-1]] * (T - len(curve)) for name, curve in raw["served"].items() if curve}
-    static = {a.name: [max(a.demand)] * T for a in scenario.apps}
+    static = {a.name: [max(a.demand)] * T for a in forecast.apps}  # the forecast's peak, reserved all day
     # the static reservations exist before slot 0: their ramp counts from the peak
     backfill = score_side(scenario, raw["starts"]["backfill"], raw["t0"], raw["slot_seconds"], static,
-                          {a.name: max(a.demand) for a in scenario.apps})  # fmt: skip
+                          {a.name: max(a.demand) for a in forecast.apps})  # fmt: skip
     ours = score_side(scenario, raw["starts"]["gpualloc"], raw["t0"], raw["slot_seconds"], pad,
                       {a.name: a.initial for a in scenario.apps})  # fmt: skip
     failed_cycles = sum(1 for c in raw["cycles"] if c["failed"])
@@ -681,11 +804,15 @@ def _score_day(raw: dict[str, Any]) -> dict[str, Any]:
         "median_ms": float(np.median(ms)) if ms else float("nan"),
         "latest_end_s": max((c["end_s"] for c in raw["cycles"]), default=float("nan")),
         "read_back_mismatch": mismatch,
+        "median_plan_ms": float(np.median([c["plan_ms"] for c in raw["cycles"] if "plan_ms" in c]))
+        if any("plan_ms" in c for c in raw["cycles"])
+        else float("nan"),
+        **extra,
     }
 
 
 def part_days(root: Path, seed: int, families: Sequence[str], slot_seconds: float, slots: int | None,
-              raw_out: Path) -> list[str]:  # fmt: skip
+              raw_out: Path, live: LiveDay | None = None) -> list[str]:  # fmt: skip
     """Every family's day at once, each on its own two clusters, all on one slot clock."""
     ctx = multiprocessing.get_context("fork")
     t0_value = ctx.Value("d", 0.0)
@@ -698,7 +825,7 @@ def part_days(root: Path, seed: int, families: Sequence[str], slot_seconds: floa
     procs = []
     for family in families:
         out = root / f"{family}.json"
-        args = (family, seed, root, slot_seconds, slots, barrier, t0_value, start_lock)
+        args = (family, seed, root, slot_seconds, slots, barrier, t0_value, start_lock, live)
         procs.append((family, out, ctx.Process(target=_day_worker, args=(args, out), name=family)))
     for _, _, p in procs:
         p.start()
@@ -715,7 +842,100 @@ def part_days(root: Path, seed: int, families: Sequence[str], slot_seconds: floa
 def days_section(raws: Sequence[dict[str, Any]], raw_out: Path) -> list[str]:
     """``--part days``'s markdown section from the days' raw records (also ``--from-raw``: no rerun)."""
     scored = [(raw, _score_day(raw)) for raw in raws]
+    if "live" in raws[0]:
+        return _live_section(scored, raws[0]["seed"], raws[0]["slot_seconds"], raw_out)
     return _days_section(scored, raws[0]["seed"], raws[0]["slot_seconds"], raw_out)
+
+
+def _of(value: float, best: float) -> str:
+    return f"{value / best:.3f}" if best > 0 else "n/a"
+
+
+def _live_section(scored: list[tuple[dict[str, Any], dict[str, Any]]], seed: int, slot_seconds: float,
+                  raw_out: Path) -> list[str]:  # fmt: skip
+    """The markdown section of ``--part days`` with ``--sigma`` / ``--runtime-model``: a live day per family."""
+    live = scored[0][0]["live"]
+    name = live["scheduler"]
+    rows = []
+    ratios: dict[str, list[float]] = {"backfill": [], "gpualloc": [], "sim": [], "greedy": []}
+    close = wins = failed = ramps = 0
+    slowest = 0.0
+    plan_ms: list[float] = []
+    for raw, sc in scored:
+        b, g = sc["backfill"].metrics.objective, sc["gpualloc"].metrics.objective
+        best = sc.get("hindsight", {}).get("reference", float("nan"))
+        sim = sc.get(f"simulated_{name}", float("nan"))
+        greedy = sc.get("simulated_greedy", float("nan"))
+        for key, v in (("backfill", b), ("gpualloc", g), ("sim", sim), ("greedy", greedy)):
+            if best > 0:
+                ratios[key].append(v / best)
+        gap = (g - sim) / abs(sim) if sim else float("nan")
+        close += abs(gap) <= 0.02
+        wins += g >= b
+        failed += sc["failed_cycles"]
+        ramps += sc["gpualloc"].ramp_violations
+        slowest = max(slowest, sc["slowest_ms"])
+        plan_ms.append(sc["median_plan_ms"])
+        rows.append(
+            f"| {raw['family']} | {raw['gpus']} | {len(sc['scenario'].jobs)} | {best:.1f} | {_of(b, best)} "
+            f"| {_of(g, best)} | {_of(sim, best)} | {gap:+.3f} | {_of(greedy, best)} | {sc['failed_cycles']} "
+            f"| {sc['gpualloc'].ramp_violations} | {sc['median_plan_ms']:.0f} | {sc['slowest_ms']:.0f} |"
+        )
+    mean = {k: float(np.mean(v)) if v else float("nan") for k, v in ratios.items()}
+    n = len(scored)
+    failures = [f"{raw['family']} {f}" for raw, _ in scored for f in raw["failures"]]
+    whys = sum(1 for raw, _ in scored for c in raw["cycles"] if c.get("why"))
+    run_day_utc = time.strftime("%Y-%m-%d", time.gmtime(scored[0][0]["t0"]))
+    return [
+        LIVE_HEADING,
+        "",
+        f"Command: `python benchmarks/slurm_benchmark.py --part days --seed {seed} --sigma {live['sigma']:g} "
+        f"--runtime-model {live['runtime_model']} --scheduler {name}` (as root, Debian's Slurm 22.05.8), "
+        f"{run_day_utc}; raw record in `{raw_out.relative_to(ROOT) if raw_out.is_relative_to(ROOT) else raw_out}`.",
+        "",
+        f"The seven families' days as in the section above (seed {seed}, 32 GPUs or the family's size, one slot = "
+        f"{slot_seconds:g} s, every day on its own two clusters, all at once), played as a site runs them: the "
+        f"configuration holds the forecast (`anchor: day`, the day's clock `horizon.day_start` at the first "
+        f"slot); the actual demand (`NoiseModel({live['sigma']:g})`, the simulator's) reaches the loop only "
+        "through each cycle's observed reading; every job sleeps its actual runtime "
+        f"(`--runtime-model {live['runtime_model']}`) under the time limit it asked for, on both sides; the "
+        f"loop's history is {HISTORY_DAYS} past days of other seeds of the family (online_benchmark's "
+        "`past_days`) in `slurm.history_dir`. Slurm alone runs the same jobs with the same runtimes and is "
+        "scored against the same actual demand, with each app's forecast peak reserved all day.",
+        "",
+        "Each column is a share of the hindsight optimum of the day's realized day (CP-SAT with every job, its "
+        "actual runtime and the actual demand known; online_benchmark's `hindsight`). `simulated` is the "
+        "simulator's prediction, `gpualloc simulate`'s loop with the same planner, history, seed and realized "
+        "day; `real - sim` is the real day's objective minus the simulated one, as a share of the simulated.",
+        "",
+        f"| family | GPUs | jobs | hindsight optimum | Slurm backfill | gpualloc {name} on Slurm | simulated "
+        f"{name} | real - sim | simulated rolling greedy | failed cycles | ramp violations | median plan ms "
+        "| slowest cycle ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
+        f"| mean | | | | {mean['backfill']:.3f} | {mean['gpualloc']:.3f} | {mean['sim']:.3f} | | "
+        f"{mean['greedy']:.3f} | {failed} | {ramps} | {float(np.nanmedian(plan_ms)):.0f} | {slowest:.0f} |",
+        "",
+        f"Targets: within 2 % of the simulator on {close} of {n} days; at least backfill's value on {wins} of "
+        f"{n} days; mean {mean['gpualloc']:.3f} of the hindsight optimum (target 0.85); {failed} failed cycles and "
+        f"{ramps} ramp violations (target 0 and 0). Cycles whose decision departed from the base plan, with a "
+        f"why: {whys}. Failed changes or cycles: {len(failures)}"
+        + (": " + "; ".join(failures[:10]) if failures else "")
+        + ".",
+        "",
+        "What differs between the real day and the simulated one, besides Slurm itself: (1) the loop plans "
+        "a rolling horizon of the day's length from each slot, past the day's end, while the simulator plans "
+        "to the day's end; (2) the loop's starts are Slurm's, read back and rounded to the nearest slot, and a "
+        "job released within a slot starts when Slurm starts it; (3) a job ends when its sleep ends, a few "
+        "seconds before its slot's end, and Slurm frees its GPUs when it says so; (4) both see only the demand "
+        "observed before the slot, and the same seed draws the same futures. Between gpualloc and Slurm alone: "
+        "(1) Slurm alone reserves each app's forecast peak all day, gpualloc's reservations follow the "
+        "corrected forecast, and both are charged the actual demand's shortfall; (2) Slurm alone orders jobs "
+        "by worth through `--priority` and starts one whenever room frees (backfill's pass), gpualloc at slot "
+        "starts and at the cycles a job's end triggers here only through the clock (one cycle a slot); (3) "
+        "neither sees a job before its release. One run, one seed per family: no spread is measured.",
+        "",
+    ]
 
 
 def _days_section(scored: list[tuple[dict[str, Any], dict[str, Any]]], seed: int, slot_seconds: float,
@@ -839,7 +1059,12 @@ def main() -> int:
     parser.add_argument("--pending", default="50,500", help="--part cycle: comma-separated queue lengths")
     parser.add_argument("--schedulers", default="greedy,ppo", help="--part cycle: comma-separated planners")
     parser.add_argument("--from-raw", action="store_true", help="--part days: rewrite the section from --raw, no run")
-    parser.add_argument("--raw", type=Path, default=DAYS_JSON, help="--part days: the raw record (JSON)")
+    parser.add_argument("--raw", type=Path, default=None, help="--part days: the raw record (JSON)")
+    parser.add_argument("--sigma", type=float, default=None,
+                        help="--part days: play the days live, the actual demand at this forecast error")  # fmt: skip
+    parser.add_argument("--runtime-model", choices=("exact", "trace"), default="exact",
+                        help="--part days, live: jobs run to their limit, or their trace runtime")  # fmt: skip
+    parser.add_argument("--scheduler", default="anticipate", help="--part days, live: the loop's planner")
     args = parser.parse_args()
     missing = missing_tools()
     if missing:
@@ -852,14 +1077,16 @@ def main() -> int:
         unknown = [f for f in families if f not in FAMILIES]
         if unknown:
             parser.error(f"--families: unknown {', '.join(unknown)} (expected: {', '.join(FAMILIES)})")
+        live = None if args.sigma is None else LiveDay(args.sigma, args.runtime_model, args.scheduler)
+        raw = args.raw or (DAYS_JSON if live is None else LIVE_JSON)
         if args.from_raw:
-            lines = days_section(json.loads(args.raw.read_text())["days"], args.raw)
+            lines = days_section(json.loads(raw.read_text())["days"], raw)
         else:
             with tempfile.TemporaryDirectory(prefix="gpualloc-slurm-days-") as tmp:
-                lines = part_days(Path(tmp), args.seed, families, args.slot_seconds, args.slots, args.raw)
+                lines = part_days(Path(tmp), args.seed, families, args.slot_seconds, args.slots, raw, live)
         text = args.output.read_text() if args.output.exists() else ""
-        args.output.write_text(replace_section(text, DAYS_HEADING, lines))
-        print(f"-> {args.output}, {args.raw}", file=sys.stderr)
+        args.output.write_text(replace_section(text, lines[0], lines))
+        print(f"-> {args.output}, {raw}", file=sys.stderr)
         return 0
     sections = [
         "# The Slurm driver, measured",
