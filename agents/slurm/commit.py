@@ -126,6 +126,7 @@ class Commit:
         confirmed: Changes whose answer was lost and that Slurm, read back, showed as made.
         below_plan: Where an app held less than the plan for a moment (a shrink with no room on its node
             for the new reservation beside the old: the old went first), one line each.
+        start_wait_ms: Milliseconds spent waiting for the released jobs to run (Slurm's start latency).
     """
 
     planned: list[Change]
@@ -135,6 +136,7 @@ class Commit:
     calls: list[str] = field(default_factory=list)
     confirmed: list[str] = field(default_factory=list)
     below_plan: list[str] = field(default_factory=list)
+    start_wait_ms: float = 0.0
 
 
 # ----------------------------------------------------------------------------- the plan's slot 0
@@ -440,7 +442,9 @@ def apply(
             continue
         result.done.append(change)
     if released and confirm_seconds > 0:
+        waited = time.perf_counter()
         _confirm(client, released, result, confirm_seconds, sleep, clock)
+        result.start_wait_ms = (time.perf_counter() - waited) * 1000.0
     return result
 
 
