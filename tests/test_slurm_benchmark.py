@@ -100,3 +100,33 @@ def test_replace_section_keeps_the_other_sections():
     appended = sb.replace_section(text, "## Three", ["## Three", "", "x", ""])
     assert appended == text + "\n## Three\n\nx\n"
     assert sb.replace_section("", "## Three", ["## Three", "x"]) == "## Three\nx\n"
+
+
+def test_a_live_day_is_scored_against_its_actual_demand():
+    """A live day's record is scored on the realized day: served exactly the actual demand, gpualloc's side has no
+    shortfall; served the forecast, it is charged where the actual demand came above it. Slurm alone holds the
+    forecast's peak all day and is charged the actual demand above it."""
+    family, seed = "realtime-diurnal", 7
+    forecast = sb._day_scenario(family, seed)
+    actual = sb.NoiseModel(0.3).draw(forecast, seed)
+    T = forecast.slots
+    raw = {
+        "family": family,
+        "seed": seed,
+        "slots": 3,  # a smoke run's record: no hindsight or simulation is asked of it
+        "t0": T0,
+        "slot_seconds": SLOT,
+        "starts": {"backfill": {}, "gpualloc": {}},
+        "served": {a.name: [int(x) for x in actual[i]] for i, a in enumerate(forecast.apps)},
+        "read_back": {a.name: [] for a in forecast.apps},
+        "cycles": [],
+        "live": {"sigma": 0.3, "runtime_model": "trace", "scheduler": "anticipate"},
+    }
+    exact = sb._score_day(raw)
+    assert exact["gpualloc"].metrics.shortfall == 0 and "hindsight" not in exact
+    raw["served"] = {a.name: list(a.demand) for a in forecast.apps}
+    planned = sb._score_day(raw)
+    over = sum(max(int(actual[i, t]) - a.demand[t], 0) for i, a in enumerate(forecast.apps) for t in range(T))
+    assert over > 0 and planned["gpualloc"].metrics.shortfall == over
+    peak_short = sum(max(int(actual[i, t]) - max(a.demand), 0) for i, a in enumerate(forecast.apps) for t in range(T))
+    assert planned["backfill"].metrics.shortfall == peak_short
