@@ -75,6 +75,9 @@ class JobEntry(BaseModel):
     deadline: int | None = Field(None, ge=1, le=MAX_SLOTS)
     value: float | None = Field(None, gt=0, description="at most MAX_WEIGHT x gpus x duration")
     running_on: list[int] | None = Field(None, description="already running on these GPUs (a block)")
+    runtime: int | None = Field(
+        None, ge=1, le=MAX_SLOTS, description="the slots it actually ran (a recorded day; at most its duration)"
+    )
 
 
 class ScenarioDocument(BaseModel):

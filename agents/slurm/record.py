@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,6 +37,7 @@ from agents.slurm.config import SlurmConfig
 from agents.slurm.errors import UnreadableError
 from agents.slurm.jsonread import SlurmJob
 from agents.slurm.snapshot import Snapshot, _asked_gpus, _workload
+from gpu_env.files import write_text_atomic
 from gpu_env.scenario import MAX_SLOTS, Scenario, ScenarioError, save_scenario, scenario_from_dict
 
 RECORDING = "recording"
@@ -276,19 +275,6 @@ def _filled(values: Sequence[int | None]) -> list[int]:
     return out
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` whole: a temporary file in the same folder, then a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclass
 class History:
     """The folder ``slurm.history_dir``: finished days (``<day>.yaml``) and the day being recorded.
@@ -345,20 +331,13 @@ class History:
 
     def save(self, record: DayRecord) -> None:
         """Write the record of the day being recorded."""
-        _write_atomic(self.recording(record.name), json.dumps(record.to_dict(), sort_keys=True))
+        write_text_atomic(self.recording(record.name), json.dumps(record.to_dict(), sort_keys=True))
 
     def close(self, record: DayRecord, notes: list[str]) -> Path:
         """Write a finished day as ``<day>.yaml`` (its bad jobs reported in ``notes``)."""
         scenario = record.to_scenario(notes)
         path = self.day_file(record.name)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=self.root)
-        os.close(fd)
-        try:
-            save_scenario(scenario, tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_scenario(scenario, path)  # whole or not at all (gpu_env.files)
         notes.append(f"day {record.name} recorded: {path} ({len(scenario.jobs)} jobs)")
         return path
 
