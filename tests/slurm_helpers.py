@@ -108,6 +108,7 @@ class FakeSlurm:
         bad_gres: Nodes whose used gres ``sinfo`` gives unreadable.
         node_states: Nodes whose state ``sinfo`` gives as this (``DOWN``, ``DRAIN`` ...).
         in_use: Reservations Slurm refuses to delete ("Requested reservation is in use").
+        shared: Per reservation made with ``Flags=OVERLAP``, the cores it shares with others (counted once).
         before_change: Called with each change's tuple just before it is made (a foreign job, say).
         retries: Tries per change (what the commit reads from a client).
     """
@@ -131,6 +132,7 @@ class FakeSlurm:
         self.in_use: set[str] = set()
         self.before_change = None
         self.retries = 3
+        self.shared: dict[str, int] = {}  # cores an OVERLAP reservation shares with others (counted once)
         self._node_list: dict[str, tuple[str, ...]] = {}
 
     # ---------------------------------------------------------------- reading
@@ -176,7 +178,7 @@ class FakeSlurm:
     def free_cores(self, node: str) -> int:
         """Cores on ``node`` that neither a running job nor a reservation takes."""
         taken = len(self._used(node)) * self.cores_per_gpu
-        taken += sum(r.cores.get(node, 0) for r in self.held_reservations)
+        taken += sum(r.cores.get(node, 0) - self.shared.get(r.name, 0) for r in self.held_reservations)
         return self.cores - taken
 
     # ---------------------------------------------------------------- changing
@@ -231,15 +233,20 @@ class FakeSlurm:
         self.calls.append(("nodes", job, tuple(nodes)))
         self._node_list[job] = tuple(nodes)
 
-    def create_reservation(self, name, cores, minutes, users, partition) -> None:
+    def create_reservation(self, name, cores, minutes, users, partition, *, overlap: bool = False) -> None:
         ((node, count),) = cores.items()
         if any(r.name == name for r in self.held_reservations):
             raise CommandError(f"scontrol create reservation {name}: failed once: Duplicate reservation name")
-        if count > self.free_cores(node):
+        free = self.free_cores(node)
+        # Flags=OVERLAP may take the cores of other reservations (never a running job's): free ones first
+        reserved = sum(r.cores.get(node, 0) - self.shared.get(r.name, 0) for r in self.held_reservations)
+        if count > free + (reserved if overlap else 0):
             raise CommandError(f"scontrol create reservation {name}: failed once: Requested nodes are busy")
 
         def make() -> None:
-            self.calls.append(("create", name, tuple(cores.items())))
+            self.calls.append(("create", name, tuple(cores.items())) + (("overlap",) if overlap else ()))
+            if count > free:
+                self.shared[name] = count - free
             now = int(time.time())
             self.held_reservations.append(
                 SlurmReservation(name, (node,), {node: count}, count, now, now + 60 * minutes, ())
@@ -256,6 +263,14 @@ class FakeSlurm:
         def make() -> None:
             self.calls.append(("delete", name))
             self.held_reservations = [r for r in self.held_reservations if r.name != name]
+            self.shared.pop(name, None)
+            for r in self.held_reservations:  # cores shared with the one deleted are the overlapping one's alone now
+                if r.name in self.shared:
+                    node = r.nodes[0]
+                    others = sum(
+                        o.cores.get(node, 0) - self.shared.get(o.name, 0) for o in self.held_reservations if o is not r
+                    )
+                    self.shared[r.name] = min(self.shared[r.name], others)
 
         self._fault("delete", name, make)
 

@@ -439,8 +439,8 @@ class _Watching:
             held = [r for r in _reservations(self._cluster) if r.name.startswith(f"gpualloc-chat.{self._node}")]
             self.seen.append(sum(r.cores.get(self._node, r.core_count) // 4 for r in held))
 
-    def create_reservation(self, *args) -> None:
-        self._after(self._client.create_reservation, *args)
+    def create_reservation(self, *args, **kwargs) -> None:
+        self._after(lambda *a: self._client.create_reservation(*a, **kwargs), *args)
 
     def delete_reservation(self, *args) -> None:
         self._after(self._client.delete_reservation, *args)
@@ -473,7 +473,7 @@ def test_an_app_grows_and_shrinks_on_a_full_node_without_dropping_below_its_plan
     step(2)
     assert watch.seen == [2]
     done = step(4)  # 4 more beside the 2 do not fit beside the job (refused): 2 more beside the 2
-    assert watch.seen == [2, 4] and not done.below_plan
+    assert watch.seen == [2, 4] and not done.above_plan
     assert sorted(r.name for r in _reservations(cluster)) == ["gpualloc-chat.gpu01", "gpualloc-chat.gpu01~2"]
     step(2)  # a whole reservation goes
     assert watch.seen == [2] and len(_reservations(cluster)) == 1
@@ -483,10 +483,102 @@ def test_an_app_grows_and_shrinks_on_a_full_node_without_dropping_below_its_plan
     assert min(watch.seen) >= 1
     other = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
     _wait(lambda: _jobs(cluster)[other].state == "RUNNING", "gpu01 full")
-    done = step(1)  # full: nothing fits beside (refused), the 2 go first and the 1 follows; said so
-    assert watch.seen == [2, 0, 1] and len(done.below_plan) == 1 and "no room beside" in done.below_plan[0]
+    waiting = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 3600")
+    done = step(1)  # full: nothing fits beside (refused); 1 made over its own cores (Flags=OVERLAP), then the 2 go
+    assert watch.seen == [2, 3, 1] and not done.above_plan  # refused beside; 3 while the new lies over the old
+    assert done.calls == ["create gpualloc-chat.gpu01~2 (1 GPU on gpu01 over its own)", "delete gpualloc-chat.gpu01"]
+    # no core was free between the create and the delete: the foreign job waiting on gpu01 got the freed GPU's
+    # cores only once the old reservation was gone
+    _wait(lambda: _jobs(cluster)[waiting].state == "RUNNING", "the foreign job on the freed GPU")
     per_node = sum(sum(_gpus_per_node(j).values()) for j in _jobs(cluster).values() if j.state == "RUNNING")
     assert per_node + 1 <= 8
+
+
+_SLOW_SCONTROL = """#!/bin/sh
+# scontrol that starts, says so, and goes on only when the test lets it (a call still on its way)
+touch "{dir}/started"
+while [ ! -e "{dir}/go" ]; do sleep 0.05; done
+exec {scontrol} "$@"
+"""
+
+_WRITER = """
+import sys
+from agents.slurm.client import SlurmClient
+from agents.slurm.lock import Lock
+Lock(sys.argv[1], "test writer").acquire()
+SlurmClient(bin_dir=sys.argv[2], timeout=600, retries=1).hold(sys.argv[3])
+"""
+
+
+def test_a_writer_killed_during_an_scontrol_keeps_the_lock_until_the_call_lands(fresh, tmp_path: Path) -> None:
+    """A writer holds writer.lock and runs ``scontrol hold``; it is killed (SIGKILL) while the call is on its way.
+    The lock stays taken while that scontrol runs, so no second writer reads the cluster before the hold lands;
+    it is free once the call has ended, and the hold is there."""
+    import shutil
+
+    from agents.slurm.lock import WRITER, BusyError, Lock
+
+    cluster, _, _, _ = fresh
+    job = cluster.sbatch(
+        "-p", "gpu", "--gres=gpu:1", "-t", "60", "-w", "gpu01", "--begin=now+1hour", "--wrap", "sleep 60"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(
+        _SLOW_SCONTROL.format(dir=tmp_path, scontrol=shutil.which("scontrol", path="/usr/bin:/usr/sbin"))
+    )
+    scontrol.chmod(0o755)
+    lock_path = tmp_path / "state" / WRITER
+    root = Path(__file__).resolve().parents[1]
+    env = {**cluster.env, "PYTHONPATH": str(root)}
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(lock_path), str(bin_dir), job], env=env)
+    try:
+        _wait(lambda: (tmp_path / "started").exists(), "the writer's scontrol to start")
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=HANG_GUARD)
+        with pytest.raises(BusyError, match="test writer"):  # the writer is dead; its scontrol holds the lock
+            Lock(lock_path, "second writer").acquire()
+        assert not _jobs(cluster)[job].held
+        (tmp_path / "go").touch()
+
+        def free() -> bool:
+            try:
+                Lock(lock_path, "second writer").acquire()
+            except BusyError:
+                return False
+            return True
+
+        _wait(free, "the lock to be free once the dead writer's scontrol ended")
+        assert _jobs(cluster)[job].held  # the change landed before a second writer could read
+    finally:
+        (tmp_path / "go").touch()
+        if writer.poll() is None:
+            writer.kill()
+
+
+def test_an_owned_job_a_dead_commit_released_is_held_while_it_is_outside_the_plan(fresh) -> None:
+    """An owned job released (as a commit that died would leave it) that then gets a dependency on a running job:
+    outside the plan, so a cycle holds it, with why. Once the dependency is met, the next cycle plans and starts it."""
+    cluster, config, client, _ = fresh
+    first = cluster.sbatch("-p", "batch", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 3600")
+    _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the job it depends on")
+    # pending and released: only its dependency keeps Slurm from starting it outside any plan
+    job = cluster.sbatch(
+        "-p", "gpu", "--gres=gpu:2", "-t", "60", f"--dependency=afterany:{first}", "--wrap", "sleep 600"
+    )
+    assert not _jobs(cluster)[job].held
+    result = cycle(config, client, "greedy", confirm_seconds=0)
+    assert f"hold {job}" in [c.summary() for c in result.changes] and not result.commit.failed
+    assert _jobs(cluster)[job].held
+    (line,) = [line for line in result.lines if line.get("job") == job]
+    assert line["action"] == "hold" and line["why"].startswith(f"outside the plan: has a dependency (afterany:{first}")
+    cluster.run("scancel", first)
+    _wait(lambda: first not in _jobs(cluster), "the dependency to end")
+    _wait(lambda: not _jobs(cluster)[job].dependency, "Slurm to clear the met dependency")
+    again = cycle(config, client, "greedy", confirm_seconds=HANG_GUARD)
+    assert not again.commit.failed
+    _wait(lambda: _jobs(cluster)[job].state == "RUNNING", "the job, planned now, to start")
 
 
 def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:

@@ -210,7 +210,7 @@ def test_growing_on_a_full_node_adds_a_reservation_beside_the_old_one() -> None:
     fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 8)]
     snap = _snap(fake)
     done = commit.apply(snap, [_reserve(snap, "n1", 4)], fake, confirm_seconds=0)
-    assert not done.failed and not done.below_plan
+    assert not done.failed and not done.above_plan
     assert [c[:2] for c in fake.calls] == [("create", "gpualloc-chat.n1~2")]
     assert _held(fake, "n1") == 4
     again = _snap(fake)  # the snapshot adds the pieces up, and the node is not "in a foreign reservation"
@@ -244,22 +244,49 @@ def test_shrinking_with_room_makes_the_smaller_one_first() -> None:
     fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 16)]
     snap = _snap(fake)
     done = commit.apply(snap, [_reserve(snap, "n1", 3)], fake, confirm_seconds=0)
-    assert not done.failed and not done.below_plan and _creates_before_deletes(fake.calls)
+    assert not done.failed and not done.above_plan and _creates_before_deletes(fake.calls)
     assert [(r.name, r.cores["n1"]) for r in fake.held_reservations] == [("gpualloc-chat.n1~2", 12)]
 
 
-def test_shrinking_on_a_full_node_says_when_the_app_was_below_its_plan() -> None:
+def test_shrinking_on_a_full_node_makes_the_smaller_reservation_over_its_own_cores_first() -> None:
     """4 GPUs run and the app holds 4: the node is full, 3 GPUs beside the 4 cannot be reserved. Slurm cannot
-    shrink a core reservation, so the old goes first; the moment in between is reported."""
+    shrink a core reservation; one of 3 is made over the app's own cores (Flags=OVERLAP), then the 4 go. The app
+    never holds less than its plan, and no core is free in between."""
     fake = FakeSlurm()
     fake.queue = [running("9", "n1", 0, 4, partition="batch")]
     fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 16)]
     snap = _snap(fake)
+    free_between: list[int] = []
+    fake.before_change = lambda change: free_between.append(fake.free_cores("n1"))
     done = commit.apply(snap, [_reserve(snap, "n1", 3)], fake, confirm_seconds=0)
-    assert not done.failed and _held(fake, "n1") == 3
-    assert [c[:2] for c in fake.calls] == [("delete", "gpualloc-chat.n1"), ("create", "gpualloc-chat.n1~2")]
-    (line,) = done.below_plan
-    assert line.startswith("gpualloc-chat.n1: 0 GPUs of the plan's 3 on n1") and "Requested nodes are busy" in line
+    assert not done.failed and not done.above_plan and _held(fake, "n1") == 3
+    assert [c[:2] for c in fake.calls] == [("create", "gpualloc-chat.n1~2"), ("delete", "gpualloc-chat.n1")]
+    assert fake.calls[0][-1] == "overlap" and free_between == [0, 0]
+    assert done.calls == ["create gpualloc-chat.n1~2 (3 GPUs on n1 over its own)", "delete gpualloc-chat.n1"]
+
+
+def test_a_full_node_with_another_apps_reservation_keeps_the_old_one_and_holds_the_jobs_planned_there() -> None:
+    """As above, but app search also holds cores on n1: a reservation made over others' cores could take search's,
+    so chat keeps its 4 (more than the plan, said), and the job the plan starts there is not released."""
+    config = {
+        **CONFIG,
+        "realtime": [*CONFIG["realtime"], {"name": "search", "demand": [1] * 24, "ramp": 1, "penalty": 8}],
+    }
+    fake = FakeSlurm()
+    fake.queue = [running("9", "n1", 0, 3, partition="batch"), pending("5", 1, held=True)]
+    fake.held_reservations = [
+        core_reservation("gpualloc-chat.n1", "n1", 16),
+        core_reservation("gpualloc-search.n1", "n1", 4),
+    ]
+    snap = _snap(fake, config)
+    place = commit.Change("place", "5", nodes=("n1",), gpus=(("n1", 1),))
+    done = commit.apply(snap, [_reserve(snap, "n1", 3), place], fake, confirm_seconds=0)
+    assert fake.calls == [] and _held(fake, "n1") == 4
+    why = dict((c.target, w) for c, w in done.failed)
+    assert why["gpualloc-chat.n1"].startswith("not shrunk: chat keeps 4 GPUs where the plan wants 3")
+    assert "other apps' reservations are there (search)" in why["gpualloc-chat.n1"]
+    assert why["5"].startswith("not released: an app keeps more than the plan on n1: chat keeps 4 GPUs")
+    assert set(done.above_plan) == {"n1"}
 
 
 def test_a_reservation_in_use_is_reported_and_the_app_keeps_more_than_its_plan() -> None:
@@ -271,6 +298,30 @@ def test_a_reservation_in_use_is_reported_and_the_app_keeps_more_than_its_plan()
     (why,) = [w for _, w in done.failed]
     assert "delete gpualloc-chat.n1" in why and "in use" in why
     assert _held(fake, "n1") == 6  # the old 4 and the new 2: never below the plan
+    assert done.above_plan["n1"].startswith("chat holds more than the plan's 2: delete gpualloc-chat.n1")
+
+
+def test_owned_jobs_outside_the_plan_are_held_and_say_why() -> None:
+    """Released by a commit that died, then outside the plan (a dependency, no time limit): held, never left
+    released for Slurm to start outside any plan. A held one is left as it is; a job of another partition too."""
+    fake = FakeSlurm()
+    fake.queue = [
+        pending("1", 2, held=False, dependency="afterok:7"),
+        replace(pending("2", 2, held=False), time_limit=None),
+        pending("3", 2, held=True, dependency="afterok:7"),
+        pending("4", 2, held=False, partition="cpu", comment="gpualloc"),
+    ]
+    config = config_from_dict({**NO_APPS, "owned": {"partitions": ["gpu"], "comment_tag": "gpualloc"}})
+    result = loop.cycle(config, fake, "greedy", now=NOW, confirm_seconds=0)
+    assert [c.summary() for c in result.changes] == ["hold 1", "hold 2"]
+    assert fake.calls == [("hold", "1"), ("hold", "2")] and not result.commit.failed
+    held = {line["job"]: line["why"] for line in result.lines if line.get("action") == "hold"}
+    assert held == {
+        "1": "outside the plan: has a dependency (afterok:7); the allocator cannot tell when it becomes eligible",
+        "2": "outside the plan: has no time limit; the allocator plans only jobs with one (sbatch --time)",
+        "3": "outside the plan: has a dependency (afterok:7); the allocator cannot tell when it becomes eligible",
+    }
+    assert {"left_alone": "job 4", "why": "partition 'cpu' is not a GPU partition of slurm.partitions"} in result.lines
 
 
 def test_an_expiring_reservation_is_renewed_in_place() -> None:

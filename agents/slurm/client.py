@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from agents.slurm import jsonread
 from agents.slurm.errors import CommandError, UnreadableError
+from agents.slurm.lock import held_fds
 
 
 @dataclass
@@ -71,7 +72,12 @@ class SlurmClient:
         for attempt in range(1, tries + 1):
             try:
                 proc = subprocess.run(
-                    command, capture_output=True, text=True, timeout=self.timeout, env=dict(self.env or os.environ)
+                    command,
+                    capture_output=True,
+                    text=True,
+                    timeout=self.timeout,
+                    env=dict(self.env or os.environ),
+                    pass_fds=held_fds(),  # the writer's lock outlives this process while the call runs
                 )
             except subprocess.TimeoutExpired:
                 last, unreachable = f"no answer within {self.timeout:g} s", True
@@ -141,9 +147,20 @@ class SlurmClient:
         self.call(["scontrol", "update", f"JobId={job}", f"NodeList={','.join(nodes)}"], change=True)
 
     def create_reservation(
-        self, name: str, cores: Mapping[str, int], minutes: int, users: Sequence[str], partition: str | None
+        self,
+        name: str,
+        cores: Mapping[str, int],
+        minutes: int,
+        users: Sequence[str],
+        partition: str | None,
+        *,
+        overlap: bool = False,
     ) -> None:
-        """A core reservation from now: ``cores[node]`` cores on each node, for ``minutes``."""
+        """A core reservation from now: ``cores[node]`` cores on each node, for ``minutes``.
+
+        With ``overlap`` (``Flags=OVERLAP``) it may take cores that other reservations hold, never those of a
+        running job: the one way to make a smaller reservation on a full node before the larger one goes.
+        """
         nodes = list(cores)
         argv = [
             "scontrol",
@@ -158,6 +175,8 @@ class SlurmClient:
         ]
         if partition:
             argv.append(f"PartitionName={partition}")
+        if overlap:
+            argv.append("Flags=OVERLAP")
         self.call(argv, change=True, tries=1)
 
     def delete_reservation(self, name: str) -> None:

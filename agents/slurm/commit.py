@@ -124,8 +124,9 @@ class Commit:
             already, started already), with why.
         calls: Every change made in Slurm, in order, one line each (``create gpualloc-chat.gpu01~2 (1 GPU)``).
         confirmed: Changes whose answer was lost and that Slurm, read back, showed as made.
-        below_plan: Where an app held less than the plan for a moment (a shrink with no room on its node
-            for the new reservation beside the old: the old went first), one line each.
+        above_plan: Nodes where an app still holds more than the plan (a shrink that a full node allowed
+            neither beside nor over its own cores, or an old reservation Slurm would not delete), with why. The
+            jobs the plan starts on such a node are not released this cycle.
         start_wait_ms: Milliseconds spent waiting for the released jobs to run (Slurm's start latency).
     """
 
@@ -135,7 +136,7 @@ class Commit:
     skipped: list[tuple[Change, str]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)
     confirmed: list[str] = field(default_factory=list)
-    below_plan: list[str] = field(default_factory=list)
+    above_plan: dict[str, str] = field(default_factory=dict)
     start_wait_ms: float = 0.0
 
 
@@ -196,6 +197,10 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
                 continue
             places.append(Change("place", jid, nodes=nodes, gpus=gpus))
         elif not job.held:
+            holds.append(Change("hold", jid))
+    gpu_partitions = set(config.partitions)
+    for jid, job in snapshot.owned_outside.items():  # outside the plan (the notes say why): never left released
+        if not job.held and (not gpu_partitions or job.partition in gpu_partitions):
             holds.append(Change("hold", jid))
     layout = app_layout(snapshot, decision)
     for app in config.apps:
@@ -429,6 +434,12 @@ def apply(
             elif change.kind == "confirm":
                 released.append(change)  # released already: only waited for
             elif change.kind == "place":
+                kept = [f"{n}: {result.above_plan[n]}" for n in change.nodes if n in result.above_plan]
+                if kept:  # an app holds more there than the plan: the job could not start as planned
+                    result.failed.append(
+                        (change, "not released: an app keeps more than the plan on " + "; ".join(kept))
+                    )
+                    continue
                 client.set_nodes(change.target, change.nodes)
                 why = made.release(change.target)
                 if why is not None:
@@ -494,8 +505,13 @@ class _Maker:
 
         return self._made(f"release {job}", lambda: self.client.release(job), happened)
 
-    def create(self, snapshot: Snapshot, name: str, node: str, gpus: int, users: Sequence[str]) -> str | None:
-        """A reservation of ``gpus`` GPUs' cores on ``node`` from now for the horizon; made when it reads back."""
+    def create(
+        self, snapshot: Snapshot, name: str, node: str, gpus: int, users: Sequence[str], *, overlap: bool = False
+    ) -> str | None:
+        """A reservation of ``gpus`` GPUs' cores on ``node`` from now for the horizon; made when it reads back.
+
+        With ``overlap`` it may take cores of the reservations there (Slurm's ``Flags=OVERLAP``).
+        """
         config = snapshot.config
         minutes = math.ceil(config.reservation_minutes or config.slots * config.slot_minutes)
 
@@ -506,12 +522,14 @@ class _Maker:
                 minutes,
                 [u for u in users if u],
                 config.partitions[0] if config.partitions else None,
+                **({"overlap": True} if overlap else {}),
             )
 
         def happened() -> bool:
             return any(r.name == name and node in r.nodes for r in self.client.reservations())
 
-        return self._made(f"create {name} ({_gpus(gpus)} on {node})", make, happened)
+        over = " over its own" if overlap else ""
+        return self._made(f"create {name} ({_gpus(gpus)} on {node}{over})", make, happened)
 
     def delete(self, name: str) -> str | None:
         """``scontrol delete ReservationName``; made when it no longer reads back."""
@@ -542,12 +560,14 @@ def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -
     2. one new reservation of the plan's size is made beside the old ones, which then go;
     3. growing, when the node has no room for 2: a reservation of the difference beside the old;
     4. shrinking, when no room for 2: the largest subset below the plan is kept and the rest made
-       up by a new reservation beside it; when even that finds no room, the others go first and
-       the new one follows. Only this last step leaves the app below its plan, for the moment
-       between the delete and the create.
+       up by a new reservation beside it; when even that finds no room (a full node), one
+       reservation of the plan's size is made over the app's own cores there (``Flags=OVERLAP``)
+       before the old ones go, where no other app holds reservations on the node (the new one
+       could take theirs). Where neither can be made, the old ones stay: the app keeps more than
+       its plan, said in ``result.above_plan``, and the next cycle tries again.
 
-    Reservations kept that end within a slot are renewed in place. ``names`` (every reservation's
-    name) gets the names made.
+    No step takes the app below its plan, even for a moment. Reservations kept that end within a
+    slot are renewed in place. ``names`` (every reservation's name) gets the names made.
     """
     node = change.nodes[0]
     g = change.wanted
@@ -563,9 +583,9 @@ def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -
         names.add(name)
         return name
 
-    def create(gpus: int) -> tuple[str | None, str | None]:
+    def create(gpus: int, overlap: bool = False) -> tuple[str | None, str | None]:
         name = new_name()
-        why = made.create(snapshot, name, node, gpus, change.users)
+        why = made.create(snapshot, name, node, gpus, change.users, overlap=overlap)
         if why is not None:
             names.discard(name)
             return None, why
@@ -591,25 +611,27 @@ def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -
                 name, why = create(rest)
                 if name is None and not _no_room(why):
                     return f"not made: {why}"
-            if name is None:  # no room beside what it holds: the others go first (the app below its plan meanwhile)
-                made.result.below_plan.append(
-                    f"{change.target}: {_gpus(sum(pieces[n] for n in base))} of the plan's {g} on {node} between "
-                    f"deleting {', '.join(n for n in pieces if n not in base)} and the new reservation (no room "
-                    f"beside: {why})"
-                )
-                for old in [n for n in pieces if n not in base]:
-                    gone = made.delete(old)
-                    if gone is not None:
-                        return f"could not shrink on {node}: delete {old}: {gone}"
-                pieces = {n: pieces[n] for n in base}
-                name, why = create(rest)
+            if name is not None:
+                keep = [*base, name]
+            else:  # a full node: one reservation of the plan's size over the app's own cores, then the old go
+                others = sorted(a for a, on in snapshot.reservations.items() if a != change.app and on.get(node))
+                if others:
+                    over = f"other apps' reservations are there ({', '.join(others)}), which one made over could take"
+                else:
+                    name, over = create(g, overlap=True)
                 if name is None:
-                    return f"shrunk to {_gpus(sum(pieces.values()))} on {node}, short of {_gpus(g)}: {why}"
-            keep = [*base, name]
+                    made.result.above_plan[node] = (
+                        f"{change.app} keeps {_gpus(held)} where the plan wants {g}: no room beside ({why}), and "
+                        f"none over its own cores ({over}); the next cycle tries again"
+                    )
+                    return f"not shrunk: {made.result.above_plan[node]}"
+                keep = [name]
     for old in [n for n in pieces if n not in keep]:
         gone = made.delete(old)
         if gone is not None:
             problems.append(f"delete {old}: {gone}")
+    if problems and g < held:
+        made.result.above_plan[node] = f"{change.app} holds more than the plan's {g}: " + "; ".join(problems)
     for name in change.renew:
         if name in keep:
             why = made.renew(snapshot, name)
@@ -779,7 +801,18 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
             line["failed"] = problems
         lines.append(line)
     lines.extend(n.to_dict() for n in snapshot.relaxed)
-    lines.extend(n.to_dict() for n in snapshot.notes)
+    gpu_partitions = set(snapshot.config.partitions)
+    for note in snapshot.notes:
+        job = snapshot.owned_outside.get(note.id) if note.kind == "job" else None
+        if job is not None and (not gpu_partitions or job.partition in gpu_partitions):  # held till it can be planned
+            line = {"job": note.id, "action": "hold", "why": f"outside the plan: {note.why}"}
+            if note.id in failed:
+                line["failed"] = failed[note.id]
+            elif note.id in skipped:
+                line["skipped"] = skipped[note.id]
+            lines.append(line)
+        else:
+            lines.append(note.to_dict())
     return lines
 
 

@@ -9,8 +9,12 @@ Two lock files, both under ``slurm.state_dir`` (default ``/var/lib/gpualloc``):
 - ``run.lock`` is held by ``gpualloc slurm run`` for its whole life: a second loop on
   the same cluster is refused at once, with one line.
 
-The kernel releases an ``flock`` when its process ends, however it ends (SIGKILL
-included), so a lock is never left behind. Each holder writes one line into its
+The kernel releases an ``flock`` when the last process holding its open file ends,
+however it ends (SIGKILL included), so a lock is never left behind. Every Slurm tool a
+holder runs (:mod:`agents.slurm.client`) inherits the lock's file (:func:`held_fds`), so
+a writer killed while an ``scontrol`` it started is still on its way keeps the lock until
+that call ends: a second writer never reads the cluster before the first one's last
+change lands. Each holder writes one line into its
 file (pid, command, since when) for the refusal's message. An ``flock`` holds on
 one machine (and on a shared file system that supports it, such as NFSv4): every
 writer of a cluster must use the same ``state_dir`` (docs/slurm.md).
@@ -31,6 +35,12 @@ from agents.slurm.errors import SlurmError
 WRITER = "writer.lock"
 RUN = "run.lock"
 POLL_SECONDS = 0.2  # how often a waiting writer tries the lock again
+_HELD: set[int] = set()  # the open files of the locks this process holds
+
+
+def held_fds() -> tuple[int, ...]:
+    """The files of the locks this process holds: each child that changes Slurm inherits them (``pass_fds``)."""
+    return tuple(sorted(_HELD))
 
 
 class BusyError(SlurmError):
@@ -103,12 +113,14 @@ class Lock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, {self.what}, since {_iso(time.time())}\n".encode(), 0)
         self._fd = fd
+        _HELD.add(fd)
 
     def release(self) -> None:
         """Let the lock go (the file stays; its line is cleared)."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
+        _HELD.discard(fd)
         try:
             os.ftruncate(fd, 0)
             fcntl.flock(fd, fcntl.LOCK_UN)

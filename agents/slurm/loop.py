@@ -177,7 +177,7 @@ def _cycle(
             "failed": [f"{c.summary()}: {why}" for c, why in done.failed] if done else [],
             **({"skipped": [f"{c.summary()}: {why}" for c, why in done.skipped]} if done and done.skipped else {}),
             **({"confirmed": done.confirmed} if done and done.confirmed else {}),
-            **({"below_plan": done.below_plan} if done and done.below_plan else {}),
+            **({"above_plan": done.above_plan} if done and done.above_plan else {}),
             "ms": {k: round(v, 1) for k, v in timings.items()},
         }
     )
