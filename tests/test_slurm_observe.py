@@ -270,7 +270,7 @@ class _Fake:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 url = urllib.parse.urlsplit(self.path)
                 fake.queries.append((url.path, urllib.parse.parse_qs(url.query)))
                 fake.hang.wait(HANG_GUARD_S)
@@ -415,7 +415,7 @@ class _Exporter:
         exporter = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 body = f'# TYPE app_gpus_demand gauge\napp_gpus_demand{{app="chat"}} {exporter.value}\n'.encode()
                 self.send_response(200 if self.path.startswith("/metrics") else 404)
                 self.send_header("Content-Type", "text/plain; version=0.0.4")
