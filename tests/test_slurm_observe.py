@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -401,12 +402,6 @@ def test_a_number_is_rounded_half_up(value: float) -> None:
 # ----------------------------------------------------------------------------- a real Prometheus
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class _Exporter:
     """A tiny exporter on 127.0.0.1: ``/metrics`` says ``app_gpus_demand{app="chat"} <value>``."""
 
@@ -446,7 +441,6 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, _Exporter, Path]]:
         pytest.skip(why)
     binary = PROMETHEUS if os.path.isfile(PROMETHEUS) else str(shutil.which("prometheus"))
     exporter = _Exporter(5)
-    port = _free_port()
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
@@ -463,7 +457,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, _Exporter, Path]]:
                 binary,
                 f"--config.file={config}",
                 f"--storage.tsdb.path={tmp_path / 'data'}",
-                f"--web.listen-address=127.0.0.1:{port}",
+                "--web.listen-address=127.0.0.1:0",  # the OS chooses the port; read back from the log
             ],
             stdin=subprocess.DEVNULL,
             stdout=out,
@@ -471,7 +465,7 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, _Exporter, Path]]:
             start_new_session=True,
         )
     try:
-        yield f"http://127.0.0.1:{port}", exporter, log
+        yield f"http://127.0.0.1:{_listening_port(proc, log)}", exporter, log
     finally:
         proc.terminate()
         try:
@@ -482,6 +476,18 @@ def prometheus(tmp_path: Path) -> Iterator[tuple[str, _Exporter, Path]]:
         exporter.close()
         if proc.returncode not in (0, -15):
             print(_tail(log))
+
+
+def _listening_port(proc: subprocess.Popen[bytes], log: Path) -> int:
+    """The port Prometheus listens on, from its log's ``msg="Listening on" address=127.0.0.1:PORT`` (a bounded poll)."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = re.search(r'msg="Listening on" address=127\.0\.0\.1:(\d+)', log.read_text(errors="replace"))
+        if found:
+            return int(found.group(1))
+        time.sleep(0.1)
+    state = f"exited with status {proc.returncode}" if proc.poll() is not None else f"silent for {WAIT_S:g} s"
+    pytest.fail(f"prometheus never said where it listens ({state}):\n{_tail(log)}")
 
 
 def _tail(log: Path, lines: int = 30) -> str:
