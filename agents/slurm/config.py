@@ -19,7 +19,8 @@ in each hour, or which jobs the allocator may touch. This file says so::
         - {qos: batch, type: batch_inference}
       default_type: batch_inference   # absent: a job that no rule types is reported and left alone
     realtime:
-      - {name: chat, demand: [2, 2, 3, ...], ramp: 2, penalty: 8, users: [root]}
+      - {name: chat, demand: [2, 2, 3, ...], ramp: 2, penalty: 8, users: [root],
+         observed: {command: "chat-replicas --gpus", timeout: 5}}   # or {prometheus: {url: URL, query: Q}}
 
 Every malformed entry raises :class:`~agents.slurm.errors.ConfigError` naming
 the file and the field; the YAML is read with ``yaml.safe_load``.
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,7 @@ RESERVATION_PREFIX = "gpualloc-"
 PIECE_MARK = "~"  # an app's further reservations on a node: gpualloc-<app>.<node>~2, ~3, ... (docs/slurm.md)
 STATE_DIR = "/var/lib/gpualloc"  # default of slurm.state_dir: the writers' lock files
 HISTORY_DAYS = 14  # default of slurm.history_days: past days the live planner reads
+OBSERVE_TIMEOUT = 5.0  # default of realtime[].observed.timeout: seconds one reading of a source may take
 DAY_SECONDS = 86_400.0
 _NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
@@ -67,6 +70,31 @@ class WorkloadRule:
 
 
 @dataclass(frozen=True)
+class ObservedSource:
+    """Where an app's current demand in GPUs is read (``realtime[].observed``, :mod:`agents.slurm.observe`).
+
+    Exactly one of ``command`` and ``url`` is set.
+
+    Attributes:
+        command: A command, run without a shell, that prints one integer.
+        url: Base URL of a Prometheus server, asked ``GET <url>/api/v1/query?query=<query>``.
+        query: The PromQL instant query; it must answer one scalar (or a vector of one sample).
+        timeout: Seconds one reading may take.
+    """
+
+    command: tuple[str, ...] | None = None
+    url: str | None = None
+    query: str | None = None
+    timeout: float = OBSERVE_TIMEOUT
+
+    def describe(self) -> str:
+        """A short description for a report: ``command 'x y'`` or ``prometheus <url> <query>``."""
+        if self.command is not None:
+            return f"command {shlex.join(self.command)!r}"
+        return f"prometheus {self.url} {self.query}"
+
+
+@dataclass(frozen=True)
 class RealtimeApp:
     """A real-time application: its forecast, its ramp and penalty, and who may use its reservation.
 
@@ -79,6 +107,7 @@ class RealtimeApp:
         initial: GPUs serving it now when it holds no reservation (None: 0, what Slurm says).
         anchor: ``now`` or ``day``.
         users: Users allowed into the reservation.
+        observed: Where its current demand is read (None: the forecast is all the planner knows).
     """
 
     name: str
@@ -88,6 +117,7 @@ class RealtimeApp:
     initial: int | None = None
     anchor: str = "now"
     users: tuple[str, ...] = ("root",)
+    observed: ObservedSource | None = None
 
 
 @dataclass(frozen=True)
@@ -343,7 +373,10 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
     for i, app in enumerate(raw_apps):
         p = f"realtime[{i}]"
         app = r.mapping(
-            app, p, {"name", "demand", "ramp", "penalty", "initial", "anchor", "users"}, {"name", "demand", "ramp"}
+            app,
+            p,
+            {"name", "demand", "ramp", "penalty", "initial", "anchor", "users", "observed"},
+            {"name", "demand", "ramp"},
         )
         name = r.text(app["name"], f"{p}.name")
         if not set(name) <= _NAME_OK:
@@ -369,6 +402,7 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
                 initial=r.integer(app["initial"], f"{p}.initial", 0, 16_384) if "initial" in app else None,
                 anchor=anchor,
                 users=r.names(app.get("users", ["root"]), f"{p}.users"),
+                observed=_observed(r, app["observed"], f"{p}.observed") if "observed" in app else None,
             )
         )
     res = r.mapping(top.get("reservations", {}) or {}, "reservations", {"prefix", "minutes"})
@@ -404,6 +438,43 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         history_dir=r.text(slurm["history_dir"], "slurm.history_dir") if "history_dir" in slurm else None,
         history_days=r.integer(slurm.get("history_days", HISTORY_DAYS), "slurm.history_days", 1, 366),
     )
+
+
+def _observed(r: _Reader, value: Any, path: str) -> ObservedSource:
+    """``realtime[].observed``: ``{command: CMD}`` or ``{prometheus: {url: URL, query: Q}}``, with ``timeout``."""
+    source = r.mapping(value, path, {"command", "prometheus", "timeout"})
+    given = [k for k in ("command", "prometheus") if k in source]
+    if len(given) != 1:
+        got = "both" if given else "neither"
+        raise r.fail(path, f"expected exactly one of command, prometheus, got {got}")
+    timeout = r.real(source.get("timeout", OBSERVE_TIMEOUT), f"{path}.timeout", 0.0, 3600, open_low=True)
+    if "command" in source:
+        return ObservedSource(command=_command(r, source["command"], f"{path}.command"), timeout=timeout)
+    prom = r.mapping(source["prometheus"], f"{path}.prometheus", {"url", "query"}, {"url", "query"})
+    url = r.text(prom["url"], f"{path}.prometheus.url")
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("http", "https") or not rest.strip("/") or any(c.isspace() for c in url) or "?" in url:
+        raise r.fail(f"{path}.prometheus.url", f"expected an http:// or https:// URL without a query, got {url!r}")
+    query = r.text(prom["query"], f"{path}.prometheus.query")
+    if not query.strip():
+        raise r.fail(f"{path}.prometheus.query", "expected a PromQL query, got only blanks")
+    return ObservedSource(url=url.rstrip("/"), query=query, timeout=timeout)
+
+
+def _command(r: _Reader, value: Any, path: str) -> tuple[str, ...]:
+    """A command as a string (split as a shell would, none run) or a list of its words."""
+    if isinstance(value, str):
+        try:
+            words = shlex.split(value)
+        except ValueError as exc:
+            raise r.fail(path, f"cannot split {value!r} into words: {exc}") from None
+    elif isinstance(value, list):
+        words = [r.text(w, f"{path}[{i}]") for i, w in enumerate(value)]
+    else:
+        raise r.fail(path, f"expected a command (a string or a list of words), got {_kind(value)}")
+    if not words:
+        raise r.fail(path, "expected a command, got no words")
+    return tuple(words)
 
 
 def _clock_time(r: _Reader, value: Any, path: str) -> float:
