@@ -212,6 +212,28 @@ def test_a_failed_reading_is_reported_and_the_cycle_plans_with_the_forecast(tmp_
     assert summary["forecast_now"] == {"chat": 2} and result.failed == 0
 
 
+def test_the_configured_sources_are_read_each_cycle_through_the_cli_reader(tmp_path: Path) -> None:
+    """``realtime[].observed`` as the CLI wires it: a command that answers, one that answers nonsense (one line,
+    the forecast kept), and a reading above the cluster's GPUs read as all of them (said)."""
+    from agents.slurm.cli import _observe
+
+    base = _app_config(tmp_path)
+    chat = {**base["realtime"][0], "observed": {"command": "echo 5"}}
+    search = {**chat, "name": "search", "observed": {"command": ["echo", "many"]}}
+    video = {**chat, "name": "video", "observed": {"command": "echo 500"}}
+    config = config_from_dict({**base, "realtime": [chat, search, video]})
+    observe = _observe(config, LiveSetup())
+    assert observe is not None and _observe(config, "greedy") is None
+    begins = DayClock.of(config).day_begins(NOW)
+    summary = loop.cycle(config, FakeSlurm(), LiveSetup(), now=begins + 60, observe=observe).lines[-1]
+    assert summary["observed"] == {"chat": 5, "video": 8}
+    (nonsense, capped) = summary["observe_failed"]
+    assert nonsense.startswith("search: ") and "many" in nonsense
+    assert capped == "video: observed 500 GPUs, more than the cluster's 8: read as those"
+    record = DayRecord.from_dict(json.loads(next((tmp_path / "history" / "recording").glob("*.json")).read_text()))
+    assert record.apps["chat"].observed[0] == 5 and record.apps["search"].observed[0] is None
+
+
 def test_an_unreadable_record_is_set_aside_and_the_day_starts_afresh(tmp_path: Path) -> None:
     config = config_from_dict(_app_config(tmp_path))
     clock = DayClock.of(config)
