@@ -505,7 +505,7 @@ _WRITER = """
 import sys
 from agents.slurm.client import SlurmClient
 from agents.slurm.lock import Lock
-Lock(sys.argv[1], "test writer").acquire()
+Lock(sys.argv[1], "test writer", children=True).acquire()
 SlurmClient(bin_dir=sys.argv[2], timeout=600, retries=1).hold(sys.argv[3])
 """
 

@@ -335,7 +335,7 @@ def _writer_lock(config: Any, what: str, wait: float, on_wait: Any) -> Any:
     """The single-writer guard of a committing cycle: ``writer.lock`` in the configuration's state folder."""
     from agents.slurm.lock import WRITER, Lock
 
-    return lambda: Lock(Path(config.state_dir) / WRITER, what, wait=wait, on_wait=on_wait)
+    return lambda: Lock(Path(config.state_dir) / WRITER, what, wait=wait, on_wait=on_wait, children=True)
 
 
 def _say_waiting(holder: str) -> None:

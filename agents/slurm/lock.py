@@ -11,7 +11,7 @@ Two lock files, both under ``slurm.state_dir`` (default ``/var/lib/gpualloc``):
 
 The kernel releases an ``flock`` when the last process holding its open file ends,
 however it ends (SIGKILL included), so a lock is never left behind. Every Slurm tool a
-holder runs (:mod:`agents.slurm.client`) inherits the lock's file (:func:`held_fds`), so
+holder of ``writer.lock`` runs (:mod:`agents.slurm.client`) inherits that file (:func:`held_fds`), so
 a writer killed while an ``scontrol`` it started is still on its way keeps the lock until
 that call ends: a second writer never reads the cluster before the first one's last
 change lands. Each holder writes one line into its
@@ -35,11 +35,11 @@ from agents.slurm.errors import SlurmError
 WRITER = "writer.lock"
 RUN = "run.lock"
 POLL_SECONDS = 0.2  # how often a waiting writer tries the lock again
-_HELD: set[int] = set()  # the open files of the locks this process holds
+_HELD: set[int] = set()  # the open files of the locks held with children=True
 
 
 def held_fds() -> tuple[int, ...]:
-    """The files of the locks this process holds: each child that changes Slurm inherits them (``pass_fds``)."""
+    """The files of the locks this process holds for its children: each Slurm tool it runs inherits them."""
     return tuple(sorted(_HELD))
 
 
@@ -57,6 +57,8 @@ class Lock:
         on_wait: Called once with the holder's line when the lock is taken by another (to say that it waits).
         sleep: Pause between tries.
         clock: Monotonic seconds (the wait's deadline).
+        children: Whether the Slurm tools this process runs while holding it inherit it (:func:`held_fds`): the
+            writer's lock, so that it lasts until the last change a dead writer started has landed.
     """
 
     def __init__(
@@ -68,6 +70,7 @@ class Lock:
         on_wait: Callable[[str], None] | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        children: bool = False,
     ) -> None:
         self.path = Path(path)
         self.what = what
@@ -75,6 +78,7 @@ class Lock:
         self.on_wait = on_wait
         self.sleep = sleep
         self.clock = clock
+        self.children = children
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -113,7 +117,8 @@ class Lock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()}, {self.what}, since {_iso(time.time())}\n".encode(), 0)
         self._fd = fd
-        _HELD.add(fd)
+        if self.children:
+            _HELD.add(fd)
 
     def release(self) -> None:
         """Let the lock go (the file stays; its line is cleared)."""

@@ -134,7 +134,9 @@ def _cycle(
     snap = snapshot_module.take(client, config, now, slot_start)
     for app, seen in sorted(readings.items()):  # more than the cluster holds is read as all of it, and said
         if seen > snap.scenario.gpus:
-            read_notes.append(f"{app}: observed {seen} GPUs, more than the cluster's {snap.scenario.gpus}: read as those")
+            read_notes.append(
+                f"{app}: observed {seen} GPUs, more than the cluster's {snap.scenario.gpus}: read as those"
+            )
             readings[app] = snap.scenario.gpus
     t_snap = time.perf_counter()
     live: dict[str, Any] = {}
