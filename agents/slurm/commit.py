@@ -18,7 +18,8 @@ is left alone, as the snapshot leaves it.
 **The order** never lets Slurm start something unplanned, and never takes an app
 below its plan:
 
-1. hold every owned pending job that the plan does not start now;
+1. hold every owned pending job that the plan does not start now, and every owned
+   pending job the snapshot set outside the plan (never left released for Slurm);
 2. the apps' reservations that shrink (their GPUs go to the jobs that start now),
    then those that grow or are renewed (:func:`reserve`);
 3. for each job that starts now: restrict it to its planned nodes (``NodeList``)
@@ -33,8 +34,10 @@ keep exactly that many GPUs free for the app. Slurm refuses to change a core
 reservation's size or nodes in place ("Core-based reservation can not be
 updated"), so an app's capacity on a node may be several reservations,
 ``gpualloc-<app>.<node>``, ``gpualloc-<app>.<node>~2``, ...: it grows by a new one
-beside the old, and shrinks by deleting whole ones, so that it never drops below
-the plan in between (:func:`reserve` says when it cannot). A reservation's end is
+beside the old, and shrinks by deleting whole ones (on a full node after one of the
+plan's size is made over its own cores, ``Flags=OVERLAP``), so that it never drops
+below the plan in between; where it cannot shrink, it keeps more and the jobs planned
+on that node wait (:attr:`Commit.above_plan`). A reservation's end is
 moved in place when less than a slot is left.
 
 **Changes that cannot be repeated** (release, create and delete a reservation) are
