@@ -98,6 +98,30 @@ def test_the_parser_reads_sacct_and_reports_an_unreadable_job_by_id(tmp_path: Pa
     assert (cancelled.released, cancelled.gpus, cancelled.started, cancelled.ended) == (D1 + 2 * H, 4, None, None)
 
 
+def test_a_recorded_answer_of_slurm_22_05() -> None:
+    """tests/data/slurm/22.05-sacct.json: a job with type and worth in its comment, a held job released two seconds
+    later, and a held job cancelled while pending (start = end = the cancel, no allocation: never started)."""
+    data = json.loads((Path(__file__).parent / "data" / "slurm" / "22.05-sacct.json").read_text())
+    jobs, unread = read_sacct(data)
+    assert unread == []
+    got = {j.id: (j.state, j.gpus, j.comment, j.limit, j.started is not None, j.ended is not None) for j in jobs}
+    assert got == {
+        "1": ("COMPLETED", 2, "type=training priority=3", 2, True, True),
+        "2": ("COMPLETED", 1, "", 1, True, True),
+        "3": ("CANCELLED", 3, "", 5, False, False),
+    }
+    held = jobs[1]
+    assert held.released == held.eligible and held.eligible > held.submitted
+    assert jobs[2].released == jobs[2].submitted  # never eligible: its submit time
+
+
+def test_an_answer_that_reports_an_error_is_unreadable() -> None:
+    from agents.slurm.errors import UnreadableError
+
+    with pytest.raises(UnreadableError, match="reports an error: Unable to connect"):
+        read_sacct({"jobs": [], "errors": [{"error": "Unable to connect to database"}]})
+
+
 def test_jobs_go_to_the_day_of_their_release_with_slots_from_that_day(tmp_path: Path) -> None:
     _, _, _, records, problems = _days(tmp_path)
     assert [r.name for r in records] == ["2026-12-01", "2026-12-02"]

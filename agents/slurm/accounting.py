@@ -86,11 +86,16 @@ def read_sacct(data: Any, gres: str = "gpu") -> tuple[list[AccountedJob], list[s
         gres: The gres name of a GPU (``slurm.gres``).
 
     Raises:
-        UnreadableError: Not a sacct answer (no ``jobs`` list).
+        UnreadableError: Not a sacct answer (no ``jobs`` list), or one that reports an error.
     """
     jobs = data.get("jobs") if isinstance(data, Mapping) else None
     if not isinstance(jobs, list):
         raise UnreadableError("sacct --json: no 'jobs' list in the answer")
+    errors = data.get("errors")
+    if isinstance(errors, list) and errors:
+        first = errors[0]
+        why = first.get("error") or first.get("description") if isinstance(first, Mapping) else first
+        raise UnreadableError(f"sacct --json: it reports an error: {why}")
     out, bad = [], []
     for i, raw in enumerate(jobs):
         jid = raw.get("job_id") if isinstance(raw, Mapping) else None
