@@ -737,7 +737,7 @@ COMMANDS: list[Command] = [
     Command("simulate", "simulate the rolling horizon under forecast error", _simulate_arguments, _simulate),
     Command("from-trace", "build a scenario from the public traces", _from_trace_arguments, _from_trace),
     Command("convert-2kp", "turn a 2D-knapsack instance into a scenario", _convert_2kp_arguments, _convert_2kp),
-    Command("slurm", "drive a Slurm cluster: snapshot, cycle (plan, commit now), run", _slurm_arguments, _slurm),
+    Command("slurm", "drive a Slurm cluster: snapshot, cycle (plan, commit), run, history", _slurm_arguments, _slurm),
     Command("serve", "run the allocator as an HTTP service with a what-if page", _serve_arguments, _serve),
     Command(
         "warm-up", "compile the learned planner's decoder now, so no first plan waits", _warm_up_arguments, _warm_up

@@ -1,9 +1,13 @@
-"""``gpualloc slurm snapshot | cycle | run``: the allocator driving a real Slurm (docs/slurm.md).
+"""``gpualloc slurm snapshot | cycle | run | history``: the allocator driving a real Slurm (docs/slurm.md).
 
     gpualloc slurm snapshot --config slurm.yaml -o now.yaml
     gpualloc slurm cycle --config slurm.yaml --dry-run -o plan.png
     gpualloc slurm cycle --config slurm.yaml --scheduler greedy
     gpualloc slurm run --config slurm.yaml --every 60 --poll 5 --log cycles.jsonl
+    gpualloc slurm history --config slurm.yaml --since 2026-11-01 -o past/
+
+``history`` writes past days from Slurm's job accounting (``sacct``, :mod:`agents.slurm.accounting`) as the
+day files that ``slurm.history_dir`` and ``--history`` read, for a cluster that ran without the allocator.
 
 ``cycle`` and ``run`` plan with the live planner of ``gpualloc simulate`` (``anticipate``) unless
 ``--scheduler`` names another: the day's clock, the demand observed, and the past days recorded in
@@ -140,6 +144,47 @@ def arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--cycles", type=int, metavar="N", help="stop after N cycles (default: run until stopped)")
     r.add_argument("--log", type=Path, metavar="FILE", help="append every cycle's lines here (JSON lines)")
     add_plan_options(r)
+
+    h = sub.add_parser(
+        "history",
+        help="write past days from Slurm's job accounting (sacct) as day files for --history / slurm.history_dir",
+        description="Build past days of a cluster that ran without the allocator from Slurm's job accounting "
+        "(sacct --json; needs slurmdbd): one <day>.yaml per day of the configuration's day clock that overlaps "
+        "--since..--until and is over, each job on the day its release (eligible, else submit time) falls in. "
+        "The job completion log (jobcomp/filetxt) is not used: it records no --comment, and no GPUs without "
+        "slurmdbd. The apps' demand is not in accounting: a day's apps get the configured forecast. A job that "
+        "cannot be read is reported on stderr with its id and left out.",
+    )
+    common(h)
+    h.add_argument(
+        "--since", required=True, type=_moment, metavar="DATE", help="first day: YYYY-MM-DD or an ISO time (UTC)"
+    )
+    h.add_argument(
+        "--until", type=_moment, default=None, metavar="DATE", help="end, exclusive: YYYY-MM-DD or an ISO time (UTC; "
+        "default now)"
+    )  # fmt: skip
+    h.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="folder of the day files")
+    h.add_argument(
+        "--gpus",
+        type=int,
+        default=None,
+        metavar="G",
+        help="the cluster's GPUs (default: read from Slurm now, as the snapshot reads the nodes); nodes of "
+        "slurm.node_size GPUs, or one node of G",
+    )
+
+
+def _moment(text: str) -> float:
+    """Argparse type: ``YYYY-MM-DD`` or an ISO date and time (UTC unless it names an offset), as epoch seconds."""
+    import datetime as dt
+
+    try:
+        when = dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected YYYY-MM-DD or an ISO date and time, got {text!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return when.timestamp()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -375,4 +420,85 @@ def draw(result: Any, path: Path) -> None:
     render.save_figure(ax.figure, path)
 
 
-_COMMANDS = {"snapshot": _snapshot, "cycle": _cycle, "run": _run}
+def _history(args: argparse.Namespace) -> int:
+    """``gpualloc slurm history``: past days from ``sacct --json`` (:mod:`agents.slurm.accounting`)."""
+    import time
+
+    from agents.slurm import accounting
+    from agents.slurm.clock import DayClock
+    from agents.slurm.errors import BadInputError, CommandError, UnreadableError
+    from agents.slurm.record import History
+    from gpu_env.scenario import save_scenario
+
+    now = time.time()
+    until = now if args.until is None else args.until
+    if until <= args.since:
+        raise BadInputError("--until: must be after --since")
+    if args.output.exists() and not args.output.is_dir():
+        raise BadInputError(f"{args.output}: -o: not a folder")
+    if args.gpus is not None and args.gpus < 1:
+        raise BadInputError(f"--gpus: expected an integer >= 1, got {args.gpus}")
+    config, client = _setup(args)
+    clock = DayClock.of(config)
+    days = accounting.day_starts(clock, args.since, until)
+    over = [d for d in days if d + clock.day_seconds <= now]
+    for d in days[len(over) :]:
+        print(f"gpualloc slurm: day {clock.day_name(d)} is not over yet: left out", file=sys.stderr)
+    if not over:
+        raise BadInputError("--since/--until: no day of the day clock in that window is over yet")
+    try:
+        if args.gpus is not None:
+            gpus, node_size = args.gpus, config.node_size or args.gpus
+        else:
+            gpus, node_size = _cluster_size(config, client)
+        window = [_local(over[0]), _local(over[-1] + clock.day_seconds)]
+        text = client.call(["sacct", "--json", "-a", "-X", "-s", accounting.SACCT_STATES, "-S", window[0],
+                            "-E", window[1]])  # fmt: skip
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UnreadableError(f"sacct --json: not JSON ({exc.msg} at line {exc.lineno})") from None
+        jobs, unread = accounting.read_sacct(data, config.gres)
+    except (CommandError, UnreadableError) as exc:
+        raise BadInputError(f"Slurm: {exc} (nothing written)") from None
+    problems: dict[str, list[str]] = {}
+    records = accounting.past_days(config, jobs, over, gpus, node_size, problems)
+    _print_notes([*unread, *problems.pop("", [])])
+    history = History(args.output)
+    written = bad = 0
+    for record in records:
+        lines = problems.get(record.name, [])
+        scenario = record.to_scenario(lines)
+        _print_notes(lines)
+        path = history.day_file(record.name)
+        save_scenario(scenario, path)  # whole or not at all (gpu_env.files)
+        written += len(scenario.jobs)
+        bad += len(lines)
+        print(f"day {record.name}: {path} ({len(scenario.jobs)} jobs, {len(lines)} bad records)")
+    bad += len(unread)
+    print(
+        f"slurm history: {len(records)} days, {written} jobs from sacct, {bad} bad records -> {args.output} "
+        f"({gpus} GPUs in nodes of {node_size}; apps: the configured forecast, accounting holds no demand)"
+    )
+    return 0
+
+
+def _local(epoch: float) -> str:
+    """A moment as sacct reads ``-S``/``-E``: the machine's local time, to the second."""
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(math.floor(epoch)))
+
+
+def _cluster_size(config: Any, client: Any) -> tuple[int, int]:
+    """The cluster's GPUs and GPUs per node now, as the snapshot reads the nodes."""
+    from agents.slurm.errors import BadInputError
+    from agents.slurm.snapshot import usable_nodes
+
+    counts, size = usable_nodes(config, client.nodes(), [])
+    if not counts:
+        raise BadInputError("no usable GPU node in Slurm now: give the cluster's size with --gpus")
+    return len(counts) * size, size
+
+
+_COMMANDS = {"snapshot": _snapshot, "cycle": _cycle, "run": _run, "history": _history}

@@ -12,6 +12,13 @@ context manager so that a failure inside still stops the cluster::
 
 Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (22.05 tested);
 :func:`missing_tools` says what is absent.
+
+With ``accounting=True`` the cluster also keeps Slurm's job accounting, read with ``sacct``: a MariaDB
+server (its data folder, socket and a TCP port on 127.0.0.1 under ``root``) and slurmdbd start before
+slurmctld, the cluster is added to the database with ``sacctmgr``, and slurm.conf stores jobs there with
+their GPUs (``AccountingStorageTRES=gres/gpu``) and comments (``AccountingStoreFlags=job_comment``). Needs
+also ``slurmdbd mariadb-server slurm-wlm-mysql-plugin`` (:data:`ACCOUNTING_TOOLS`); a job's record lands in
+the database 1-3 s after it ends.
 """
 
 from __future__ import annotations
@@ -30,28 +37,48 @@ INSTALL_HINT = (
     "slurmctld slurmd slurm-client munge"
 )
 TOOLS = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scontrol", "scancel")
+ACCOUNTING_HINT = (
+    "as root: apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+    "slurmdbd mariadb-server slurm-wlm-mysql-plugin"
+)
+ACCOUNTING_TOOLS = ("mariadbd", "mariadb-install-db", "mariadb", "slurmdbd", "sacct", "sacctmgr")
+DB_PASSWORD = "gpualloc-test"  # the slurm user of the throw-away database, reachable only on 127.0.0.1
 COMMAND_TIMEOUT = 60.0  # seconds: every call of a Slurm tool here is a hang guard, never a speed assertion
 START_DEADLINE = 120.0  # seconds to wait for idle nodes (about 1 s when it works)
+
+
+_STOPPED_LAST = ("slurmdbd", "mariadbd", "munged")  # stopped by a signal, in this order, after Slurm's shutdown
 
 
 class ClusterStartError(RuntimeError):
     """The local cluster did not come up; the message carries the tail of its logs."""
 
 
-def missing_tools() -> list[str]:
-    """Tools of :data:`TOOLS` not on PATH (also /usr/sbin), plus ``root`` when not running as root."""
+def missing_tools(*, accounting: bool = False) -> list[str]:
+    """Tools of :data:`TOOLS` not on PATH (also /usr/sbin), plus ``root`` when not running as root.
+
+    Args:
+        accounting: Also the tools of :data:`ACCOUNTING_TOOLS` (and slurmdbd's MySQL plugin).
+    """
     path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin" + os.pathsep + "/sbin"
-    missing = [tool for tool in TOOLS if shutil.which(tool, path=path) is None]
+    tools = TOOLS + ACCOUNTING_TOOLS if accounting else TOOLS
+    missing = [tool for tool in tools if shutil.which(tool, path=path) is None]
+    if accounting and not any(Path(d).glob("**/accounting_storage_mysql.so") for d in _PLUGIN_DIRS if Path(d).is_dir()):
+        missing.append("slurm-wlm-mysql-plugin")
     if os.geteuid() != 0:
         missing.append("root")
     return missing
+
+
+_PLUGIN_DIRS = ("/usr/lib/x86_64-linux-gnu/slurm-wlm", "/usr/lib/aarch64-linux-gnu/slurm-wlm", "/usr/lib/slurm-wlm")
 
 
 def _tool(name: str) -> str:
     path = os.environ.get("PATH", "") + os.pathsep + "/usr/sbin" + os.pathsep + "/sbin"
     found = shutil.which(name, path=path)
     if found is None:
-        raise ClusterStartError(f"{name} is not installed ({INSTALL_HINT})")
+        hint = ACCOUNTING_HINT if name in ACCOUNTING_TOOLS else INSTALL_HINT
+        raise ClusterStartError(f"{name} is not installed ({hint})")
     return found
 
 
@@ -90,6 +117,7 @@ class LocalCluster:
         partitions: Extra partitions over all nodes besides the default ``gpu``.
         slurm_conf_extra: Lines appended to slurm.conf.
         timeout: Seconds every Slurm command and every wait for the daemons may take (a hang guard).
+        accounting: Keep job accounting in a MariaDB through slurmdbd (module docstring).
     """
 
     root: Path
@@ -98,6 +126,9 @@ class LocalCluster:
     partitions: Sequence[str] = ("batch",)
     slurm_conf_extra: Sequence[str] = ()
     timeout: float = COMMAND_TIMEOUT
+    accounting: bool = False
+    _dbd_port: int = 0
+    _db_port: int = 0
     pids: dict[str, int] = field(default_factory=dict)
     _procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
@@ -136,7 +167,8 @@ class LocalCluster:
             dev = r / "dev" / f"nvidia{i}"
             if not dev.exists():
                 os.mknod(dev, 0o600 | 0o020000, os.makedev(195, i))
-        base = _free_port_base(self.nodes)
+        base = _free_port_base(self.nodes + 2 if self.accounting else self.nodes)
+        self._dbd_port, self._db_port = base + self.nodes + 1, base + self.nodes + 2
         names = self.node_names
         last = f"{self.nodes:02d}"
         lines = [
@@ -157,7 +189,18 @@ class LocalCluster:
             "ProctrackType=proctrack/linuxproc",
             "TaskPlugin=task/none",
             "JobAcctGatherType=jobacct_gather/none",
-            "AccountingStorageType=accounting_storage/none",
+            *(
+                [
+                    "AccountingStorageType=accounting_storage/slurmdbd",
+                    "AccountingStorageHost=localhost",
+                    f"AccountingStoragePort={self._dbd_port}",
+                    f"AccountingStoragePass={r}/munge/munge.socket.2",  # else the default munge socket: auth errors
+                    "AccountingStorageTRES=gres/gpu",
+                    "AccountingStoreFlags=job_comment",  # else sacct's comment is empty
+                ]
+                if self.accounting
+                else ["AccountingStorageType=accounting_storage/none"]
+            ),
             "JobCompType=jobcomp/none",
             "SelectType=select/cons_tres",
             "SelectTypeParameters=CR_Core_Memory",
@@ -219,11 +262,72 @@ class LocalCluster:
             ],
         )
         self._wait_for(lambda: (r / "munge" / "munge.socket.2").exists(), "munged's socket")
+        if self.accounting:
+            self._start_accounting()
         self.start_controller(clean=True)
         for name in self.node_names:
             self._spawn(f"slurmd-{name}", [_tool("slurmd"), "-D", "-N", name, "-f", str(self.conf)])
         self.wait_idle()
         return self
+
+    def _start_accounting(self) -> None:
+        """MariaDB on 127.0.0.1 and its own socket, its ``slurm`` user, slurmdbd, and this cluster in its database."""
+        r = self.root
+        data, sock = r / "mysql", r / "run" / "mysqld.sock"
+        if not (data / "mysql").is_dir():
+            data.mkdir(parents=True, exist_ok=True)
+            with open(r / "log" / "mariadb-install.log", "ab") as log:
+                subprocess.run(
+                    [_tool("mariadb-install-db"), "--no-defaults", "--user=root", f"--datadir={data}",
+                     "--auth-root-authentication-method=socket", "--skip-test-db"],
+                    check=True, stdout=log, stderr=subprocess.STDOUT, timeout=max(START_DEADLINE, self.timeout),
+                )  # fmt: skip
+        self._spawn(
+            "mariadbd",
+            [_tool("mariadbd"), "--no-defaults", "--user=root", f"--datadir={data}", f"--socket={sock}",
+             f"--pid-file={r}/run/mysqld.pid", "--bind-address=127.0.0.1", f"--port={self._db_port}",
+             "--skip-name-resolve", f"--log-error={r}/log/mariadb.log"],
+        )  # fmt: skip
+        self._wait_for(sock.exists, "MariaDB's socket")
+        grant = (
+            f"CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '{DB_PASSWORD}'; "
+            "GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+        )
+        self._wait_for(
+            lambda: subprocess.run(
+                [_tool("mariadb"), "--no-defaults", "-S", str(sock), "-u", "root", "-e", grant],
+                capture_output=True, timeout=self.timeout,
+            ).returncode == 0,
+            "MariaDB's slurm user",
+        )  # fmt: skip
+        dbd = r / "etc" / "slurmdbd.conf"  # beside slurm.conf, where slurmdbd looks; mode 600 or it refuses
+        dbd.write_text(
+            "\n".join(
+                [
+                    "AuthType=auth/munge",
+                    f"AuthInfo=socket={r}/munge/munge.socket.2",
+                    "DbdHost=localhost",
+                    f"DbdPort={self._dbd_port}",
+                    "SlurmUser=root",
+                    f"LogFile={r}/log/slurmdbd.log",
+                    f"PidFile={r}/run/slurmdbd.pid",
+                    "StorageType=accounting_storage/mysql",
+                    "StorageHost=127.0.0.1",
+                    f"StoragePort={self._db_port}",
+                    "StorageUser=slurm",
+                    f"StoragePass={DB_PASSWORD}",
+                    "StorageLoc=slurm_acct_db",
+                ]
+            )
+            + "\n"
+        )
+        dbd.chmod(0o600)
+        self._spawn("slurmdbd", [_tool("slurmdbd"), "-D"])
+        self._wait_for(lambda: self.run("sacctmgr", "-n", "list", "cluster", check=False).returncode == 0, "slurmdbd")
+        # the cluster must be in the database before slurmctld's first start, else slurmctld stops
+        known = self.run("sacctmgr", "-n", "-P", "list", "cluster", "format=cluster").stdout.split()
+        if "gpualloc-test" not in known:
+            self.run("sacctmgr", "-i", "add", "cluster", "gpualloc-test")
 
     def start_controller(self, *, clean: bool = False) -> None:
         """Start slurmctld (``clean``: with ``-i``, ignoring saved state, the first start only)."""
@@ -288,15 +392,15 @@ class LocalCluster:
         if "slurmctld" in self._procs and self._procs["slurmctld"].poll() is None:
             self.run("scancel", "--full", "-u", "root", check=False)
             self.scontrol("shutdown", check=False)
-        for key in [k for k in self._procs if k != "munged"]:
+        for key in [k for k in self._procs if k not in _STOPPED_LAST]:
             self._reap(key)
         # Job steps are children of slurmstepd, itself a child of slurmd: none may outlive the cluster.
         self._kill_strays()
-        if "munged" in self._procs:
-            proc = self._procs["munged"]
-            if proc.poll() is None:
+        for key in _STOPPED_LAST:  # slurmdbd after slurmctld (its last records), the database after slurmdbd
+            proc = self._procs.get(key)
+            if proc is not None and proc.poll() is None:
                 proc.terminate()
-            self._reap("munged")
+            self._reap(key)
 
     def _kill_strays(self) -> None:
         """Kill slurmstepd processes whose configuration is this cluster's (found by the spool path in /proc)."""

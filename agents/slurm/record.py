@@ -21,6 +21,9 @@ the format is reported with its id and left out of the day.
 
 The file is written whole to a temporary name and renamed, so a cycle that dies leaves the last
 complete record.
+
+For the days before the allocator ran, ``gpualloc slurm history`` fills these records from Slurm's job
+accounting instead (:mod:`agents.slurm.accounting`) and writes them with the same :meth:`DayRecord.to_scenario`.
 """
 
 from __future__ import annotations
