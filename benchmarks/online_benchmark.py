@@ -95,9 +95,11 @@ LIVE: dict[str, tuple[bool, str, str]] = {
     "anticipate-nohist": (False, "corrector", "anticipate"),
     "anticipate-histfc": (True, "history", "anticipate"),
     "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
+    "live-ppo": (False, "corrector", "live-ppo"),
 }
 """The live planner's variants: name -> (fitted from the history, its demand forecast, the live planner's name:
-the expectation rule, or the consensus vote it replaced)."""
+the expectation rule, or the consensus vote it replaced; ``live-ppo`` reads no history at run time: its training
+days were the families' past, GpuClusterLive-v0's seeds)."""
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
 """The information limit: each live variant told the actual demand of the whole day (``--oracle``), name -> the
 variant. Its forecaster is :class:`ActualDemand`; ``anticipate-histfc-oracle`` differs from ``anticipate-oracle``

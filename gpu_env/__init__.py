@@ -37,3 +37,7 @@ if "GpuCluster-v0" not in _gymnasium.registry:
         entry_point="gpu_env.list_env:make_env",
         vector_entry_point="gpu_env.batch.vector_env:GpuClusterVectorEnv",
     )
+# One day played live, a slot a step (agents.rolling.live_env; docs/environment.md, "The live day"): the rules
+# and the objective are gpu_env's, the live loop and its base planner the allocator's.
+if "GpuClusterLive-v0" not in _gymnasium.registry:
+    _gymnasium.register(id="GpuClusterLive-v0", entry_point="agents.rolling.live_env:GpuClusterLiveEnv")

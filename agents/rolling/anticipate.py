@@ -86,9 +86,10 @@ LIVE_FORECAST = Corrector()
 """The live planner's demand forecast: the day's forecast corrected as rolling does (:class:`Corrector`'s
 defaults, no prior), so that its base decision is rolling greedy's; the uncertainty the history shows is
 drawn into the futures (:class:`DemandModel`) and hedged by the expectation rule (docs/rolling.md)."""
-LIVE_PLANNERS = ("anticipate", "anticipate-ppo", "anticipate-consensus")
+LIVE_PLANNERS = ("anticipate", "anticipate-ppo", "anticipate-consensus", "live-ppo")
 """The live planners by name: expectation over sampled futures with greedy, or with ppo, as the base planner;
-the consensus vote with greedy."""
+the consensus vote with greedy; ``live-ppo``, the slot decisions of a policy trained by PPO on
+GpuClusterLive-v0 (:mod:`agents.rolling.live_ppo`)."""
 
 
 @dataclass(frozen=True)
@@ -526,6 +527,10 @@ def live_planner(
     """
     if name not in LIVE_PLANNERS:
         raise ValueError(f"unknown live planner {name!r} (expected one of: {', '.join(LIVE_PLANNERS)})")
+    if name == "live-ppo":  # the policy trained by PPO on GpuClusterLive-v0 (its training days were its history)
+        from agents.rolling.live_ppo import LivePPOPlanner
+
+        return LivePPOPlanner.load()  # type: ignore[return-value]
     large = day is not None and day.gpus >= LARGE_CLUSTER
     base = "ppo" if name == "anticipate-ppo" or large else "greedy"
     if large:

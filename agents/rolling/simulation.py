@@ -232,109 +232,186 @@ def rolling(
     """
     if replan_every < 1:
         raise ValueError(f"replan_every must be a positive integer, got {replan_every}")
-    if reveal not in tuple(Reveal):
-        raise ValueError(f"reveal must be 'release' or 'all', got {reveal!r}")
-    reveal = Reveal(reveal)
-    corrector = corrector or getattr(scheduler, "forecaster", None) or Corrector()
     name = scheduler if isinstance(scheduler, str) else scheduler.name
-    runtime = {job.id: job.duration for job in scenario.jobs}
-    for job_id, r in (runtimes or {}).items():
-        if job_id in runtime:
-            if not 1 <= r <= runtime[job_id]:
-                raise ValueError(f"runtimes[{job_id!r}]: expected 1..{runtime[job_id]} (its limit), got {r}")
-            runtime[job_id] = int(r)
-    T, G = scenario.slots, scenario.gpus
-    apps = scenario.apps
-    forecast = scenario.demand
-    real = actual.demand
-    # job id -> (start, gpus), committed; inherited jobs hold their GPUs from slot 0
-    started: dict[str, tuple[int, tuple[int, ...]]] = {
-        job.id: (0, job.running_on) for job in scenario.jobs if job.running_on is not None
-    }
-    curves = np.zeros((len(apps), T), dtype=np.int64)
-    planned_starts: dict[str, tuple[int, tuple[int, ...]]] = {}  # from the latest plan, absolute slots
-    planned_curves = np.zeros((len(apps), T), dtype=np.int64)
-    seen = np.zeros((len(apps), T), dtype=np.int64)  # forecast of each slot as the planner saw it
-    records: list[SlotRecord] = []
-    times: list[float] = []
+    day = LiveDay(
+        scenario,
+        actual,
+        corrector=corrector or getattr(scheduler, "forecaster", None),
+        reveal=reveal,
+        runtimes=runtimes,
+        replan_every=replan_every,
+    )
+    while not day.done:
+        if not day.replans:
+            day.commit(None)
+            continue
+        state, ran = day.state()
+        began = time.perf_counter()
+        if isinstance(scheduler, str):
+            decision = decide(state, scheduler, options)
+        else:
+            decision = scheduler.decide(state, day.t, ran, options)
+        solve_ms = (time.perf_counter() - began) * 1000.0
+        if check:
+            problems = validate(decision.scenario, decision.plan)
+            if problems:
+                raise RollingError(
+                    f"{name} at slot {day.t}: the plan breaks the rules for the state it was given: {problems[0]}"
+                )
+        day.commit(decision, solve_ms)
+    return day.result(name)
 
-    for t in range(T):
-        solve_ms = 0.0
+
+class LiveDay:
+    """One day played live, slot by slot: what :func:`rolling` runs, and what an environment steps.
+
+    At each slot ``t``: :meth:`state` is the cluster as a live system sees it (the jobs released so far,
+    the running ones with the slots they have run, each app's forecast corrected by the demand observed
+    before ``t``); :meth:`commit` commits slot ``t`` of a decision made for it (the jobs it starts now and
+    each app's GPUs now; between re-plans, ``None`` follows the latest plan) and moves to ``t + 1``.
+    :meth:`result` is the executed day, scored against ``actual``.
+
+    Args:
+        scenario: The day; its demand is the forecast.
+        actual: The day with the actual demand (:func:`realized_day`).
+        corrector: How observed demand corrects the forecast (default :class:`Corrector`).
+        reveal: When a job becomes known (:class:`Reveal`).
+        runtimes: Each job's actual runtime in slots (at most its limit; default: the limit).
+        replan_every: Re-plan every K slots, and at every slot where a job ended before its limit.
+    """
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        actual: Scenario,
+        *,
+        corrector: Corrector | Forecaster | None = None,
+        reveal: Reveal | str = Reveal.RELEASE,
+        runtimes: Mapping[str, int] | None = None,
+        replan_every: int = 1,
+    ) -> None:
+        if reveal not in tuple(Reveal):
+            raise ValueError(f"reveal must be 'release' or 'all', got {reveal!r}")
+        self.scenario = scenario
+        self.actual = actual
+        self.corrector = corrector or Corrector()
+        self.reveal = Reveal(reveal)
+        self.replan_every = replan_every
+        self.runtime = {job.id: job.duration for job in scenario.jobs}
+        for job_id, r in (runtimes or {}).items():
+            if job_id in self.runtime:
+                if not 1 <= r <= self.runtime[job_id]:
+                    raise ValueError(f"runtimes[{job_id!r}]: expected 1..{self.runtime[job_id]} (its limit), got {r}")
+                self.runtime[job_id] = int(r)
+        self.t = 0
+        apps = len(scenario.apps)
+        T = scenario.slots
+        # job id -> (start, gpus), committed; inherited jobs hold their GPUs from slot 0
+        self.started: dict[str, tuple[int, tuple[int, ...]]] = {
+            job.id: (0, job.running_on) for job in scenario.jobs if job.running_on is not None
+        }
+        self.curves = np.zeros((apps, T), dtype=np.int64)
+        self.planned_starts: dict[str, tuple[int, tuple[int, ...]]] = {}  # from the latest plan, absolute slots
+        self.planned_curves = np.zeros((apps, T), dtype=np.int64)
+        self.seen = np.zeros((apps, T), dtype=np.int64)  # forecast of each slot as the planner saw it
+        self.records: list[SlotRecord] = []
+        self.times: list[float] = []
+        self._ahead: np.ndarray | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether every slot of the day is committed."""
+        return self.t >= self.scenario.slots
+
+    @property
+    def replans(self) -> bool:
+        """Whether slot ``t`` is planned afresh: every ``replan_every`` slots, and where a job ended early."""
+        t = self.t
         ended_early = any(
-            start + runtime[job_id] == t and runtime[job_id] < _limit(scenario, job_id)
-            for job_id, (start, _) in started.items()
+            start + self.runtime[job_id] == t and self.runtime[job_id] < _limit(self.scenario, job_id)
+            for job_id, (start, _) in self.started.items()
         )
-        replanned = t % replan_every == 0 or ended_early
-        if replanned:
-            # Only the demand observed before now: the planner at slot t never reads slot t or later.
-            observed = real[:, :t]
-            ahead = corrector.forecast(forecast, observed, t, G)
-            state = state_at(scenario, t, started, curves, ahead, reveal, runtime)
-            state = replace(
-                state,
-                error_level=_error_level(forecast, observed, t),
-                day_forecast=tuple(tuple(int(x) for x in row) for row in forecast),
-                observed=tuple(tuple(int(x) for x in row) for row in observed),
-            )
-            if isinstance(scheduler, str):
-                began = time.perf_counter()
-                decision = decide(state, scheduler, options)
-                elapsed_ms = (time.perf_counter() - began) * 1000.0
-            else:
-                ran = {job_id: t - start for job_id, (start, _) in started.items()}
-                began = time.perf_counter()
-                decision = scheduler.decide(state, t, ran, options)
-                elapsed_ms = (time.perf_counter() - began) * 1000.0
-            solve_ms = elapsed_ms
-            if check:
-                problems = validate(decision.scenario, decision.plan)
-                if problems:
-                    raise RollingError(
-                        f"{name} at slot {t}: the plan breaks the rules for the state it was given: {problems[0]}"
-                    )
-            times.append(solve_ms)
+        return t % self.replan_every == 0 or ended_early
+
+    def state(self) -> tuple[ClusterState, dict[str, int]]:
+        """The cluster at the start of slot ``t`` as a live system sees it, and the slots each running job has run.
+
+        Only the demand observed before ``t`` is read: the planner at slot ``t`` never reads slot ``t`` or later.
+        """
+        t = self.t
+        scenario = self.scenario
+        observed = self.actual.demand[:, :t]
+        ahead = self.corrector.forecast(scenario.demand, observed, t, scenario.gpus)
+        self._ahead = ahead
+        state = state_at(scenario, t, self.started, self.curves, ahead, self.reveal, self.runtime)
+        state = replace(
+            state,
+            error_level=_error_level(scenario.demand, observed, t),
+            day_forecast=tuple(tuple(int(x) for x in row) for row in scenario.demand),
+            observed=tuple(tuple(int(x) for x in row) for row in observed),
+        )
+        return state, {job_id: t - start for job_id, (start, _) in self.started.items()}
+
+    def commit(self, decision: Decision | None, solve_ms: float = 0.0) -> SlotRecord:
+        """Commit slot ``t``: the decision made for it (None: the latest plan's), then move to ``t + 1``."""
+        t = self.t
+        scenario = self.scenario
+        T = scenario.slots
+        replanned = decision is not None
+        if decision is not None:
+            self.times.append(solve_ms)
             running_now = {j.id for j in decision.scenario.jobs if j.running_on is not None}
-            planned_starts = {
+            self.planned_starts = {
                 p.job: (t + p.start, tuple(p.gpus)) for p in decision.plan.placements if p.job not in running_now
             }
-            for i, app in enumerate(apps):
-                planned_curves[i, t:] = decision.plan.curve(app.name, T - t)
-            seen[:, t:] = ahead
-        # Commit slot t: the jobs the latest plan starts now, and each app's allocation now.
+            for i, app in enumerate(scenario.apps):
+                self.planned_curves[i, t:] = decision.plan.curve(app.name, T - t)
+            if self._ahead is not None:
+                self.seen[:, t:] = self._ahead
         now_started = []
-        for job_id, (start, gpus) in sorted(planned_starts.items(), key=lambda kv: scenario.job_index(kv[0])):
-            if start == t and job_id not in started:
-                started[job_id] = (t, gpus)
+        for job_id, (start, gpus) in sorted(self.planned_starts.items(), key=lambda kv: scenario.job_index(kv[0])):
+            if start == t and job_id not in self.started:
+                self.started[job_id] = (t, gpus)
                 now_started.append(Placement(job_id, t, gpus))
-        curves[:, t] = planned_curves[:, t]
+        self.curves[:, t] = self.planned_curves[:, t]
         running = tuple(
             job.id
             for job in scenario.jobs
-            if job.id in started and started[job.id][0] <= t < started[job.id][0] + runtime[job.id]
+            if job.id in self.started and self.started[job.id][0] <= t < self.started[job.id][0] + self.runtime[job.id]
         )
-        records.append(
-            SlotRecord(
-                slot=t,
-                replanned=replanned,
-                started=tuple(now_started),
-                running=running,
-                app_gpus={app.name: int(curves[i, t]) for i, app in enumerate(apps)},
-                forecast={app.name: int(seen[i, t]) for i, app in enumerate(apps)},
-                actual={app.name: int(real[i, t]) for i, app in enumerate(apps)},  # the record, after the decision
-                solve_ms=solve_ms,
-            )
+        real = self.actual.demand
+        record = SlotRecord(
+            slot=t,
+            replanned=replanned,
+            started=tuple(now_started),
+            running=running,
+            app_gpus={app.name: int(self.curves[i, t]) for i, app in enumerate(scenario.apps)},
+            forecast={app.name: int(self.seen[i, t]) for i, app in enumerate(scenario.apps)},
+            actual={app.name: int(real[i, t]) for i, app in enumerate(scenario.apps)},  # the record, after the decision
+            solve_ms=solve_ms if replanned else 0.0,
         )
+        self.records.append(record)
+        self._ahead = None
+        self.t += 1
+        return record
 
-    placements = [
-        Placement(job.id, started[job.id][0], started[job.id][1]) for job in scenario.jobs if job.id in started
-    ]
-    placements.sort(key=lambda p: (p.start, scenario.job_index(p.job)))
-    curves_by_app = {app.name: [int(x) for x in curves[i]] for i, app in enumerate(apps)}
-    executed = Plan(actual.name, f"{name}/rolling", placements, curves_by_app)
-    executed.solve_ms = float(sum(times))
-    metrics = compute_metrics(actual, executed)
-    executed.metrics = metrics
-    return Simulation("rolling", name, scenario, actual, executed, metrics, records, len(times), times)
+    def result(self, name: str) -> Simulation:
+        """The executed day as a plan scored against ``actual`` (every slot committed)."""
+        if not self.done:
+            raise RuntimeError(f"the day is played to slot {self.t} of {self.scenario.slots}")
+        scenario, actual, started = self.scenario, self.actual, self.started
+        placements = [
+            Placement(job.id, started[job.id][0], started[job.id][1]) for job in scenario.jobs if job.id in started
+        ]
+        placements.sort(key=lambda p: (p.start, scenario.job_index(p.job)))
+        curves_by_app = {app.name: [int(x) for x in self.curves[i]] for i, app in enumerate(scenario.apps)}
+        executed = Plan(actual.name, f"{name}/rolling", placements, curves_by_app)
+        executed.solve_ms = float(sum(self.times))
+        metrics = compute_metrics(actual, executed)
+        executed.metrics = metrics
+        return Simulation(
+            "rolling", name, scenario, actual, executed, metrics, self.records, len(self.times), self.times
+        )
 
 
 def _error_level(forecast: np.ndarray, actual: np.ndarray, now: int) -> tuple[float, ...]:

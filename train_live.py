@@ -1,0 +1,238 @@
+"""Train the live policy: sb3-contrib's MaskablePPO on GpuClusterLive-v0, chosen on validation days, exported.
+
+Read top to bottom. Usage::
+
+    .venv/bin/python train_live.py [--timesteps 200000] [--num-envs 4] [--seed 0] [--device cpu|cuda|auto]
+        [--run-dir runs/live_ppo] [--export agents/policies/live.onnx] [--no-export]
+    .venv/bin/tensorboard --logdir runs/live_ppo        # the curves
+
+1. **Days.** Every episode is a day of one of the seven families (``--families``) at its own size, drawn
+   from the training seeds (:data:`agents.rolling.live_env.TRAIN_SEEDS`: the families' past), with the
+   actual demand at a forecast error drawn from ``--sigmas`` and runtimes from ``--runtime-models``.
+2. **Rewards** against rolling greedy on the same day (``baseline="greedy"``): an episode's return is the
+   day's gain over rolling greedy as a share of rolling greedy's objective.
+3. **PPO**: MaskablePPO with an MLP (``--hidden``), ``--num-envs`` environments in SB3's DummyVecEnv, every
+   draw seeded by ``--seed`` (torch on one thread). The policy starts at the base decision: the logit of each
+   dimension's value 0 (start as planned, no headroom) starts ``--prior`` above the others.
+4. **Selection.** Every ``--eval-every`` timesteps the policy plays the validation days
+   (:data:`~agents.rolling.live_env.VALIDATION_SEEDS`, ``--validation-days`` per family, each at sigma 0.3
+   with trace runtimes and at sigma 0 with exact ones) deterministically under the mask, as ``live-ppo``
+   plans; the checkpoint with the best mean ratio to rolling greedy is kept. The days the benchmark scores
+   are other seeds again (benchmarks/online_benchmark.py) and are never seen here.
+5. **Export** of the kept checkpoint to ONNX with its card (:func:`agents.rolling.live_ppo.export`): the
+   validation figures of every evaluation, the one kept, the run's settings and time.
+
+TensorBoard (``run_dir``): SB3's ``rollout/*``, ``train/*`` and ``time/fps``, and ``validation/vs_greedy``,
+``validation/worst_vs_greedy`` per evaluation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from agents.rolling.live_env import VALIDATION_SEEDS, GpuClusterLiveEnv  # noqa: E402
+from agents.rolling.live_ppo import POLICY, export, masked_argmax  # noqa: E402
+from gpu_env.generators import FAMILIES  # noqa: E402
+
+
+def validation_days(families: tuple[str, ...], per_family: int) -> list[dict[str, Any]]:
+    """The days a checkpoint is chosen on: each family's first seeds, at sigma 0.3 (trace) and 0 (exact)."""
+    days = []
+    for family in families:
+        for k in range(per_family):
+            for sigma, model in ((0.3, "trace"), (0.0, "exact")):
+                days.append({"family": family, "seed": VALIDATION_SEEDS[k], "sigma": sigma, "runtime_model": model})
+    return days
+
+
+def play(policy_act: Any, env: GpuClusterLiveEnv, day: dict[str, Any]) -> tuple[float, float]:
+    """One validation day played by ``policy_act(observation, mask) -> action``: (objective, rolling greedy's)."""
+    obs, info = env.reset(options=day)
+    done = False
+    while not done:
+        obs, _, done, _, info = env.step(policy_act(obs, info["action_mask"]))
+    return float(info["objective"]), float(info["greedy_objective"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train, choose and export the live policy (module docstring); returns the exit status."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timesteps", type=int, default=200_000)
+    parser.add_argument("--num-envs", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda", "auto"))
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--sigmas", default="0,0.3")
+    parser.add_argument("--runtime-models", default="exact,trace")
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--n-steps", type=int, default=256, help="steps per environment per update")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--ent-coef", type=float, default=0.01)
+    parser.add_argument("--prior", type=float, default=3.0, help="initial logit of the base decision's values")
+    parser.add_argument("--eval-every", type=int, default=20_000)
+    parser.add_argument("--validation-days", type=int, default=2, help="per family, each at two sigmas")
+    parser.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "live_ppo")
+    parser.add_argument("--export", type=Path, default=POLICY)
+    parser.add_argument("--no-export", action="store_true")
+    args = parser.parse_args(argv)
+    families = tuple(f for f in args.families.split(",") if f)
+    unknown = [f for f in families if f not in FAMILIES]
+    if unknown:
+        print(
+            f"train_live.py: --families: unknown {', '.join(unknown)} (known: {', '.join(FAMILIES)})", file=sys.stderr
+        )
+        return 2
+    try:
+        sigmas = tuple(float(s) for s in args.sigmas.split(","))
+    except ValueError:
+        print(f"train_live.py: --sigmas: expected numbers, got {args.sigmas!r}", file=sys.stderr)
+        return 2
+    models = tuple(m for m in args.runtime_models.split(",") if m)
+    if any(m not in ("exact", "trace") for m in models):
+        print(
+            f"train_live.py: --runtime-models: expected exact and/or trace, got {args.runtime_models!r}",
+            file=sys.stderr,
+        )
+        return 2
+
+    import torch
+    from sb3_contrib import MaskablePPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    torch.set_num_threads(1)
+    device = "cuda" if args.device == "auto" and torch.cuda.is_available() else args.device
+    if device == "auto":
+        device = "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        print("train_live.py: --device cuda: no CUDA device here", file=sys.stderr)
+        return 2
+    env_kwargs = {"families": families, "sigma": sigmas, "runtime_model": models, "baseline": "greedy"}
+    vec = make_vec_env(GpuClusterLiveEnv, n_envs=args.num_envs, seed=args.seed, env_kwargs=env_kwargs)
+    model = MaskablePPO(
+        "MlpPolicy",
+        vec,
+        n_steps=args.n_steps,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        ent_coef=args.ent_coef,
+        gamma=1.0,
+        gae_lambda=0.95,
+        policy_kwargs={"net_arch": [args.hidden, args.hidden]},
+        tensorboard_log=str(args.run_dir),
+        seed=args.seed,
+        device=device,
+        verbose=0,
+    )
+    # Start at the base decision: the value 0 of every dimension (start as planned, no headroom) is made
+    # e^PRIOR times likelier than each other value, so that exploration begins from rolling greedy's fill.
+    with torch.no_grad():
+        offsets = np.concatenate([[0], np.cumsum(vec.action_space.nvec)[:-1]])
+        model.policy.action_net.bias[torch.as_tensor(offsets)] += args.prior
+    checker = GpuClusterLiveEnv(families, baseline="greedy")
+    days = validation_days(families, args.validation_days)
+    history: list[dict[str, Any]] = []
+    best: dict[str, Any] = {"vs_greedy": -np.inf}
+    began = time.perf_counter()
+
+    def act(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            tensor = torch.as_tensor(obs, dtype=torch.float32, device=model.device).reshape(1, -1)
+            p = model.policy
+            logits = p.action_net(p.mlp_extractor.forward_actor(p.extract_features(tensor, p.pi_features_extractor)))
+        return masked_argmax(logits.cpu().numpy().reshape(-1).astype(np.float64), mask)
+
+    def evaluate(step: int) -> None:
+        ratios = []
+        for day in days:
+            objective, greedy = play(act, checker, day)
+            ratios.append(objective / greedy if greedy > 0 else 1.0)
+        row = {
+            "timesteps": step,
+            "vs_greedy": float(np.mean(ratios)),
+            "worst_vs_greedy": float(np.min(ratios)),
+            "days_below_greedy": int(sum(r < 1 - 1e-9 for r in ratios)),
+            "minutes": round((time.perf_counter() - began) / 60.0, 2),
+        }
+        history.append(row)
+        model.logger.record("validation/vs_greedy", row["vs_greedy"])
+        model.logger.record("validation/worst_vs_greedy", row["worst_vs_greedy"])
+        print(
+            f"train_live.py: {step} timesteps, {row['minutes']} min: validation {row['vs_greedy']:.4f} of rolling "
+            f"greedy (worst day {row['worst_vs_greedy']:.4f}, {row['days_below_greedy']} of {len(days)} below)",
+            file=sys.stderr,
+            flush=True,
+        )
+        if row["vs_greedy"] > best["vs_greedy"]:
+            best.update(row, state=copy.deepcopy(model.policy.state_dict()))
+
+    class Validate(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next = args.eval_every
+
+        def _on_training_start(self) -> None:
+            evaluate(0)
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next:
+                self.next += args.eval_every
+                evaluate(self.num_timesteps)
+            return True
+
+    model.learn(total_timesteps=args.timesteps, callback=Validate(), tb_log_name="ppo")
+    if history[-1]["timesteps"] != model.num_timesteps:
+        evaluate(model.num_timesteps)
+    model.policy.load_state_dict(best.pop("state"))
+    minutes = (time.perf_counter() - began) / 60.0
+    print(
+        f"train_live.py: kept the checkpoint of {best['timesteps']} timesteps: {best['vs_greedy']:.4f} of rolling "
+        f"greedy on {len(days)} validation days ({minutes:.1f} min in all)",
+        file=sys.stderr,
+    )
+    if not args.no_export:
+        card = {
+            "trained_by": "sb3-contrib MaskablePPO (train_live.py)",
+            "environment": "GpuClusterLive-v0",
+            "settings": {
+                "timesteps": args.timesteps,
+                "num_envs": args.num_envs,
+                "seed": args.seed,
+                "families": list(families),
+                "sigmas": list(sigmas),
+                "runtime_models": list(models),
+                "hidden": args.hidden,
+                "n_steps": args.n_steps,
+                "batch_size": args.batch_size,
+                "learning_rate": args.learning_rate,
+                "ent_coef": args.ent_coef,
+                "prior": args.prior,
+                "device": device,
+            },
+            "validation_days": days,
+            "validation": history,
+            "selection": best,
+            "minutes": round(minutes, 1),
+            "machine": platform.platform(),
+            "torch": torch.__version__,
+        }
+        export(model.policy, args.export, card)
+        print(f"train_live.py: -> {args.export} and {args.export.with_suffix('.json')}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
