@@ -7,14 +7,15 @@ seeds, :data:`VALIDATION_SEEDS`, the scenario files' seeds). The day happens as 
 around the forecast (``NoiseModel(sigma)``), and jobs end at their actual runtimes (``runtime_model``).
 
 A step is one slot. The observation and the action are :mod:`agents.rolling.live_policy`'s: what a live
-system knows at the slot, and a hold bit per start-now job of the base plan with a headroom level per app;
-the base planner places everything else, and the masks (``action_masks()``, and ``info["action_mask"]``)
-are the rules: a value a mask forbids is read as 0 (:func:`allowed`). The reward of a step is what its slot
-of the realized day earns (:func:`~agents.rolling.live_policy.slot_reward`): with ``baseline=None`` the
-rewards of an episode add up to the executed day's objective. With ``baseline="greedy"`` (the default for training) each slot's reward
-has rolling greedy's reward of the same slot of the same day taken off, and is divided by rolling greedy's
-objective: the episode's return is the day's gain over rolling greedy as a share of it (an input-dependent
-baseline, as Decima's: the same arrivals, demand and runtimes on both sides).
+system knows at the slot, and a hold bit per start-now job of the base plan with a headroom level per app.
+The base planner places everything else, and the masks (``action_masks()``, and ``info["action_mask"]``)
+are the rules: a value a mask forbids is read as 0 (:func:`allowed`). The reward of a step is what its
+slot of the realized day earns (:func:`~agents.rolling.live_policy.slot_reward`): with ``baseline=None``
+the rewards of an episode add up to the executed day's objective. With ``baseline="greedy"`` (the default
+for training) each slot's reward has rolling greedy's reward of the same slot of the same day taken off,
+and is divided by rolling greedy's objective: the episode's return is the day's gain over rolling greedy
+as a share of it (an input-dependent baseline, as Decima's: the same arrivals, demand and runtimes on
+both sides).
 """
 
 from __future__ import annotations
