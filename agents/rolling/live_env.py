@@ -126,8 +126,14 @@ class GpuClusterLiveEnv(gym.Env):
         self._about = {"family": family, "seed": day_seed, "sigma": sigma, "runtime_model": model}
         return self._view.observation.copy(), self._info()  # type: ignore[union-attr]
 
-    def play(self, day: Scenario, actual: Scenario, runtimes: dict[str, int] | None = None) -> None:
-        """Start the episode on a given day and its realized day (what :meth:`reset` does with a drawn one)."""
+    def play(
+        self, day: Scenario, actual: Scenario, runtimes: dict[str, int] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Start the episode on a given day and its realized day (what :meth:`reset` does with a drawn one).
+
+        Returns:
+            The first observation and its info, as :meth:`reset` does.
+        """
         self.day, self.actual = day, actual
         self._live = LiveDay(day, actual, corrector=LIVE_FORECAST, runtimes=runtimes)
         self._baseline = np.zeros(day.slots)
@@ -140,6 +146,7 @@ class GpuClusterLiveEnv(gym.Env):
         self._return = 0.0
         self._about = {}
         self._observe()
+        return self._view.observation.copy(), self._info()  # type: ignore[union-attr]
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Commit this slot as the action decides; the reward is what the slot earns (module docstring)."""
