@@ -14,6 +14,10 @@ Read top to bottom. Usage::
 3. **PPO**: MaskablePPO with an MLP (``--hidden``), ``--num-envs`` environments in SB3's DummyVecEnv, every
    draw seeded by ``--seed`` (torch on one thread). The policy starts at the base decision: the logit of each
    dimension's value 0 (start as planned, no headroom) starts ``--prior`` above the others.
+   With ``--imitate-days N``, before PPO the policy imitates the sampled-futures planner: N training days are
+   played by ``anticipate`` (fitted from 8 past days of the family, as the live benchmark fits it), each slot
+   labelled with the action that stands for its decision (:func:`expert_action`), and the actor is trained
+   on them by the masked log-likelihood for ``--imitate-epochs`` epochs.
 4. **Selection.** Every ``--eval-every`` timesteps the policy plays the validation days
    (:data:`~agents.rolling.live_env.VALIDATION_SEEDS`, ``--validation-days`` per family, each at sigma 0.3
    with trace runtimes and at sigma 0 with exact ones) deterministically under the mask, as ``live-ppo``
@@ -42,9 +46,19 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from agents.rolling.live_env import VALIDATION_SEEDS, GpuClusterLiveEnv  # noqa: E402
+from agents.rolling.allocator import Decision  # noqa: E402
+from agents.rolling.anticipate import live_planner  # noqa: E402
+from agents.rolling.forecast import NoiseModel  # noqa: E402
+from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv  # noqa: E402
+from agents.rolling.live_policy import HEADROOM, MAX_STARTS, SlotView, action_nvec, view  # noqa: E402
 from agents.rolling.live_ppo import POLICY, export, masked_argmax  # noqa: E402
-from gpu_env.generators import FAMILIES  # noqa: E402
+from agents.rolling.runtimes import draw_runtimes  # noqa: E402
+from agents.rolling.simulation import LiveDay, realized_day  # noqa: E402
+from benchmarks.online_benchmark import past_days  # noqa: E402
+from gpu_env.generators import FAMILIES, generate  # noqa: E402
+
+HISTORY_DAYS = 8
+"""Past days the expert (``anticipate``) is fitted from for each imitated day, as the live benchmark fits it."""
 
 
 def validation_days(families: tuple[str, ...], per_family: int) -> list[dict[str, Any]]:
@@ -57,6 +71,64 @@ def validation_days(families: tuple[str, ...], per_family: int) -> list[dict[str
     return days
 
 
+def expert_action(slot: SlotView, decision: Decision) -> np.ndarray:
+    """The action that stands for the sampled-futures planner's decision at the slot.
+
+    ``anticipate`` takes one of its candidates (:attr:`Decision.chosen`): its base decision (all zeros),
+    holding one start-now job or all of them (their hold bits), or a headroom plan (that level for every app,
+    the nearest of :data:`HEADROOM`); the plan without the fill counts as the base.
+    """
+    action = np.zeros(len(action_nvec()), dtype=np.int64)
+    label = decision.chosen
+    if label.startswith("holding "):
+        target = label.removeprefix("holding ")
+        held = {p.job for p in slot.starts} if target == "all" else {target}
+        for i, p in enumerate(slot.starts):
+            action[i] = int(p.job in held)
+    elif label.startswith("headroom "):
+        z = float(label.split()[1])
+        level = int(np.argmin([abs(z - h) for h in HEADROOM]))
+        for a in range(len(slot.state.apps)):
+            action[MAX_STARTS + a] = level
+    return action
+
+
+def imitation_data(
+    families: tuple[str, ...], days: int, sigmas: tuple[float, ...], models: tuple[str, ...], seed: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Slots of training days played by ``anticipate`` (fitted from 8 past days): observations, masks, its actions."""
+    rng = np.random.default_rng(seed)
+    obs, masks, actions = [], [], []
+    began = time.perf_counter()
+    for k in range(days):
+        family = families[k % len(families)]
+        day_seed = int(TRAIN_SEEDS[int(rng.integers(len(TRAIN_SEEDS)))])
+        sigma, model = sigmas[k % len(sigmas)], models[(k // len(sigmas)) % len(models)]
+        day = generate(family, day_seed)
+        runtimes = draw_runtimes(day, model, day_seed)
+        actual = realized_day(day, NoiseModel(sigma).draw(day, day_seed), runtimes)
+        planner = live_planner(
+            "anticipate", history=past_days(family, day.gpus, day_seed, HISTORY_DAYS, sigma), day=day, seed=day_seed
+        )
+        live = LiveDay(day, actual, corrector=planner.forecaster, runtimes=runtimes)
+        while not live.done:
+            state, ran = live.state()
+            slot = view(state, live.t, ran)
+            decision = planner.decide(state, live.t, ran)
+            obs.append(slot.observation)
+            masks.append(slot.mask)
+            actions.append(expert_action(slot, decision))
+            live.commit(decision)
+        if (k + 1) % 10 == 0 or k + 1 == days:
+            print(
+                f"train_live.py: imitation: {k + 1} of {days} days played by anticipate "
+                f"({(time.perf_counter() - began) / 60:.1f} min)",
+                file=sys.stderr,
+                flush=True,
+            )
+    return np.array(obs, dtype=np.float32), np.array(masks, dtype=bool), np.array(actions, dtype=np.int64)
+
+
 def play(policy_act: Any, env: GpuClusterLiveEnv, day: dict[str, Any]) -> tuple[float, float]:
     """One validation day played by ``policy_act(observation, mask) -> action``: (objective, rolling greedy's)."""
     obs, info = env.reset(options=day)
@@ -64,6 +136,42 @@ def play(policy_act: Any, env: GpuClusterLiveEnv, day: dict[str, Any]) -> tuple[
     while not done:
         obs, _, done, _, info = env.step(policy_act(obs, info["action_mask"]))
     return float(info["objective"]), float(info["greedy_objective"])
+
+
+def imitate(
+    model: Any, obs: np.ndarray, masks: np.ndarray, actions: np.ndarray, epochs: int, batch: int, seed: int
+) -> dict[str, Any]:
+    """Behaviour cloning of the expert's actions (the masked log-likelihood), then how often the policy agrees."""
+    import torch
+
+    policy = model.policy
+    device = policy.device
+    X = torch.as_tensor(obs, device=device)
+    A = torch.as_tensor(actions, device=device)
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        order = rng.permutation(len(actions))
+        for at in range(0, len(order), batch):
+            b = order[at : at + batch]
+            _, log_prob, _ = policy.evaluate_actions(X[b], A[b], action_masks=masks[b])
+            loss = -log_prob.mean()
+            policy.optimizer.zero_grad()
+            loss.backward()
+            policy.optimizer.step()
+    with torch.no_grad():
+        p = policy
+        logits = p.action_net(p.mlp_extractor.forward_actor(p.extract_features(X, p.pi_features_extractor)))
+    rows = logits.cpu().numpy().astype(np.float64)
+    taken = np.array([masked_argmax(row, m) for row, m in zip(rows, masks, strict=True)])
+    same = np.all(taken == actions, axis=1)
+    departs = np.any(actions != 0, axis=1)
+    return {
+        "slots": len(actions),
+        "departures": int(departs.sum()),
+        "agreement": float(same.mean()) if len(same) else 0.0,
+        "agreement_departures": float(same[departs].mean()) if departs.any() else 0.0,
+        "epochs": epochs,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--ent-coef", type=float, default=0.01)
     parser.add_argument("--prior", type=float, default=3.0, help="initial logit of the base decision's values")
+    parser.add_argument("--imitate-days", type=int, default=0, help="days of anticipate's decisions to imitate first")
+    parser.add_argument("--imitate-epochs", type=int, default=20)
     parser.add_argument("--eval-every", type=int, default=20_000)
     parser.add_argument("--validation-days", type=int, default=2, help="per family, each at two sigmas")
     parser.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "live_ppo")
@@ -142,6 +252,17 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         offsets = np.concatenate([[0], np.cumsum(vec.action_space.nvec)[:-1]])
         model.policy.action_net.bias[torch.as_tensor(offsets)] += args.prior
+    imitation: dict[str, Any] = {}
+    if args.imitate_days > 0:
+        obs, masks, actions = imitation_data(families, args.imitate_days, sigmas, models, args.seed)
+        imitation = imitate(model, obs, masks, actions, args.imitate_epochs, args.batch_size, args.seed)
+        imitation["days"] = args.imitate_days
+        print(
+            f"train_live.py: imitation of {len(actions)} slots ({imitation['departures']} departures from the "
+            f"base decision): the policy takes anticipate's action on {imitation['agreement']:.3f} of them, on "
+            f"{imitation['agreement_departures']:.3f} of the departures",
+            file=sys.stderr,
+        )
     checker = GpuClusterLiveEnv(families, baseline="greedy")
     days = validation_days(families, args.validation_days)
     history: list[dict[str, Any]] = []
@@ -222,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 "prior": args.prior,
                 "device": device,
             },
+            "imitation": imitation,
             "validation_days": days,
             "validation": history,
             "selection": best,

@@ -166,7 +166,9 @@ def fresh_days(model: MaskablePPO, args: Args) -> list[dict[str, Any]]:
             trained = info["result"]
             greedy = rolling(day, "greedy", actual, runtimes=runtimes)
             past = past_days(family, day.gpus, seed, 8, args.sigma)
-            shipped = rolling(day, live_planner("anticipate", history=past, day=day, seed=seed), actual, runtimes=runtimes)
+            shipped = rolling(
+                day, live_planner("anticipate", history=past, day=day, seed=seed), actual, runtimes=runtimes
+            )
             row = {
                 "family": family,
                 "seed": seed,

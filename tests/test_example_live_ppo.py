@@ -10,8 +10,6 @@ from types import ModuleType
 
 import pytest
 
-from gpu_env.validation import validate
-
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "examples" / "live_ppo.py"
 TINY = ["--timesteps", "128", "--num-envs", "1", "--n-steps", "64", "--batch-size", "64", "--families", "mixed-control"]

@@ -202,3 +202,29 @@ def test_a_missing_or_mismatched_policy_is_one_clear_error(tmp_path: Path) -> No
     (tmp_path / "p.json").write_text("{")
     with pytest.raises(LivePolicyError, match="card cannot be read"):
         LivePPOPlanner.load(onnx)
+
+
+def test_the_experts_decision_becomes_the_action_that_stands_for_it() -> None:
+    """anticipate's chosen candidate as the live action: its holds as hold bits, its headroom as every app's level."""
+    from dataclasses import replace
+
+    from train_live import expert_action
+
+    env = GpuClusterLiveEnv(baseline=None)
+    env.reset(seed=0, options={"family": "mixed-control", "seed": 3, "sigma": 0.3, "runtime_model": "trace"})
+    slot = env._view
+    while len(slot.starts) < 2:  # a slot with two start-now jobs
+        env.step(np.zeros(len(action_nvec()), dtype=np.int64))
+        slot = env._view
+    base = decide_action(slot, np.zeros(len(action_nvec()), dtype=np.int64))
+    first, second = slot.starts[0].job, slot.starts[1].job
+    assert expert_action(slot, base).tolist() == [0] * len(action_nvec())
+    held = expert_action(slot, replace(base, chosen=f"holding {second}"))
+    assert held[:2].tolist() == [0, 1] and held[2:].sum() == 0
+    every = expert_action(slot, replace(base, chosen="holding all"))
+    assert every[: len(slot.starts)].tolist() == [1] * len(slot.starts)
+    level = expert_action(slot, replace(base, chosen="headroom 2"))
+    assert level[MAX_STARTS : MAX_STARTS + len(slot.state.apps)].tolist() == [HEADROOM.index(2.0)] * len(
+        slot.state.apps
+    )
+    assert first != second

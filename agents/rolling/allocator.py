@@ -169,6 +169,8 @@ class Decision:
         waiting: Queued jobs not started now (planned later or not at all).
         why: For a live planner, why its decision departs from its base plan's: job id -> a sentence (e.g.
             ``held: over 8 futures, holding it earns 12.5 more (± 3.1) than starting it now``).
+        chosen: For a live planner that weighs candidate decisions, the one it took (``holding 7``,
+            ``headroom 2``; empty: its base decision).
     """
 
     scenario: Scenario
@@ -178,6 +180,7 @@ class Decision:
     expired: tuple[str, ...] = ()
     waiting: tuple[str, ...] = field(default=())
     why: dict[str, str] = field(default_factory=dict)
+    chosen: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for a cluster manager that speaks JSON."""

@@ -264,6 +264,7 @@ class AnticipatingPlanner:
             return decision
         chosen = candidates[best]
         out = decision_from_plan(scenario, chosen.plan, expired)
+        out.chosen = chosen.label
         base_jobs = {p.job for p in decision.start_now}
         new_jobs = {p.job for p in chosen.starts}
         note = f"over {len(futures)} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
