@@ -47,10 +47,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents.rolling.allocator import Decision  # noqa: E402
-from agents.rolling.anticipate import live_planner  # noqa: E402
+from agents.rolling.anticipate import LIVE_FORECAST, live_planner  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv  # noqa: E402
-from agents.rolling.live_policy import HEADROOM, MAX_STARTS, SlotView, action_nvec, view  # noqa: E402
+from agents.rolling.live_policy import HEADROOM, MAX_STARTS, SlotView, action_nvec, decide_action, view  # noqa: E402
 from agents.rolling.live_ppo import POLICY, export, masked_argmax  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import LiveDay, realized_day  # noqa: E402
@@ -93,10 +93,70 @@ def expert_action(slot: SlotView, decision: Decision) -> np.ndarray:
     return action
 
 
+def candidate_actions(slot: SlotView) -> list[np.ndarray]:
+    """The actions a hindsight label weighs at a slot.
+
+    The base decision first, then each single hold, all holds, and each headroom level for every app.
+    """
+    zeros = np.zeros(len(action_nvec()), dtype=np.int64)
+    out = [zeros]
+    for i in range(len(slot.starts)):
+        a = zeros.copy()
+        a[i] = 1
+        out.append(a)
+    if len(slot.starts) > 1:
+        a = zeros.copy()
+        a[: len(slot.starts)] = 1
+        out.append(a)
+    for level in range(1, len(HEADROOM)) if slot.state.apps else ():
+        a = zeros.copy()
+        a[MAX_STARTS : MAX_STARTS + len(slot.state.apps)] = level
+        out.append(a)
+    return out
+
+
+def rolled_out(live: LiveDay, slot: SlotView, action: np.ndarray) -> float:
+    """The realized day's objective with ``action`` taken now and the base decision in every later slot."""
+    day = live.fork()
+    day.commit(decide_action(slot, action))
+    zeros = np.zeros(len(action_nvec()), dtype=np.int64)
+    while not day.done:
+        state, ran = day.state()
+        day.commit(decide_action(view(state, day.t, ran), zeros))
+    return day.result("rollout").metrics.objective
+
+
+def hindsight_action(live: LiveDay, slot: SlotView, margin: float) -> np.ndarray:
+    """The candidate action whose rollout on the realized day earns the most (:func:`rolled_out`).
+
+    The base decision unless another earns more than ``margin`` times the base's objective more.
+    """
+    candidates = candidate_actions(slot)
+    if len(candidates) == 1:
+        return candidates[0]
+    values = [rolled_out(live, slot, a) for a in candidates]
+    best = int(np.argmax(values))
+    if values[best] - values[0] <= margin * max(abs(values[0]), 1.0):
+        return candidates[0]
+    return candidates[best]
+
+
 def imitation_data(
-    families: tuple[str, ...], days: int, sigmas: tuple[float, ...], models: tuple[str, ...], seed: int
+    families: tuple[str, ...],
+    days: int,
+    sigmas: tuple[float, ...],
+    models: tuple[str, ...],
+    seed: int,
+    labels: str = "anticipate",
+    margin: float = 0.002,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Slots of training days played by ``anticipate`` (fitted from 8 past days): observations, masks, its actions."""
+    """Slots of training days, each labelled with an expert's action: observations, masks, actions.
+
+    ``labels="anticipate"``: the days are played by ``anticipate`` (fitted from 8 past days), each slot labelled
+    with its decision (:func:`expert_action`). ``labels="hindsight"``: each slot is labelled with the candidate
+    action that earns most on the day as it then happened (:func:`hindsight_action`), and the day is played on
+    with it: a clairvoyant expert whose choices the policy learns to predict from what it sees.
+    """
     rng = np.random.default_rng(seed)
     obs, masks, actions = [], [], []
     began = time.perf_counter()
@@ -107,21 +167,27 @@ def imitation_data(
         day = generate(family, day_seed)
         runtimes = draw_runtimes(day, model, day_seed)
         actual = realized_day(day, NoiseModel(sigma).draw(day, day_seed), runtimes)
-        planner = live_planner(
-            "anticipate", history=past_days(family, day.gpus, day_seed, HISTORY_DAYS, sigma), day=day, seed=day_seed
-        )
-        live = LiveDay(day, actual, corrector=planner.forecaster, runtimes=runtimes)
+        planner = None
+        if labels == "anticipate":
+            past = past_days(family, day.gpus, day_seed, HISTORY_DAYS, sigma)
+            planner = live_planner("anticipate", history=past, day=day, seed=day_seed)
+        live = LiveDay(day, actual, corrector=LIVE_FORECAST, runtimes=runtimes)
         while not live.done:
             state, ran = live.state()
             slot = view(state, live.t, ran)
-            decision = planner.decide(state, live.t, ran)
+            if planner is not None:
+                decision = planner.decide(state, live.t, ran)
+                action = expert_action(slot, decision)
+            else:
+                action = hindsight_action(live, slot, margin)
+                decision = decide_action(slot, action)
             obs.append(slot.observation)
             masks.append(slot.mask)
-            actions.append(expert_action(slot, decision))
+            actions.append(action)
             live.commit(decision)
         if (k + 1) % 10 == 0 or k + 1 == days:
             print(
-                f"train_live.py: imitation: {k + 1} of {days} days played by anticipate "
+                f"train_live.py: imitation: {k + 1} of {days} days labelled ({labels}) "
                 f"({(time.perf_counter() - began) / 60:.1f} min)",
                 file=sys.stderr,
                 flush=True,
@@ -139,22 +205,36 @@ def play(policy_act: Any, env: GpuClusterLiveEnv, day: dict[str, Any]) -> tuple[
 
 
 def imitate(
-    model: Any, obs: np.ndarray, masks: np.ndarray, actions: np.ndarray, epochs: int, batch: int, seed: int
+    model: Any,
+    obs: np.ndarray,
+    masks: np.ndarray,
+    actions: np.ndarray,
+    epochs: int,
+    batch: int,
+    seed: int,
+    departure_weight: float = 1.0,
 ) -> dict[str, Any]:
-    """Behaviour cloning of the expert's actions (the masked log-likelihood), then how often the policy agrees."""
+    """Behaviour cloning of the expert's actions, then how often the policy agrees.
+
+    The loss is the masked log-likelihood, a slot where the expert departs from the base decision weighted
+    ``departure_weight``.
+    """
     import torch
 
     policy = model.policy
     device = policy.device
     X = torch.as_tensor(obs, device=device)
     A = torch.as_tensor(actions, device=device)
+    W = torch.as_tensor(
+        np.where(np.any(actions != 0, axis=1), departure_weight, 1.0), dtype=torch.float32, device=device
+    )
     rng = np.random.default_rng(seed)
     for _ in range(epochs):
         order = rng.permutation(len(actions))
         for at in range(0, len(order), batch):
             b = order[at : at + batch]
             _, log_prob, _ = policy.evaluate_actions(X[b], A[b], action_masks=masks[b])
-            loss = -log_prob.mean()
+            loss = -(W[b] * log_prob).sum() / W[b].sum()
             policy.optimizer.zero_grad()
             loss.backward()
             policy.optimizer.step()
@@ -171,6 +251,7 @@ def imitate(
         "agreement": float(same.mean()) if len(same) else 0.0,
         "agreement_departures": float(same[departs].mean()) if departs.any() else 0.0,
         "epochs": epochs,
+        "departure_weight": departure_weight,
     }
 
 
@@ -192,6 +273,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prior", type=float, default=3.0, help="initial logit of the base decision's values")
     parser.add_argument("--imitate-days", type=int, default=0, help="days of anticipate's decisions to imitate first")
     parser.add_argument("--imitate-epochs", type=int, default=20)
+    parser.add_argument(
+        "--labels", default="anticipate", choices=("anticipate", "hindsight"), help="the expert imitated"
+    )
+    parser.add_argument("--label-margin", type=float, default=0.002, help="hindsight: share a departure must gain")
+    parser.add_argument("--departure-weight", type=float, default=1.0, help="imitation: weight of a departure's slot")
     parser.add_argument("--eval-every", type=int, default=20_000)
     parser.add_argument("--validation-days", type=int, default=2, help="per family, each at two sigmas")
     parser.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "live_ppo")
@@ -254,9 +340,13 @@ def main(argv: list[str] | None = None) -> int:
         model.policy.action_net.bias[torch.as_tensor(offsets)] += args.prior
     imitation: dict[str, Any] = {}
     if args.imitate_days > 0:
-        obs, masks, actions = imitation_data(families, args.imitate_days, sigmas, models, args.seed)
-        imitation = imitate(model, obs, masks, actions, args.imitate_epochs, args.batch_size, args.seed)
-        imitation["days"] = args.imitate_days
+        obs, masks, actions = imitation_data(
+            families, args.imitate_days, sigmas, models, args.seed, args.labels, args.label_margin
+        )
+        imitation = imitate(
+            model, obs, masks, actions, args.imitate_epochs, args.batch_size, args.seed, args.departure_weight
+        )
+        imitation.update(days=args.imitate_days, labels=args.labels, margin=args.label_margin)
         print(
             f"train_live.py: imitation of {len(actions)} slots ({imitation['departures']} departures from the "
             f"base decision): the policy takes anticipate's action on {imitation['agreement']:.3f} of them, on "

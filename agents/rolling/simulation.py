@@ -31,6 +31,7 @@ the executed schedule is an ordinary plan that passes the validator against it.
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -394,6 +395,19 @@ class LiveDay:
         self._ahead = None
         self.t += 1
         return record
+
+    def fork(self) -> LiveDay:
+        """A copy of the day played so far that plays on apart (the days themselves are shared: never changed)."""
+        other = copy.copy(self)
+        other.started = dict(self.started)
+        other.curves = self.curves.copy()
+        other.planned_starts = dict(self.planned_starts)
+        other.planned_curves = self.planned_curves.copy()
+        other.seen = self.seen.copy()
+        other.records = list(self.records)
+        other.times = list(self.times)
+        other.runtime = dict(self.runtime)
+        return other
 
     def result(self, name: str) -> Simulation:
         """The executed day as a plan scored against ``actual`` (every slot committed)."""
