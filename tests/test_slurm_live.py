@@ -320,3 +320,19 @@ def test_a_recorded_runtime_is_part_of_the_scenario_format() -> None:
 def test_history_days_are_read_newest_last(tmp_path: Path) -> None:
     _past_days(tmp_path, n=3)
     assert [p.name for p in History(tmp_path).recent(2)] == ["2026-11-21.yaml", "2026-11-22.yaml"]
+
+
+@pytest.mark.skipif(
+    not (Path(__file__).resolve().parents[1] / "agents" / "policies" / "live.onnx").is_file(),
+    reason="no shipped live policy",
+)
+def test_the_live_policy_trained_by_ppo_runs_the_loop_by_name(tmp_path: Path) -> None:
+    """``--scheduler live-ppo``: the loop's cycle plans with the trained live policy, validated like any plan."""
+    config = config_from_dict(_app_config(tmp_path))
+    fake = FakeSlurm()
+    fake.queue = [pending("1", 2), pending("2", 4)]
+    begins = DayClock.of(config).day_begins(NOW)
+    result = loop.cycle(config, fake, LiveSetup(name="live-ppo"), now=begins + 60, observe=lambda _c: ({"chat": 3}, []))
+    summary = result.lines[-1]
+    assert summary["scheduler"] == "live-ppo" and summary["observed"] == {"chat": 3} and result.failed == 0
+    assert validate(result.decision.scenario, result.decision.plan) == []
