@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         imitation.update(days=args.imitate_days, labels=args.labels, margin=args.label_margin)
         print(
             f"train_live.py: imitation of {len(actions)} slots ({imitation['departures']} departures from the "
-            f"base decision): the policy takes anticipate's action on {imitation['agreement']:.3f} of them, on "
+            f"base decision): the policy takes the expert's action on {imitation['agreement']:.3f} of them, on "
             f"{imitation['agreement_departures']:.3f} of the departures",
             file=sys.stderr,
         )

@@ -112,6 +112,15 @@ class LivePPOPlanner:
             self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types
             raise LivePolicyError(f"{self.path}: onnxruntime cannot load it ({exc})") from None
+        try:  # one call at load, so that no cycle pays onnxruntime's first run
+            (logits,) = self._session.run(None, {"observation": np.zeros((1, OBSERVATION_SIZE), dtype=np.float32)})
+        except Exception as exc:
+            raise LivePolicyError(f"{self.path}: the policy does not read this code's observation ({exc})") from None
+        if np.asarray(logits).shape != (1, int(action_nvec().sum())):
+            raise LivePolicyError(
+                f"{self.path}: the policy answers {np.asarray(logits).shape[1:]} logits, this code reads "
+                f"{int(action_nvec().sum())}"
+            )
         self.card = card
 
     def act(self, slot: SlotView) -> np.ndarray:
