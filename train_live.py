@@ -340,13 +340,19 @@ def main(argv: list[str] | None = None) -> int:
         model.policy.action_net.bias[torch.as_tensor(offsets)] += args.prior
     imitation: dict[str, Any] = {}
     if args.imitate_days > 0:
+        labelling = time.perf_counter()
         obs, masks, actions = imitation_data(
             families, args.imitate_days, sigmas, models, args.seed, args.labels, args.label_margin
         )
         imitation = imitate(
             model, obs, masks, actions, args.imitate_epochs, args.batch_size, args.seed, args.departure_weight
         )
-        imitation.update(days=args.imitate_days, labels=args.labels, margin=args.label_margin)
+        imitation.update(
+            days=args.imitate_days,
+            labels=args.labels,
+            margin=args.label_margin,
+            minutes=round((time.perf_counter() - labelling) / 60.0, 1),
+        )
         print(
             f"train_live.py: imitation of {len(actions)} slots ({imitation['departures']} departures from the "
             f"base decision): the policy takes the expert's action on {imitation['agreement']:.3f} of them, on "

@@ -1028,9 +1028,11 @@ LIVE_COLOURS = {
     "anticipate-nohist-oracle": "#c76b6b",
     "anticipate-histfc-oracle": "#4b2a6b",
     "anticipate-consensus-oracle": "#a65200",
+    "live-ppo": "#2ca02c",
+    "live-ppo-oracle": "#145214",
 }
-"""The live variants: the live planner in strong red, without history pale, with the history's forecaster purple;
-their oracle twins darker (drawn dotted)."""
+"""The live variants: the live planner in strong red, without history pale, with the history's forecaster purple,
+the live policy trained by PPO green; their oracle twins darker (drawn dotted)."""
 _STYLE = {
     "font.size": 10,
     "axes.titlesize": 11,
@@ -1156,8 +1158,9 @@ def report(
     families: Sequence[str],
     seeds: Sequence[int],
     sizes: Sequence[int | None],
+    figure: str = "online.png",
 ) -> tuple[str, list[Target]]:
-    """The Markdown report and the targets."""
+    """The Markdown report (its figure: the file ``figure`` beside it) and the targets."""
     bad = [r for r in rows if not r["valid"]]
     goals = targets(rows, settings)
     seed_days = len({(r["family"], r["seed"]) for r in rows if r["seed_size"]})
@@ -1215,7 +1218,7 @@ def report(
         "| --- | --- | --- |",
         *(g.line() for g in goals),
         "",
-        "![Mean ratio to hindsight against σ, and per family](online.png)",
+        f"![Mean ratio to hindsight against σ, and per family]({figure})",
         "",
         "## 1. Mean ratio to the hindsight optimum, pooled over families (seed sizes)",
         "",
@@ -1484,6 +1487,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         families=args.families,
         seeds=seeds,
         sizes=sizes,
+        figure=out.with_suffix(".png").name,
     )
     save_figure(plot(rows, settings), out.with_suffix(".png"))
     document = {

@@ -220,3 +220,9 @@ def test_the_information_limit_and_the_moonshot():
     assert goal.met is True
     (goal,) = bench.moonshot_targets(HAND_ROWS, replace(settings, planners=("greedy", "anticipate")))
     assert goal.met is None and "not run (--oracle)" in goal.measured  # below 0.94 and no limit measured
+
+
+def test_every_live_variant_and_its_oracle_twin_has_a_colour_in_the_figure() -> None:
+    from benchmarks.online_benchmark import LIVE, LIVE_COLOURS, ORACLE
+
+    assert set(LIVE) | set(ORACLE) <= set(LIVE_COLOURS)
