@@ -18,10 +18,12 @@ Read top to bottom. Usage::
    played by ``anticipate`` (fitted from 8 past days of the family, as the live benchmark fits it), each slot
    labelled with the action that stands for its decision (:func:`expert_action`), and the actor is trained
    on them by the masked log-likelihood for ``--imitate-epochs`` epochs.
+   ``--init FILE`` starts the actor from an exported live policy instead (its ONNX weights).
 4. **Selection.** Every ``--eval-every`` timesteps the policy plays the validation days
    (:data:`~agents.rolling.live_env.VALIDATION_SEEDS`, ``--validation-days`` per family, each at sigma 0.3
    with trace runtimes and at sigma 0 with exact ones) deterministically under the mask, as ``live-ppo``
-   plans; the checkpoint with the best mean ratio to rolling greedy is kept. The days the benchmark scores
+   plans; of the checkpoints PPO has trained (after its first update: the policy shipped as ``live-ppo`` is
+   trained by PPO), the one with the best mean ratio to rolling greedy is kept. The days the benchmark scores
    are other seeds again (benchmarks/online_benchmark.py) and are never seen here.
 5. **Export** of the kept checkpoint to ONNX with its card (:func:`agents.rolling.live_ppo.export`): the
    validation figures of every evaluation, the one kept, the run's settings and time.
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import platform
 import sys
 import time
@@ -255,6 +258,26 @@ def imitate(
     }
 
 
+def init_actor(policy: Any, path: Path) -> None:
+    """Load an exported live policy's actor (its ONNX weights) into ``policy``; the value network stays fresh."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+
+    weights = {i.name.removeprefix("inner."): numpy_helper.to_array(i) for i in onnx.load(str(path)).graph.initializer}
+    state = policy.state_dict()
+    missing = [k for k in state if (k.startswith(("mlp_extractor.policy_net.", "action_net."))) and k not in weights]
+    if missing:
+        raise ValueError(f"the file holds no {missing[0]} (not a live policy of this network)")
+    for key, value in weights.items():
+        if key not in state or tuple(state[key].shape) != value.shape:
+            raise ValueError(
+                f"{key}: {value.shape} in the file, this network has {tuple(state.get(key, torch.empty(0)).shape)}"
+            )
+        state[key] = torch.as_tensor(value.copy())
+    policy.load_state_dict(state)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train, choose and export the live policy (module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -272,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ent-coef", type=float, default=0.01)
     parser.add_argument("--prior", type=float, default=3.0, help="initial logit of the base decision's values")
     parser.add_argument("--imitate-days", type=int, default=0, help="days of anticipate's decisions to imitate first")
+    parser.add_argument("--init", type=Path, default=None, help="start from this exported live policy's actor (ONNX)")
     parser.add_argument("--imitate-epochs", type=int, default=20)
     parser.add_argument(
         "--labels", default="anticipate", choices=("anticipate", "hindsight"), help="the expert imitated"
@@ -338,6 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         offsets = np.concatenate([[0], np.cumsum(vec.action_space.nvec)[:-1]])
         model.policy.action_net.bias[torch.as_tensor(offsets)] += args.prior
+    init_card: dict[str, Any] | None = None
+    if args.init is not None:
+        try:
+            init_actor(model.policy, args.init)
+            before = json.loads(args.init.with_suffix(".json").read_text(encoding="utf-8"))
+            init_card = {"file": str(args.init), **{k: before.get(k) for k in ("imitation", "selection", "settings")}}
+        except (OSError, ValueError, KeyError) as exc:
+            print(f"train_live.py: --init {args.init}: {exc}", file=sys.stderr)
+            return 2
     imitation: dict[str, Any] = {}
     if args.imitate_days > 0:
         labelling = time.perf_counter()
@@ -393,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        if row["vs_greedy"] > best["vs_greedy"]:
+        if step > 0 and row["vs_greedy"] > best["vs_greedy"]:  # a checkpoint PPO has trained
             best.update(row, state=copy.deepcopy(model.policy.state_dict()))
 
     class Validate(BaseCallback):
@@ -437,9 +470,11 @@ def main(argv: list[str] | None = None) -> int:
                 "learning_rate": args.learning_rate,
                 "ent_coef": args.ent_coef,
                 "prior": args.prior,
+                "init": None if args.init is None else str(args.init),
                 "device": device,
             },
             "imitation": imitation,
+            "init": init_card,
             "validation_days": days,
             "validation": history,
             "selection": best,
