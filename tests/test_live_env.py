@@ -228,3 +228,34 @@ def test_the_experts_decision_becomes_the_action_that_stands_for_it() -> None:
         slot.state.apps
     )
     assert first != second
+
+
+def test_an_exported_live_policy_round_trips_into_a_new_model(tmp_path: Path) -> None:
+    """export() then train_live.init_actor(): the new model's actor gives the same logits as the exported file."""
+    torch = pytest.importorskip("torch")
+    sb3_contrib = pytest.importorskip("sb3_contrib")
+    from agents.rolling.live_ppo import export
+    from train_live import init_actor
+
+    env = GpuClusterLiveEnv(families=("mixed-control",), baseline=None)
+    first = sb3_contrib.MaskablePPO("MlpPolicy", env, seed=0, device="cpu")
+    with torch.no_grad():  # distinct biases (fresh ones are all zero, and the exporter merges equal constants)
+        for name, value in first.policy.named_parameters():
+            if name.endswith("bias"):
+                value.uniform_(-0.1, 0.1)
+    export(first.policy, tmp_path / "p.onnx", {"note": "test"})
+    second = sb3_contrib.MaskablePPO("MlpPolicy", env, seed=1, device="cpu")
+    init_actor(second.policy, tmp_path / "p.onnx")
+    obs, _ = env.reset(seed=0, options={"seed": 1, "sigma": 0.3, "runtime_model": "trace"})
+    x = torch.as_tensor(obs).reshape(1, -1)
+
+    def logits(policy):
+        with torch.no_grad():
+            f = policy.extract_features(x, policy.pi_features_extractor)
+            return policy.action_net(policy.mlp_extractor.forward_actor(f)).numpy()
+
+    assert np.allclose(logits(first.policy), logits(second.policy))
+    planner = LivePPOPlanner.load(tmp_path / "p.onnx")
+    assert planner.card["note"] == "test"
+    (onnx_logits,) = planner._session.run(None, {"observation": obs.reshape(1, -1)})
+    assert np.allclose(onnx_logits, logits(first.policy), atol=1e-5)
