@@ -54,7 +54,7 @@ from agents.rolling.anticipate import LIVE_FORECAST, live_planner  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv  # noqa: E402
 from agents.rolling.live_policy import HEADROOM, MAX_STARTS, SlotView, action_nvec, decide_action, view  # noqa: E402
-from agents.rolling.live_ppo import POLICY, export, masked_argmax  # noqa: E402
+from agents.rolling.live_ppo import POLICY, actor_logits, export, masked_argmax, prefer_base  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import LiveDay, realized_day  # noqa: E402
 from benchmarks.online_benchmark import past_days  # noqa: E402
@@ -122,11 +122,16 @@ def rolled_out(live: LiveDay, slot: SlotView, action: np.ndarray) -> float:
     """The realized day's objective with ``action`` taken now and the base decision in every later slot."""
     day = live.fork()
     day.commit(decide_action(slot, action))
+    return play_base(day)
+
+
+def play_base(day: LiveDay) -> float:
+    """Play the rest of ``day`` with the base decision (the action of all zeros); the executed day's objective."""
     zeros = np.zeros(len(action_nvec()), dtype=np.int64)
     while not day.done:
         state, ran = day.state()
         day.commit(decide_action(view(state, day.t, ran), zeros))
-    return day.result("rollout").metrics.objective
+    return day.result("base").metrics.objective
 
 
 def hindsight_action(live: LiveDay, slot: SlotView, margin: float) -> np.ndarray:
@@ -242,8 +247,7 @@ def imitate(
             loss.backward()
             policy.optimizer.step()
     with torch.no_grad():
-        p = policy
-        logits = p.action_net(p.mlp_extractor.forward_actor(p.extract_features(X, p.pi_features_extractor)))
+        logits = actor_logits(policy, X)
     rows = logits.cpu().numpy().astype(np.float64)
     taken = np.array([masked_argmax(row, m) for row, m in zip(rows, masks, strict=True)])
     same = np.all(taken == actions, axis=1)
@@ -264,7 +268,13 @@ def init_actor(policy: Any, path: Path) -> None:
     import torch
     from onnx import numpy_helper
 
-    weights = {i.name.removeprefix("inner."): numpy_helper.to_array(i) for i in onnx.load(str(path)).graph.initializer}
+    try:
+        graph = onnx.load(str(path)).graph
+    except OSError:
+        raise
+    except Exception as exc:  # protobuf's DecodeError and the like: not an ONNX file
+        raise ValueError(f"not an ONNX model ({type(exc).__name__}: {exc})") from None
+    weights = {i.name.removeprefix("inner."): numpy_helper.to_array(i) for i in graph.initializer}
     state = policy.state_dict()
     missing = [k for k in state if (k.startswith(("mlp_extractor.policy_net.", "action_net."))) and k not in weights]
     if missing:
@@ -359,9 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Start at the base decision: the value 0 of every dimension (start as planned, no headroom) is made
     # e^PRIOR times likelier than each other value, so that exploration begins from rolling greedy's fill.
-    with torch.no_grad():
-        offsets = np.concatenate([[0], np.cumsum(vec.action_space.nvec)[:-1]])
-        model.policy.action_net.bias[torch.as_tensor(offsets)] += args.prior
+    prefer_base(model.policy, args.prior)
     init_card: dict[str, Any] | None = None
     if args.init is not None:
         try:
@@ -401,8 +409,7 @@ def main(argv: list[str] | None = None) -> int:
     def act(obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
         with torch.no_grad():
             tensor = torch.as_tensor(obs, dtype=torch.float32, device=model.device).reshape(1, -1)
-            p = model.policy
-            logits = p.action_net(p.mlp_extractor.forward_actor(p.extract_features(tensor, p.pi_features_extractor)))
+            logits = actor_logits(model.policy, tensor)
         return masked_argmax(logits.cpu().numpy().reshape(-1).astype(np.float64), mask)
 
     def evaluate(step: int) -> None:

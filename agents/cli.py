@@ -340,14 +340,17 @@ def _simulate(args: argparse.Namespace) -> int:
     if name in LIVE_PLANNERS:
         if args.forecast == "history" and not history:
             raise CliError("--forecast history: needs past days (--history FILE...)")
-        scheduler = live_planner(
-            name,
-            history=history,
-            day=scenario,
-            samples=args.samples or DEFAULT_SAMPLES,
-            seed=args.seed,
-            forecast=args.forecast,
-        )
+        try:
+            scheduler = live_planner(
+                name,
+                history=history,
+                day=scenario,
+                samples=args.samples or DEFAULT_SAMPLES,
+                seed=args.seed,
+                forecast=args.forecast,
+            )
+        except PolicyError as exc:
+            raise CliError(f"--scheduler {name}: {exc}") from None
     elif args.history or args.samples or args.forecast != "corrector":
         raise CliError(f"--history, --samples and --forecast are the live planner's; {name!r} rolls as it is")
     if not math.isfinite(args.forecast_error) or args.forecast_error < 0:

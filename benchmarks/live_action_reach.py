@@ -29,13 +29,13 @@ if str(ROOT) not in sys.path:
 
 from agents.rolling.anticipate import LIVE_FORECAST, live_planner  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
-from agents.rolling.live_policy import action_nvec, decide_action, view  # noqa: E402
+from agents.rolling.live_policy import decide_action, view  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import LiveDay, realized_day, rolling  # noqa: E402
 from benchmarks.online_benchmark import Settings, hindsight, past_days  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
-from train_live import hindsight_action  # noqa: E402
+from train_live import hindsight_action, play_base  # noqa: E402
 
 SETTINGS = ((0.0, "exact"), (0.3, "trace"))
 
@@ -57,12 +57,7 @@ def clairvoyant(day, actual, runtimes) -> tuple[float, int, int]:
 
 def base_only(day, actual, runtimes) -> float:
     """The base decision at every slot (the action of all zeros)."""
-    live = LiveDay(day, actual, corrector=LIVE_FORECAST, runtimes=runtimes)
-    zeros = np.zeros(len(action_nvec()), dtype=np.int64)
-    while not live.done:
-        state, ran = live.state()
-        live.commit(decide_action(view(state, live.t, ran), zeros))
-    return live.result("base").metrics.objective
+    return play_base(LiveDay(day, actual, corrector=LIVE_FORECAST, runtimes=runtimes))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents.rolling.live_env import GpuClusterLiveEnv  # noqa: E402
-from agents.rolling.live_policy import action_nvec  # noqa: E402
+from agents.rolling.live_policy import action_nvec, action_offsets  # noqa: E402
 from gpu_env.generators import FAMILIES  # noqa: E402
 
 
@@ -31,7 +31,7 @@ def steps_per_second(baseline: str | None, episodes: int, seed: int) -> tuple[fl
     env = GpuClusterLiveEnv(baseline=baseline)
     rng = np.random.default_rng(seed)
     nvec = action_nvec()
-    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+    offsets = action_offsets()
     families = list(FAMILIES)
     steps = 0
     began = time.perf_counter()

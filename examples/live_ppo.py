@@ -49,7 +49,7 @@ import gpu_env  # noqa: E402, F401  (registers GpuClusterLive-v0)
 from agents.rolling.anticipate import live_planner  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.live_env import GpuClusterLiveEnv  # noqa: E402
-from agents.rolling.live_ppo import POLICY, masked_argmax  # noqa: E402
+from agents.rolling.live_ppo import POLICY, actor_logits, masked_argmax, prefer_base  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
 from benchmarks.online_benchmark import past_days  # noqa: E402
@@ -128,9 +128,7 @@ def train(args: Args) -> MaskablePPO:
         seed=args.seed,
         device="cpu",
     )
-    with torch.no_grad():  # the base decision first: every dimension's value 0 starts likelier
-        offsets = np.concatenate([[0], np.cumsum(vec.action_space.nvec)[:-1]])
-        model.policy.action_net.bias[torch.as_tensor(offsets)] += args.prior
+    prefer_base(model.policy, args.prior)  # the base decision first: every dimension's value 0 starts likelier
     model.learn(total_timesteps=args.timesteps, tb_log_name="live_ppo")
     model.save(Path(args.run_dir) / "model.zip")
     print(f"trained {model.num_timesteps} timesteps on {args.num_envs} envs, seed {args.seed}")
@@ -142,10 +140,8 @@ def train(args: Args) -> MaskablePPO:
 
 def act(model: MaskablePPO, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The policy's action, as ``live-ppo`` takes it: the most likely allowed value of each dimension."""
-    p = model.policy
     with torch.no_grad():
-        x = torch.as_tensor(obs, dtype=torch.float32).reshape(1, -1)
-        logits = p.action_net(p.mlp_extractor.forward_actor(p.extract_features(x, p.pi_features_extractor)))
+        logits = actor_logits(model.policy, torch.as_tensor(obs, dtype=torch.float32).reshape(1, -1))
     return masked_argmax(logits.numpy().reshape(-1).astype(np.float64), mask)
 
 

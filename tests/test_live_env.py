@@ -18,7 +18,7 @@ from agents.rolling.anticipate import LIVE_FORECAST, AnticipatingPlanner, live_p
 from agents.rolling.forecast import NoiseModel
 from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv, allowed, slot_rewards
 from agents.rolling.live_policy import HEADROOM, MAX_STARTS, action_nvec, decide_action, view
-from agents.rolling.live_ppo import POLICY, LivePolicyError, LivePPOPlanner, masked_argmax
+from agents.rolling.live_ppo import POLICY, LivePolicyError, LivePPOPlanner, actor_logits, masked_argmax
 from agents.rolling.runtimes import draw_runtimes
 from agents.rolling.simulation import realized_day, rolling
 from gpu_env.generators import FAMILIES, generate
@@ -251,11 +251,23 @@ def test_an_exported_live_policy_round_trips_into_a_new_model(tmp_path: Path) ->
 
     def logits(policy):
         with torch.no_grad():
-            f = policy.extract_features(x, policy.pi_features_extractor)
-            return policy.action_net(policy.mlp_extractor.forward_actor(f)).numpy()
+            return actor_logits(policy, x).numpy()
 
     assert np.allclose(logits(first.policy), logits(second.policy))
     planner = LivePPOPlanner.load(tmp_path / "p.onnx")
     assert planner.card["note"] == "test"
     (onnx_logits,) = planner._session.run(None, {"observation": obs.reshape(1, -1)})
     assert np.allclose(onnx_logits, logits(first.policy), atol=1e-5)
+
+
+def test_the_cli_names_a_missing_live_policy_in_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
+    """``gpualloc simulate --scheduler live-ppo`` without a policy file: one line naming the file, exit 2."""
+    from agents import cli
+    from agents.rolling import live_ppo
+
+    monkeypatch.setattr(live_ppo, "POLICY", tmp_path / "none.onnx")
+    scenario = Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "mixed-control.yaml"
+    code = cli.main(["simulate", str(scenario), "--scheduler", "live-ppo"])
+    err = capsys.readouterr().err
+    assert code == 2 and "--scheduler live-ppo:" in err and "none.onnx: no live policy there" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

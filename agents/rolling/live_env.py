@@ -34,6 +34,7 @@ from agents.rolling.live_policy import (
     OBSERVATION_SIZE,
     SlotView,
     action_nvec,
+    action_offsets,
     decide_action,
     inherited_value,
     slot_reward,
@@ -104,7 +105,6 @@ class GpuClusterLiveEnv(gym.Env):
         self._baseline = np.zeros(0)
         self._scale = 1.0
         self._about: dict[str, Any] = {}
-        self._return = 0.0
 
     # ------------------------------------------------------------------------- gymnasium
 
@@ -143,7 +143,6 @@ class GpuClusterLiveEnv(gym.Env):
             self._baseline = slot_rewards(greedy)
             self._scale = max(abs(greedy.metrics.objective), 1.0)
             self.greedy_objective = greedy.metrics.objective
-        self._return = 0.0
         self._about = {}
         self._observe()
         return self._view.observation.copy(), self._info()  # type: ignore[union-attr]
@@ -165,7 +164,6 @@ class GpuClusterLiveEnv(gym.Env):
         if t == 0:
             earned += inherited_value(self.actual)  # type: ignore[arg-type]
         reward = (earned - float(self._baseline[t])) / self._scale
-        self._return += reward
         terminated = live.done
         info: dict[str, Any]
         if terminated:
@@ -209,7 +207,7 @@ def allowed(slot: SlotView, action: np.ndarray | Sequence[int]) -> tuple[np.ndar
     nvec = action_nvec()
     if action.shape != nvec.shape:
         raise ValueError(f"action: expected {len(nvec)} values, got {action.shape[0]}")
-    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+    offsets = action_offsets()
     bad = (action < 0) | (action >= nvec)
     bad |= ~slot.mask[offsets + np.clip(action, 0, nvec - 1)]
     action[bad] = 0

@@ -64,6 +64,12 @@ def action_nvec() -> np.ndarray:
     return np.array([2] * MAX_STARTS + [len(HEADROOM)] * MAX_APPS, dtype=np.int64)
 
 
+def action_offsets() -> np.ndarray:
+    """Where each action dimension's values begin in the concatenated mask (and in the policy's logits)."""
+    nvec = action_nvec()
+    return np.concatenate([[0], np.cumsum(nvec)[:-1]]).astype(np.int64)
+
+
 @dataclass
 class SlotView:
     """One slot as a live policy sees it, and what its decision is built from.
@@ -133,7 +139,7 @@ def decide_action(
     nvec = action_nvec()
     if action.shape != nvec.shape:
         raise ValueError(f"action: expected {len(nvec)} values, got {action.shape[0]}")
-    offsets = np.concatenate([[0], np.cumsum(nvec)[:-1]])
+    offsets = action_offsets()
     if np.any(action < 0) or np.any(action >= nvec) or not np.all(slot.mask[offsets + action]):
         raise ValueError(f"action {action.tolist()} is not allowed by the mask")
     scenario, state = slot.scenario, slot.state

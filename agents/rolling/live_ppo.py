@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from agents.options import PlanOptions
+from agents.ppo import PolicyError
 from agents.rolling.allocator import ClusterState, Decision
 from agents.rolling.anticipate import LIVE_FORECAST
 from agents.rolling.forecast import Corrector
@@ -30,6 +31,7 @@ from agents.rolling.live_policy import (
     OBSERVATION_SIZE,
     SlotView,
     action_nvec,
+    action_offsets,
     decide_action,
     view,
 )
@@ -39,8 +41,11 @@ POLICY = Path(__file__).resolve().parents[1] / "policies" / "live.onnx"
 CARD_FORMAT = "gpualloc-live-policy/1"
 
 
-class LivePolicyError(ValueError):
-    """The live policy file or its card cannot be used (the message names the file and what is wrong)."""
+class LivePolicyError(PolicyError):
+    """The live policy file or its card cannot be used (the message names the file and what is wrong).
+
+    A :class:`agents.ppo.PolicyError`, so that the CLIs report it as they report the fast mode's policy.
+    """
 
 
 def card_spec() -> dict[str, Any]:
@@ -80,9 +85,13 @@ class LivePPOPlanner:
         self._session: Any = None
 
     @classmethod
-    def load(cls, path: str | Path = POLICY, **kwargs: Any) -> LivePPOPlanner:
-        """Read the policy and its card; a missing or mismatched file is a :class:`LivePolicyError`."""
-        planner = cls(Path(path), **kwargs)
+    def load(cls, path: str | Path | None = None, **kwargs: Any) -> LivePPOPlanner:
+        """Read the policy (default :data:`POLICY`) and its card.
+
+        Raises:
+            LivePolicyError: The file or its card is missing, unreadable or made for another view.
+        """
+        planner = cls(Path(POLICY if path is None else path), **kwargs)
         planner._open()
         return planner
 
@@ -144,6 +153,26 @@ class LivePPOPlanner:
         return decide_action(slot, self.act(slot), base=self.base, options=options)
 
 
+def actor_logits(policy: Any, observation: Any) -> Any:
+    """The logits of an SB3 (MaskablePPO) policy's actor for a batch of observations (a torch tensor).
+
+    The path ``live-ppo`` plans with once exported (:func:`export`); training and the example read it too.
+    """
+    features = policy.extract_features(observation, policy.pi_features_extractor)
+    return policy.action_net(policy.mlp_extractor.forward_actor(features))
+
+
+def prefer_base(policy: Any, prior: float) -> None:
+    """Raise the logit of each dimension's value 0 (start as planned, no headroom) by ``prior``.
+
+    A policy that starts from the base decision: its values are e^prior times likelier than each other value.
+    """
+    import torch
+
+    with torch.no_grad():
+        policy.action_net.bias[torch.as_tensor(action_offsets())] += prior
+
+
 def masked_argmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Per action dimension, the index of the largest logit among the values the mask allows."""
     nvec = action_nvec()
@@ -174,9 +203,7 @@ def export(policy: Any, path: str | Path, card: Mapping[str, Any]) -> None:
             self.inner = inner
 
         def forward(self, observation: torch.Tensor) -> torch.Tensor:
-            p = self.inner
-            features = p.extract_features(observation, p.pi_features_extractor)
-            return p.action_net(p.mlp_extractor.forward_actor(features))
+            return actor_logits(self.inner, observation)
 
     path = Path(path)
     module = Logits(policy).to("cpu").eval()

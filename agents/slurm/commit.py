@@ -182,6 +182,15 @@ def app_layout(snapshot: Snapshot, decision: Decision) -> dict[str, dict[str, in
     return layout
 
 
+def held_outside(snapshot: Snapshot) -> list[str]:
+    """The owned pending jobs the snapshot set outside the plan that a commit holds, in the snapshot's order.
+
+    All but those of a partition outside ``slurm.partitions`` (not on the allocator's nodes; left alone).
+    """
+    gpu = set(snapshot.config.partitions)
+    return [jid for jid, job in snapshot.owned_outside.items() if not gpu or job.partition in gpu]
+
+
 def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
     """The changes that make Slurm hold what the plan's slot 0 says, in the order they must be made."""
     config = snapshot.config
@@ -201,9 +210,8 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
             places.append(Change("place", jid, nodes=nodes, gpus=gpus))
         elif not job.held:
             holds.append(Change("hold", jid))
-    gpu_partitions = set(config.partitions)
-    for jid, job in snapshot.owned_outside.items():  # outside the plan (the notes say why): never left released
-        if not job.held and (not gpu_partitions or job.partition in gpu_partitions):
+    for jid in held_outside(snapshot):  # outside the plan (the notes say why): never left released
+        if not snapshot.owned_outside[jid].held:
             holds.append(Change("hold", jid))
     layout = app_layout(snapshot, decision)
     for app in config.apps:
@@ -804,10 +812,9 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
             line["failed"] = problems
         lines.append(line)
     lines.extend(n.to_dict() for n in snapshot.relaxed)
-    gpu_partitions = set(snapshot.config.partitions)
+    outside = held_outside(snapshot)
     for note in snapshot.notes:
-        job = snapshot.owned_outside.get(note.id) if note.kind == "job" else None
-        if job is not None and (not gpu_partitions or job.partition in gpu_partitions):  # held till it can be planned
+        if note.kind == "job" and note.id in outside:  # held till it can be planned
             line = {"job": note.id, "action": "hold", "why": f"outside the plan: {note.why}"}
             if note.id in failed:
                 line["failed"] = failed[note.id]
