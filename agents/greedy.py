@@ -182,6 +182,11 @@ class GreedyConfig:
             jobs FIFO left out, as they are and then with trades.
         fifo_guard: Return FIFO's own plan when it scores higher than everything found (the
             last resort; ``benchmarks/greedy_variants.py`` counts how often it fires).
+        restarts: Noisy orders added to the sweeps (:func:`noisy_orders`: greedy's priority key plus Gumbel
+            noise, seeded by :func:`solve`'s ``seed``), their trade modes alternating. They form a promotion group of
+            their own, so restarts never give a worse plan than none (:func:`gpu_env.listsched.decode`).
+        restart_temperature: Scale of the restarts' Gumbel noise against the key's spread (ranks over the queue
+            size: 1 between the first job and the last).
     """
 
     orderings: tuple[str, ...] = ("weight", "value")
@@ -194,6 +199,8 @@ class GreedyConfig:
     promote_limit: int = 4
     fifo_seed: bool = True
     fifo_guard: bool = True
+    restarts: int = 0
+    restart_temperature: float = 0.3
 
     def __post_init__(self) -> None:
         unknown = [name for name in self.orderings if name not in ORDERINGS]
@@ -208,6 +215,8 @@ class GreedyConfig:
         object.__setattr__(self, "trades", tuple(TradeMode(mode) for mode in self.trades))
         if self.trade_candidates < 1 or self.promote_rounds < 0 or self.promote_limit < 0:
             raise ValueError("trade_candidates must be positive; promote_rounds and promote_limit not negative")
+        if self.restarts < 0 or not self.restart_temperature > 0:
+            raise ValueError("restarts must not be negative and restart_temperature must be positive")
 
 
 DEFAULT = GreedyConfig()
@@ -244,16 +253,35 @@ def orderings(scenario: Scenario, names: tuple[str, ...] | list[str]) -> list[li
     return [ORDERINGS[name](keys) for name in names]
 
 
-def solve(scenario: Scenario, config: GreedyConfig = DEFAULT) -> GreedyResult:
+def noisy_orders(keys: JobKeys, count: int, seed: int, temperature: float) -> np.ndarray:
+    """``count`` orders of the pending jobs by greedy's priority key plus Gumbel noise (Plackett-Luce draws).
+
+    The key is each job's rank in the priority ordering (:func:`_order_weight`), scaled to 0 (first) .. -1 (last);
+    a job's sort key is that plus ``temperature`` times a standard Gumbel draw, so low temperatures perturb
+    neighbours and high ones shuffle the queue.
+
+    Returns:
+        (count, m) job indices, m the pending jobs.
+    """
+    base = np.array(_order_weight(keys), dtype=np.int64)
+    m = base.size
+    rank = -np.arange(m, dtype=np.float64) / max(m - 1, 1)
+    rng = np.random.default_rng(seed)
+    gumbel = -np.log(-np.log(rng.random((count, m)) + 1e-300) + 1e-300)
+    return base[np.argsort(-(rank[None, :] + temperature * gumbel), axis=1, kind="stable")]
+
+
+def solve(scenario: Scenario, config: GreedyConfig = DEFAULT, seed: int = 0) -> GreedyResult:
     """Plan with the heuristic under a configuration, and say how the plan was found.
 
-    One compiled call decodes every sweep (each ordering under each trade mode, modes first), the FIFO seed last,
-    keeps the first best (a later sweep must beat it by more than 1e-9) and promotes on it
-    (:func:`gpu_env.listsched.decode`).
+    One compiled call decodes every sweep (each ordering under each trade mode, modes first), the restarts
+    (``config.restarts``), the FIFO seed last, keeps the first best (a later sweep must beat it by more than 1e-9)
+    and promotes on it, and on the best restart in a group of their own (:func:`gpu_env.listsched.decode`).
 
     Args:
         scenario: The problem.
-        config: Orderings, block and start rules, trade modes, promotion and guard.
+        config: Orderings, block and start rules, trade modes, restarts, promotion and guard.
+        seed: Seed of the restarts' noise (unused without restarts).
 
     Returns:
         The best plan found, with its objective.
@@ -269,14 +297,24 @@ def solve(scenario: Scenario, config: GreedyConfig = DEFAULT) -> GreedyResult:
             names.append(f"{name}/{mode}")
             rows.append(ORDERINGS[name](keys))
             row_modes.append(MODES[mode])
+    groups = [0] * len(rows)
+    if config.restarts:
+        cycle = list(dict.fromkeys(modes))
+        for r, order in enumerate(noisy_orders(keys, config.restarts, seed, config.restart_temperature)):
+            mode = cycle[r % len(cycle)]
+            names.append(f"restart-{r}/{mode}")
+            rows.append(order.tolist())
+            row_modes.append(MODES[mode])
+            groups.append(1)
     fifo_run = fifo_replay(scenario, inst) if config.fifo_seed or config.fifo_guard else None
-    seed = None
+    fifo_placements = None
     if config.fifo_seed and fifo_run is not None:
         # FIFO's placements on greedy's curves, then the jobs FIFO left out; promotion redoes it in mode "after".
         names.append("fifo-seeded/after")
         rows.append(_order_arrival(keys))
         row_modes.append(MODE_AFTER)
-        seed = (fifo_run.start[0], fifo_run.first[0])
+        groups.append(0)
+        fifo_placements = (fifo_run.start[0], fifo_run.first[0])
     found = decode(
         inst,
         np.array(rows, dtype=np.int64).reshape(len(rows), len(keys.pending)),
@@ -287,12 +325,13 @@ def solve(scenario: Scenario, config: GreedyConfig = DEFAULT) -> GreedyResult:
         block_rule=config.block_rule,
         start_rule=config.start_rule,
         pack_tolerance=config.pack_tolerance,
-        seed=seed,
+        seed=fifo_placements,
         margin=_EPS,
+        groups=np.array(groups, dtype=np.int64),
     )
     best = found.chosen
     name = names[best]
-    if found.promotions:
+    if found.promoted is not None and found.promoted[best]:
         ordering, mode = name.split("/")
         name = f"{ordering}+promoted/{mode}"
     sweeps = len(rows) + found.promotion_decodes

@@ -12,9 +12,11 @@ Planning is one onnxruntime call and one compiled call (``docs/learned-mode.md``
    (Plackett-Luce) draws seeded by ``options.seed``, alternating trade modes;
 4. :func:`gpu_env.listsched.decode` places every order with the rules'
    placement (greedy's sweep, compiled), all candidates in one call, then
-   improves the best by promotion (the most valuable jobs it left out move to
+   improves two by promotion (the most valuable jobs a plan left out move to
    the front of its order, :data:`PROMOTE_ROUNDS` rounds, inside the same
-   call); the most valuable plan wins and only its plan is built.
+   call): the argmax order and the best of the others
+   (:func:`candidate_groups`), so more candidates never give a worse plan than
+   the argmax order alone; the most valuable plan wins and only its plan is built.
 
 ``options.guard`` names a baseline computed too and returned when it is worth
 more: FIFO (the shipped default: the learned mode is never below FIFO), greedy,
@@ -303,7 +305,16 @@ def _decode_candidates(
     cluster = cluster_features(scenario, inst)
     scores, mode_logit = policy.score(jobs, inst.pending, cluster)
     orders, modes = candidate_orders(scores, mode_logit, inst.pending, samples, seed, policy.temperature)
-    return inst, decode(inst, orders, modes, promote_rounds=promote_rounds)
+    return inst, decode(inst, orders, modes, promote_rounds=promote_rounds, groups=candidate_groups(samples))
+
+
+def candidate_groups(samples: int) -> np.ndarray:
+    """Promotion groups of the candidates: the argmax order alone in group 0, the others in group 1.
+
+    Promotion refines the best of each group (:func:`gpu_env.listsched.decode`), so the planner with many
+    candidates is never below the argmax order alone, promoted as it is with ``samples=1``.
+    """
+    return np.minimum(np.arange(samples, dtype=np.int64), 1)
 
 
 def candidates(

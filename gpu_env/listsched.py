@@ -280,9 +280,10 @@ class Decoded:
         start: (K, n) start of each job, -1 when unplaced (inherited jobs: 0).
         first: (K, n) first GPU of each job's block, -1 when unplaced.
         curves: (K, A, T) real-time curves.
-        promotions: Promotions that improved the best candidate (its row holds the improved plan).
-        chosen: The best candidate by :func:`decode`'s margin, the one promotion worked on (-1 without candidates).
+        promotions: Promotions that improved a group's best candidate (its row holds the improved plan).
+        chosen: The best candidate after promotion by :func:`decode`'s margin (-1 without candidates).
         promotion_decodes: Orders promotion decoded (improving or not).
+        promoted: (K,) promotions kept on each candidate (only groups' best candidates have any).
     """
 
     objective: np.ndarray
@@ -292,6 +293,7 @@ class Decoded:
     promotions: int = 0
     chosen: int = -1
     promotion_decodes: int = 0
+    promoted: np.ndarray | None = None
 
     @property
     def best(self) -> int:
@@ -423,14 +425,20 @@ def decode(
     prefer: np.ndarray | None = None,
     rules: np.ndarray | None = None,
     block_weights: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
 ) -> Decoded:
     """Decode K job orders into K plans, in one compiled call.
 
     The best candidate is the first whose objective exceeds every earlier one's by more than ``margin``. With
-    ``promote_rounds``, it is then improved as greedy improves its best sweep: each of the ``promote_limit`` most
-    valuable jobs its plan left out is moved, one at a time, to the front of its order and the order decoded again; an
-    improvement (by more than 1e-9) is kept (and replaces that candidate's plan in the result), and a round that
+    ``promote_rounds``, candidates are then improved as greedy improves its best sweep: each of the ``promote_limit``
+    most valuable jobs a plan left out is moved, one at a time, to the front of its order and the order decoded again;
+    an improvement (by more than 1e-9) is kept (and replaces that candidate's plan in the result), and a round that
     improves nothing ends the pass.
+
+    Promotion works on the best candidate of each of ``groups`` (by the same margin rule), and the best after it
+    wins. A group's promoted plan is the one its candidates alone would give, so adding a group of candidates
+    never gives a worse plan: the learned planner puts its argmax order in a group of its own, so that its sampled
+    orders can only add to what that order alone earns (``docs/learned-mode.md``).
 
     Args:
         inst: The scenario's arrays (:meth:`ListInstance.build`).
@@ -455,6 +463,8 @@ def decode(
             :data:`BLOCK_LEARNED`), replacing ``block_rule``; promotion keeps the best candidate's.
         block_weights: The learned block rule's weights (:data:`gpu_env.placement.BLOCK_FEATURES`), required by
             (and only read for) the jobs whose rule is :data:`BLOCK_LEARNED`.
+        groups: (K,) integers from 0, the promotion group of each candidate (default: one group, promotion on the
+            best candidate only).
 
     Returns:
         The K plans' placements, curves and objectives.
@@ -499,18 +509,31 @@ def decode(
         seed_start, seed_first = (np.ascontiguousarray(x, dtype=np.int64) for x in seed)
         if seed_start.shape != (n,) or seed_first.shape != (n,) or K == 0:
             raise ValueError(f"a seed is (start, first) of shape ({n},) each, for the last of at least one order")
+    if groups is None:
+        group_of = np.zeros(K, dtype=np.int64)
+    else:
+        given = np.asarray(groups)
+        if given.size and not np.issubdtype(given.dtype, np.integer):
+            raise ValueError(f"groups must be integers (promotion groups), got dtype {given.dtype}")
+        group_of = np.ascontiguousarray(given, dtype=np.int64)
+        if group_of.shape != (K,):
+            raise ValueError(f"groups must be one promotion group per candidate, ({K},), got {group_of.shape}")
+        if group_of.size and (group_of.min() < 0 or group_of.max() >= K):
+            raise ValueError(f"groups must be among 0..{K - 1}")
     A, T = inst.curves.shape
     objective = np.zeros(K, dtype=np.float64)
     start = np.full((K, n), -1, dtype=np.int64)
     first = np.full((K, n), -1, dtype=np.int64)
     curves = np.zeros((K, A, T), dtype=np.int64)
     counts = np.zeros(3, dtype=np.int64)
+    promoted = np.zeros(K, dtype=np.int64)
     _decode_all(
         inst,
         orders,
         modes,
         how,
         per_job,
+        group_of,
         int(promote_rounds),
         int(promote_limit),
         seed_start,
@@ -521,8 +544,9 @@ def decode(
         first,
         curves,
         counts,
+        promoted,
     )
-    return Decoded(objective, start, first, curves, int(counts[0]), int(counts[1]), int(counts[2]))
+    return Decoded(objective, start, first, curves, int(counts[0]), int(counts[1]), int(counts[2]), promoted)
 
 
 # ----------------------------------------------------------------------------- compiled
@@ -930,60 +954,30 @@ def _with_rules(choice: Choice, rules: np.ndarray) -> Choice:  # pragma: no cove
 
 
 @njit(cache=True, nogil=True)
-def _decode_all(
+def _promote(
     inst: ListInstance,
-    orders: np.ndarray,
-    modes: np.ndarray,
-    shared: Choice,
-    rules: np.ndarray,
+    live: Live,
+    sc: Scratch,
+    order: np.ndarray,
+    mode: int,
+    choice: Choice,
+    best: int,
     promote_rounds: int,
     promote_limit: int,
-    seed_start: np.ndarray,
-    seed_first: np.ndarray,
-    margin: float,
     objective: np.ndarray,
     start: np.ndarray,
     first: np.ndarray,
     curves_out: np.ndarray,
     counts: np.ndarray,
+    promoted: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """:func:`decode`'s compiled body; ``counts`` receives (promotions, chosen candidate, promotion decodes)."""
-    n = inst.k.size
-    sc = new_scratch(inst)
-    live = Live(
-        np.empty_like(inst.busy),
-        np.empty_like(inst.load),
-        np.empty_like(inst.curves),
-        np.zeros(2, dtype=np.float64),
-        np.zeros(inst.slots, dtype=np.int64),
-        np.empty(n, dtype=np.int64),
-        np.empty(n, dtype=np.int64),
-        np.empty(n, dtype=np.bool_),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(1, dtype=np.int64),
-    )
-    K, m = orders.shape
-    best = -1
-    for c in range(K):
-        choice = _with_rules(shared, rules[c]) if rules.shape[1] else shared
-        if seed_start.size and c == K - 1:
-            objective[c] = _decode_seeded(inst, live, orders[c], seed_start, seed_first, choice, sc)
-        else:
-            objective[c] = _decode_one(inst, live, orders[c], modes[c], choice, sc)
-        _copy(start[c], live.start)
-        _copy(first[c], live.first)
-        _copy(curves_out[c], live.curves)
-        if best < 0 or objective[c] > objective[best] + margin:
-            best = c
-    counts[1] = best
-    if best < 0 or promote_rounds == 0:
-        return
-    # Promotion (greedy's): the most valuable jobs the best plan left out, one at a time, go to the front
-    # of its order; an improvement replaces the best candidate's plan (its row of the outputs).
-    order = orders[best].copy()
-    choice = _with_rules(shared, rules[best]) if rules.shape[1] else shared
+    """Greedy's promotion on candidate ``best`` (its order in ``order``, changed in place as promotions are kept).
+
+    The most valuable jobs its plan left out, one at a time, go to the front of its order; an improvement replaces
+    that candidate's plan (its row of the outputs). ``counts``: (promotions kept, -, promotion decodes) added to.
+    """
+    m = order.size
     trial = np.empty(m, dtype=np.int64)
-    mode = modes[best]
     top = np.empty(max(promote_limit, 1), dtype=np.int64)
     for _ in range(promote_rounds):
         # The unplaced jobs of the best plan, most valuable first (ties: job index), at most promote_limit.
@@ -1030,6 +1024,80 @@ def _decode_all(
                 _copy(curves_out[best], live.curves)
                 _copy(order, trial)
                 counts[0] += 1
+                promoted[best] += 1
                 improved = True
         if not improved:
             return
+
+
+@njit(cache=True, nogil=True)
+def _decode_all(
+    inst: ListInstance,
+    orders: np.ndarray,
+    modes: np.ndarray,
+    shared: Choice,
+    rules: np.ndarray,
+    groups: np.ndarray,
+    promote_rounds: int,
+    promote_limit: int,
+    seed_start: np.ndarray,
+    seed_first: np.ndarray,
+    margin: float,
+    objective: np.ndarray,
+    start: np.ndarray,
+    first: np.ndarray,
+    curves_out: np.ndarray,
+    counts: np.ndarray,
+    promoted: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """:func:`decode`'s compiled body; ``counts`` receives (promotions, chosen candidate, promotion decodes),
+    ``promoted`` the promotions kept per candidate."""
+    n = inst.k.size
+    sc = new_scratch(inst)
+    live = Live(
+        np.empty_like(inst.busy),
+        np.empty_like(inst.load),
+        np.empty_like(inst.curves),
+        np.zeros(2, dtype=np.float64),
+        np.zeros(inst.slots, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.bool_),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+    )
+    K, m = orders.shape
+    n_groups = 1
+    for c in range(K):
+        n_groups = max(n_groups, groups[c] + 1)
+    leader = np.full(n_groups, -1, dtype=np.int64)  # each group's best candidate by the margin rule
+    for c in range(K):
+        choice = _with_rules(shared, rules[c]) if rules.shape[1] else shared
+        if seed_start.size and c == K - 1:
+            objective[c] = _decode_seeded(inst, live, orders[c], seed_start, seed_first, choice, sc)
+        else:
+            objective[c] = _decode_one(inst, live, orders[c], modes[c], choice, sc)
+        _copy(start[c], live.start)
+        _copy(first[c], live.first)
+        _copy(curves_out[c], live.curves)
+        g = groups[c]
+        if leader[g] < 0 or objective[c] > objective[leader[g]] + margin:
+            leader[g] = c
+    if promote_rounds > 0:
+        # Promotion (greedy's) on each group's leader: a group's promoted plan is what that group alone would give.
+        order = np.empty(m, dtype=np.int64)
+        for g in range(n_groups):
+            c = leader[g]
+            if c < 0:
+                continue
+            _copy(order, orders[c])
+            choice = _with_rules(shared, rules[c]) if rules.shape[1] else shared
+            _promote(
+                inst, live, sc, order, modes[c], choice, c, promote_rounds, promote_limit,
+                objective, start, first, curves_out, counts, promoted,
+            )  # fmt: skip
+    best = -1
+    for c in range(K):
+        if best < 0 or objective[c] > objective[best] + margin:
+            best = c
+    counts[1] = best

@@ -97,6 +97,39 @@ def test_config_rejects_unknown_names():
         GreedyConfig(trades=())
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_restarts_never_plan_worse_and_are_seeded(family: str):
+    sc = generate(family, seed=20_001)
+    plain = greedy.solve(sc)
+    noisy = GreedyConfig(restarts=7)
+    for seed in range(3):
+        found = greedy.solve(sc, noisy, seed=seed)
+        assert found.objective >= plain.objective - 1e-9
+        assert validate(sc, found.plan) == []
+        assert found.sweeps >= 5 + 7  # 4 sweeps and the FIFO seed, 7 restarts, promotion after
+    again = greedy.solve(sc, noisy, seed=1)
+    assert again.plan.placements == greedy.solve(sc, noisy, seed=1).plan.placements
+
+
+def test_noisy_orders_are_permutations_near_the_priority_order():
+    sc = generate("uniform-priority", seed=3)
+    keys = greedy.JobKeys.of(sc)
+    cold = greedy.noisy_orders(keys, 4, seed=0, temperature=1e-6)
+    hot = greedy.noisy_orders(keys, 4, seed=0, temperature=5.0)
+    priority = greedy.orderings(sc, ["weight"])[0]
+    assert all(sorted(row) == sorted(keys.pending) for row in np.vstack([cold, hot]).tolist())
+    assert all(row == priority for row in cold.tolist())  # noise far below a rank step: the key's order
+    assert any(row != priority for row in hot.tolist())
+    assert np.array_equal(greedy.noisy_orders(keys, 4, seed=0, temperature=5.0), hot)
+
+
+def test_restart_config_is_checked():
+    with pytest.raises(ValueError, match="restarts"):
+        GreedyConfig(restarts=-1)
+    with pytest.raises(ValueError, match="restart_temperature"):
+        GreedyConfig(restart_temperature=0.0)
+
+
 # ----------------------------------------------------------------------------- hand-worked cases
 
 

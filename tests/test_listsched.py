@@ -248,6 +248,56 @@ def test_promotion_never_lowers_the_best(family: str, seed: int, gpus: int, limi
     assert_valid_rows(sc, promoted)
 
 
+@quiet(40)
+@given(**SMALL_CASES)
+def test_a_group_of_more_candidates_never_gives_a_worse_plan(family: str, seed: int, gpus: int, data: st.DataObject):
+    """Promotion refines each group's best: the candidates of group 0 alone give a plan no better than all of them."""
+    sc = small(family, seed, gpus)
+    jobs = pending(sc)
+    k = data.draw(st.integers(1, 3), label="group 0")
+    extra = data.draw(st.integers(1, 4), label="group 1")
+    orders = np.array([data.draw(st.permutations(jobs), label="order") for _ in range(k + extra)])
+    orders = orders.reshape(k + extra, len(jobs))
+    modes = np.array(data.draw(st.lists(st.sampled_from(sorted(MODES.values())), min_size=k + extra, max_size=k + extra)))
+    inst = ListInstance.build(sc)
+    alone = decode(inst, orders[:k], modes[:k], promote_rounds=2)
+    grouped = decode(inst, orders, modes, promote_rounds=2, groups=np.array([0] * k + [1] * extra))
+    assert grouped.objective[grouped.chosen] >= alone.objective[alone.chosen] - 1e-9
+    # Group 0's rows are what group 0 alone decodes, promotion included.
+    assert np.array_equal(grouped.objective[:k], alone.objective)
+    assert np.array_equal(grouped.start[:k], alone.start)
+    assert grouped.chosen == int(np.argmax(grouped.objective))  # margin 0: the first of the most valuable
+    assert grouped.promoted is not None and grouped.promoted.sum() == grouped.promotions
+    assert_valid_rows(sc, grouped)
+
+
+def test_one_group_is_the_default(mixed: tuple[Scenario, ListInstance]):
+    sc, inst = mixed
+    jobs = pending(sc)
+    orders = np.array([jobs, jobs[::-1]])
+    modes = np.array([MODE_INLINE, MODE_AFTER])
+    default = decode(inst, orders, modes, promote_rounds=2)
+    one = decode(inst, orders, modes, promote_rounds=2, groups=np.zeros(2, dtype=np.int64))
+    assert np.array_equal(default.objective, one.objective) and default.chosen == one.chosen
+    assert np.count_nonzero(default.promoted) <= 1
+
+
+@pytest.mark.parametrize(
+    ("groups", "message"),
+    [
+        (np.array([0]), "one promotion group per candidate"),
+        (np.array([0, 2]), "among 0..1"),
+        (np.array([0, -1]), "among 0..1"),
+        (np.array([0.0, 1.0]), "must be integers"),
+    ],
+)
+def test_bad_groups_raise(mixed: tuple[Scenario, ListInstance], groups: np.ndarray, message: str):
+    sc, inst = mixed
+    jobs = pending(sc)
+    with pytest.raises(ValueError, match=message):
+        decode(inst, np.array([jobs, jobs]), np.array([0, 0]), groups=groups)
+
+
 # ----------------------------------------------------------------------------- plain Python equals compiled
 
 PLAIN_SCRIPT = """
