@@ -1050,8 +1050,11 @@ def _decode_all(
     counts: np.ndarray,
     promoted: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """:func:`decode`'s compiled body; ``counts`` receives (promotions, chosen candidate, promotion decodes),
-    ``promoted`` the promotions kept per candidate."""
+    """:func:`decode`'s compiled body.
+
+    ``counts`` receives (promotions, chosen candidate, promotion decodes), ``promoted`` the promotions kept per
+    candidate.
+    """
     n = inst.k.size
     sc = new_scratch(inst)
     live = Live(
