@@ -713,11 +713,14 @@ def _warm_up_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _warm_up(args: argparse.Namespace) -> int:
-    """Compile the learned planner's decoder into numba's disk cache (or find it there), so no first plan waits."""
+    """Compile the decoder and the batched engine's kernels into numba's disk cache, so no first use waits.
+
+    Or find them there: the printed line says which, for each (numba's cache hits and misses for the engine).
+    """
     import time
 
     from agents import ppo
-    from gpu_env import listsched
+    from gpu_env import batch, listsched
 
     if args.policy is not None and not args.policy.is_file():
         raise CliError(f"{args.policy}: --policy: no such file")
@@ -726,7 +729,11 @@ def _warm_up(args: argparse.Namespace) -> int:
         ppo.warm_up(args.policy)  # loads the policy and plans one small scenario: every compiled path runs
     except PolicyError as exc:
         raise CliError(f"--policy: {exc}") from None
-    print(f"gpualloc warm-up: {listsched.compile_stats().describe()} ({time.perf_counter() - started:.1f} s)")
+    engine = batch.warm_up()  # one small make_vec episode: every kernel the vector env calls runs
+    print(
+        f"gpualloc warm-up: {listsched.compile_stats().describe()}; {engine.describe()} "
+        f"({time.perf_counter() - started:.1f} s)"
+    )
     return EXIT_OK
 
 
@@ -743,7 +750,10 @@ COMMANDS: list[Command] = [
     Command("slurm", "drive a Slurm cluster: snapshot, cycle (plan, commit), run, history", _slurm_arguments, _slurm),
     Command("serve", "run the allocator as an HTTP service with a what-if page", _serve_arguments, _serve),
     Command(
-        "warm-up", "compile the learned planner's decoder now, so no first plan waits", _warm_up_arguments, _warm_up
+        "warm-up",
+        "compile the learned planner's decoder and the batched engine now, so no first plan or make_vec waits",
+        _warm_up_arguments,
+        _warm_up,
     ),
 ]
 

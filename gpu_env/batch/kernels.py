@@ -22,13 +22,15 @@ compiled kernels are cached on disk (``cache=True``): only the first process on
 a machine compiles them (costs in ``docs/environment.md``). With
 ``GPUALLOC_NUMBA=0`` in the environment they run as plain Python (slow; for
 debugging), and :func:`plain` gives that plain-Python copy in any process (the
-differential tests run both).
+differential tests run both). :func:`compile_stats` says what numba did for the kernels in this
+process, and :func:`gpu_env.batch.warm_up` (run by ``gpualloc warm-up``) compiles them into the disk cache.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -59,6 +61,55 @@ def plain() -> ModuleType:
         spec.loader.exec_module(module)
         _plain = module
     return _plain
+
+
+@dataclass(frozen=True)
+class CompileStats:
+    """What numba did in this process for the engine's kernels (:data:`KERNELS`, the calls the engine makes).
+
+    As :class:`gpu_env.listsched.CompileStats`, for the batched engine: numba compiles a kernel on its first
+    use and writes it to its disk cache (``gpu_env/batch/__pycache__`` or ``NUMBA_CACHE_DIR``); a later process
+    with the same source, numba and CPU loads it from there.
+
+    Attributes:
+        compiled: Whether numba is on (off with ``GPUALLOC_NUMBA=0``: plain Python, nothing to compile).
+        cache_dir: Where the compiled kernels are cached (None with numba off).
+        loaded: Kernel specialisations loaded from the disk cache in this process (numba's cache hits).
+        built: Kernel specialisations compiled in this process, and written to the cache (cache misses).
+    """
+
+    compiled: bool
+    cache_dir: str | None
+    loaded: int
+    built: int
+
+    def describe(self) -> str:
+        """One line for people: compiled, loaded from the cache, or not yet used (with the hits and misses)."""
+        if not self.compiled:
+            return "numba is off (GPUALLOC_NUMBA=0): the batched engine runs as plain Python, nothing to compile"
+        counts = f"{self.loaded} loaded, {self.built} compiled"
+        if self.built:
+            return (
+                f"the batched engine's kernels were compiled and cached in {self.cache_dir} ({counts}); "
+                "later processes load them from there"
+            )
+        if self.loaded:
+            return f"the batched engine's kernels were loaded from numba's cache in {self.cache_dir} ({counts})"
+        return f"the batched engine's kernels have not run in this process (numba's cache: {self.cache_dir})"
+
+
+def compile_stats() -> CompileStats:
+    """The kernels' :class:`CompileStats` in this process (numba's dispatcher statistics; imports numba)."""
+    module = importlib.import_module("gpu_env.batch._kernels")
+    stats = [getattr(getattr(module, name), "stats", None) for name in KERNELS]
+    if stats[0] is None:  # GPUALLOC_NUMBA=0: plain functions
+        return CompileStats(False, None, 0, 0)
+    return CompileStats(
+        True,
+        stats[0].cache_path,
+        sum(sum(s.cache_hits.values()) for s in stats),
+        sum(sum(s.cache_misses.values()) for s in stats),
+    )
 
 
 def __getattr__(name: str) -> Any:
