@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml constraints.txt
 # Once the venv is built, `gpualloc warm-up` compiles the learned planner's decoder and the batched engine into numba's disk cache
 # (gpu_env/__pycache__), so that no first plan waits for the compiler (docs/learned-mode.md#install); again when
 # the compiled source changes. A failed warm-up leaves the venv's stamp alone and runs again next time.
-$(WARM): $(STAMP) gpu_env/listsched.py gpu_env/placement.py gpu_env/batch/_kernels.py
+$(WARM): $(STAMP) gpu_env/listsched.py gpu_env/placement.py gpu_env/stepwise.py gpu_env/batch/_kernels.py
 	$(BIN)/gpualloc warm-up
 	touch $(WARM)
 

@@ -719,7 +719,7 @@ def _warm_up(args: argparse.Namespace) -> int:
     """
     import time
 
-    from agents import ppo
+    from agents import ppo, stepwise
     from gpu_env import batch, listsched
 
     if args.policy is not None and not args.policy.is_file():
@@ -729,6 +729,10 @@ def _warm_up(args: argparse.Namespace) -> int:
         ppo.warm_up(args.policy)  # loads the policy and plans one small scenario: every compiled path runs
     except PolicyError as exc:
         raise CliError(f"--policy: {exc}") from None
+    try:
+        stepwise.warm_up()  # the shipped stepwise policy: its turn-by-turn decoder compiles too
+    except PolicyError as exc:
+        raise CliError(f"ppo-stepwise: {exc}") from None
     engine = batch.warm_up()  # one small make_vec episode: every kernel the vector env calls runs
     print(
         f"gpualloc warm-up: {listsched.compile_stats().describe()}; {engine.describe()} "

@@ -72,7 +72,11 @@ RAY_INSTALL_HINT = 'pip install -e ".[ray]"'
 LOCAL_RAY = "local"  # Backend.address for a Ray started here
 TIMING_FIELDS = ("solve_ms", "elapsed")  # what differs between two runs of the same task
 PLACE_FIELDS = ("traceback",)  # what names where a task ran (a worker's file paths, Ray's own frames)
-LEARNED = ("ppo", "full")  # planners that run the learned policy: warmed up once per process before timing
+LEARNED = (
+    "ppo",
+    "ppo-stepwise",
+    "full",
+)  # planners that run the learned policy: warmed up once per process before timing
 
 BackendKind = Literal["serial", "pool", "ray"]
 
@@ -277,6 +281,11 @@ def warm_up_learned(planner: str, options: PlanOptions) -> None:
         return
     from agents import ppo
 
+    if planner == "ppo-stepwise":
+        from agents import stepwise
+
+        stepwise.warm_up(options.policy)
+        return
     try:
         ppo.warm_up(options.policy)
     except ppo.PolicyError:  # no usable policy or runtime: ppo fails, full falls back, each saying why; a bug raises

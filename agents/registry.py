@@ -24,6 +24,7 @@ SCHEDULERS: dict[str, str] = {
     "backfill": "agents.backfill:plan",
     "greedy": "agents.greedy:plan",
     "ppo": "agents.ppo:plan",
+    "ppo-stepwise": "agents.stepwise:plan",
     "cpsat": "agents.cpsat:plan",
     "full": "agents.full:plan",
 }

@@ -1,0 +1,236 @@
+"""The stepwise learned planner (``ppo-stepwise``): a policy that sees the grid as it decodes, no torch.
+
+Planning is one onnxruntime call and two compiled calls (``docs/learned-mode.md``, "The stepwise policy"):
+
+1. the exported network (:mod:`agents.learned.stepwise`) maps the queue's and the cluster's features
+   (:mod:`gpu_env.queue_features`) to each job's static row and returns its step head;
+2. :func:`gpu_env.stepwise.orders` builds ``options.samples`` candidates turn by turn, each turn scoring the
+   window of the queue against the partial plan: candidate 0 the argmax with trades inline, candidate 1 the argmax
+   with deferred trades, the others sampled (Gumbel noise at the card's temperature, seeded by ``options.seed``),
+   their modes alternating;
+3. :func:`gpu_env.listsched.decode` replays the candidates and promotes on candidate 0 and on the best of the
+   others (:func:`agents.ppo.candidate_groups`): more candidates never plan worse than the argmax alone.
+
+``options.guard`` works as in :mod:`agents.ppo` (FIFO by default). The policy is an ONNX file with a JSON card
+(``agents/policies/stepwise.onnx`` + ``.json``, package data), trained by ``train_stepwise.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agents.options import Guard, PlanOptions
+from agents.ppo import PROMOTE_ROUNDS, PolicyError, candidate_groups
+from gpu_env import stepwise
+from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode, fifo_replay
+from gpu_env.plan import Plan
+from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
+from gpu_env.scenario import Scenario
+from gpu_env.stepwise import STEP_FEATURES, WINDOW, StepHead
+
+CARD_FORMAT = "gpualloc-stepwise-policy/1"
+INPUTS: tuple[str, ...] = ("jobs", "cluster")
+OUTPUTS: tuple[str, ...] = ("static", "w_step", "w_out", "b_out")
+DEFAULT_POLICY = Path(str(resources.files("agents").joinpath("policies", "stepwise.onnx")))
+
+
+def observation_spec() -> dict[str, Any]:
+    """What a stepwise policy must have been trained on: its inputs, outputs and feature names."""
+    return {
+        "actions": "stepwise",
+        "window": WINDOW,
+        "inputs": list(INPUTS),
+        "outputs": list(OUTPUTS),
+        "features": {"jobs": list(JOB_FEATURES), "cluster": list(CLUSTER_FEATURES), "step": list(STEP_FEATURES)},
+    }
+
+
+@dataclass
+class StepwisePolicy:
+    """An exported stepwise policy ready to plan.
+
+    Attributes:
+        path: The ONNX file.
+        card: The card's contents.
+        sha256: Hex SHA-256 of the ONNX file.
+        session: The onnxruntime session.
+        temperature: Gumbel temperature of the sampled candidates.
+    """
+
+    path: Path
+    card: dict[str, Any]
+    sha256: str
+    session: Any
+    temperature: float
+
+    def network(self, jobs: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarray, StepHead]:
+        """(n, J) job features and (C,) cluster features -> (n, H) static rows and the step head."""
+        feed = {"jobs": jobs.astype(np.float32), "cluster": cluster.astype(np.float32)}
+        rows, w_step, w_out, b_out = self.session.run(list(OUTPUTS), feed)
+        head = StepHead(
+            np.ascontiguousarray(w_step, dtype=np.float64),
+            np.ascontiguousarray(w_out, dtype=np.float64).reshape(-1),
+            np.ascontiguousarray(b_out, dtype=np.float64).reshape(1),
+        )
+        return np.ascontiguousarray(rows, dtype=np.float64), head
+
+
+_CACHE: dict[tuple[str, int, int], StepwisePolicy] = {}
+
+
+def load_policy(path: str | os.PathLike[str] | None = None) -> StepwisePolicy:
+    """Load (once per file version) an exported stepwise policy and check its card.
+
+    Raises:
+        PolicyError: The file or its card is missing or unreadable, or made for another planner.
+    """
+    onnx_path = Path(path) if path is not None else DEFAULT_POLICY
+    card_file = onnx_path.with_suffix(".json")
+    for file, what in ((onnx_path, "policy file"), (card_file, "policy card")):
+        if not file.is_file():
+            raise PolicyError(f"{file}: stepwise {what} not found (train one with train_stepwise.py, or pass --policy)")
+    key = (os.path.abspath(onnx_path), os.stat(onnx_path).st_mtime_ns, os.stat(card_file).st_mtime_ns)
+    if key in _CACHE:
+        return _CACHE[key]
+    try:
+        card = json.loads(card_file.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise PolicyError(f"{card_file}: not a readable JSON policy card ({exc})") from None
+    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
+        got = card.get("format") if isinstance(card, dict) else type(card).__name__
+        raise PolicyError(f"{card_file}: field 'format': expected {CARD_FORMAT!r}, got {got!r}")
+    if card.get("observation_spec") != observation_spec():
+        raise PolicyError(
+            f"{card_file}: field 'observation_spec': the policy was trained on other inputs than this planner "
+            "gives (features, window or outputs); retrain with train_stepwise.py"
+        )
+    temperature = card.get("temperature")
+    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not math.isfinite(temperature):
+        raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
+    if not temperature > 0:
+        raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
+    try:
+        import onnxruntime as ort
+    except ImportError as exc:
+        raise PolicyError(f"{onnx_path}: onnxruntime does not import here ({exc}); pip install onnxruntime") from None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for corrupt files
+        raise PolicyError(f"{onnx_path}: not a loadable ONNX policy ({str(exc).splitlines()[0]})") from None
+    names = [i.name for i in session.get_inputs()]
+    outputs = [o.name for o in session.get_outputs()]
+    if names != list(INPUTS) or outputs != list(OUTPUTS):
+        raise PolicyError(
+            f"{onnx_path}: expected inputs {list(INPUTS)} and outputs {list(OUTPUTS)}, got {names}, {outputs}"
+        )
+    digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()
+    loaded = StepwisePolicy(onnx_path, card, digest, session, float(temperature))
+    _CACHE[key] = loaded
+    return loaded
+
+
+def candidate_modes(samples: int) -> tuple[np.ndarray, np.ndarray]:
+    """(modes, sampled) of the candidates: the argmax inline, then deferred, then sampled ones alternating."""
+    modes = np.where(np.arange(samples) % 2 == 0, MODE_INLINE, MODE_AFTER).astype(np.int64)
+    sampled = np.arange(samples) >= 2
+    return modes, sampled
+
+
+def decode_candidates(
+    inst: ListInstance,
+    base: np.ndarray,
+    rows: np.ndarray,
+    head: StepHead,
+    samples: int,
+    seed: int,
+    temperature: float,
+    promote_rounds: int = PROMOTE_ROUNDS,
+) -> Decoded:
+    """The candidates' plans: turn orders built by the policy, replayed and promoted by the decoder."""
+    modes, sampled = candidate_modes(samples)
+    temperatures = np.where(sampled, temperature, 0.0)
+    orders = stepwise.orders(inst, base, rows, head, modes, temperatures, seed)
+    return decode(inst, orders, modes, promote_rounds=promote_rounds, groups=candidate_groups(samples))
+
+
+def priority_base(scenario: Scenario, inst: ListInstance) -> np.ndarray:
+    """The window's order: the pending jobs in greedy's priority order."""
+    jobs = scenario.jobs
+    weight = np.array([job.weight for job in jobs], dtype=np.float64)
+    has_deadline = np.array([job.deadline is not None for job in jobs], dtype=np.bool_)
+    return stepwise.priority_order(inst, weight, has_deadline)
+
+
+def warm_up(path: str | os.PathLike[str] | None = None) -> None:
+    """Load the policy and plan one small scenario, so that no later plan waits for the compiler.
+
+    Raises:
+        PolicyError: The policy file is missing, corrupt, or does not match the planner.
+    """
+    from gpu_env.generators import generate
+
+    plan(generate("mixed-control", seed=0), PlanOptions(policy=Path(path) if path else None, samples=3))
+
+
+def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
+    """The stepwise planner as a scheduler: the best of its candidates, or the guard's plan.
+
+    Args:
+        scenario: The problem.
+        options: ``options.policy`` names the exported ``.onnx`` file (default the shipped one);
+            ``options.samples`` candidates, seeded by ``options.seed``; ``options.guard`` the baseline.
+
+    Returns:
+        The plan, named ``"ppo-stepwise"``, with ``info`` as :func:`agents.ppo.plan`'s.
+
+    Raises:
+        PolicyError: The policy file is missing, corrupt, or does not match the planner.
+    """
+    options = options or PlanOptions()
+    policy = load_policy(options.policy)
+    inst = ListInstance.build(scenario)
+    rows, head = policy.network(job_features(scenario, inst), cluster_features(scenario, inst))
+    found = decode_candidates(
+        inst, priority_base(scenario, inst), rows, head, options.samples, options.seed, policy.temperature
+    )
+    objectives = found.objective.tolist()
+    winner: int | str = found.best
+    info: dict[str, Any] = {
+        "policy": {"file": policy.path.name, "sha256": policy.sha256},
+        "samples": len(objectives),
+        "guard": options.guard.value,
+        "objectives": [round(o, 6) for o in objectives],
+    }
+    if options.guard is not Guard.NONE:
+        if options.guard is Guard.FIFO:
+            fifo = fifo_replay(scenario, inst)
+            guard_objective, build = float(fifo.objective[0]), lambda: fifo.plan(0, scenario, "fifo")
+        else:
+            from agents import greedy
+
+            found_greedy = greedy.solve(scenario)
+            guard_objective, build = found_greedy.objective, lambda: found_greedy.plan
+        info["guard_objective"] = round(guard_objective, 6)
+        if guard_objective > max(objectives) + 1e-9:
+            baseline = build()
+            result = Plan(scenario.name, "ppo-stepwise", list(baseline.placements), dict(baseline.curves))
+            info["winner"] = options.guard.value
+            result.info = info
+            return result
+    result = found.plan(int(winner), scenario, "ppo-stepwise")
+    info["winner"] = winner
+    result.info = info
+    return result
