@@ -6,6 +6,7 @@
         [--rounds 50] [--time-sizes 256,1024] [--time-instances 2]
         [--scale-families ...] [--scale-sizes 128,256,1024] [--scale-instances 1] [--scale-time-limit 30]
         [--deterministic-time D] [--skip quality,seven,time,scale]   # full mode also stops after D work units
+        [--restart-temperature 0.1] [--restarts-at-time R] [--calibration-rounds 5]  # greedy's restarts
     PYTHONPATH=. .venv/bin/python benchmarks/ppo_benchmarks.py --seven-only  # the seven scenarios' table only
         [--parallel N | --ray [ADDRESS]] [--task-timeout S]               # any of them, fanned out
 
@@ -21,22 +22,34 @@ per task (the policy loaded once):
   evaluation draws included, and the optima cache's records). Per instance:
   FIFO, greedy, the policy alone with one candidate (``samples=1, guard="none"``)
   with and without the promotion pass, and ppo as shipped (12 candidates and the
-  FIFO guard). Best known: the best of those and of full mode
+  FIFO guard), and greedy with restarts (below) at the shipped planner's decode
+  count and at its time. Best known: the best of those and of full mode
   (:func:`agents.full.solve`) with ``--best-time-limit`` seconds, flagged where
-  CP-SAT proved it optimal (elsewhere a ratio to it is an upper bound). The
-  seven benchmark scenarios (``configs/scenarios/``, no ``trace-*``) get their
-  own table, full mode with ``--seven-time-limit``.
+  CP-SAT proved it optimal (elsewhere a ratio to it is an upper bound). A second
+  table puts each planner's quality and plan time (its one run in the task) side
+  by side. The seven benchmark scenarios (``configs/scenarios/``, no ``trace-*``)
+  get their own table, full mode with ``--seven-time-limit``.
 * **(b) Plan time.** Greedy, ppo as shipped (the guard's FIFO plan counts), the
-  policy alone with one candidate and FIFO, interleaved in that order for
-  ``--rounds`` rounds after 2 warm-up rounds, on each of the seven scenarios and
-  on ``--time-instances`` fresh instances per size of ``--time-sizes``, pinned to
-  one CPU core: median and p90 of each, and of the per-round ratio to greedy.
+  policy alone with one candidate, FIFO and greedy with restarts at the decode
+  count and at equal time, interleaved in that order for ``--rounds`` rounds
+  after 2 warm-up rounds, on each of the seven scenarios and on
+  ``--time-instances`` fresh instances per size of ``--time-sizes``, pinned to
+  one CPU core: median and p90 of each, and of the per-round ratio to greedy;
+  and each plan's objective over greedy's beside them.
 * **(c) Large clusters.** ``--scale-instances`` fresh instances per family of
   ``--scale-families`` and size of ``--scale-sizes``
   (``generate(family, seed, gpus=G)``, jobs scaled with the family): greedy,
   the policy alone (one candidate), as shipped, FIFO, and full mode with
   ``--scale-time-limit`` seconds as best known (or the best planner where full
   mode is worse); ratios and plan times (one run each, after a warm-up).
+
+**Greedy with restarts** (issue 34's fair baseline): greedy as shipped plus R orders drawn from its own priority
+key with Gumbel noise (``GreedyConfig(restarts=R)``, temperature ``--restart-temperature``, restart seed 0), never
+below plain greedy. At the decode count, R = :data:`DECODE_RESTARTS` (greedy's 5 sweeps + 7 = the shipped planner's
+12 orders); at equal time, R is calibrated in the run (:func:`calibrate_restarts`, pinned to one core before (a)): the
+largest R of :data:`RESTART_GRID` whose median plan time is at most the shipped planner's, on the seven scenarios
+for the seed's sizes ((a), and the seven of (b)) and on (b)'s instances for each of its sizes; ``--restarts-at-time
+R`` fixes it instead. ``benchmarks/ppo_equal_time.py`` has the full equal-time table (planner seeds, tuning).
 
 The targets are marked met or missed in the report, with the measured numbers.
 Times are wall clock on a shared machine: noisy; the report's header gives the
@@ -51,7 +64,8 @@ still running after S seconds as failed (keep S above the full-mode limits).
 Every planner here is deterministic, so the quality tables are those of a serial
 run wherever full mode proves the optimum (``--seven-only`` is byte-identical),
 and everywhere when full mode stops at ``--deterministic-time D`` before any time
-limit; (c)'s plan times are then measured beside other tasks. (b) always runs
+limit (the equal-time restart count is measured, so its column repeats with
+``--restarts-at-time R``); (c)'s plan times are then measured beside other tasks. (b) always runs
 serially in this process, pinned to one core. A failed task is named (scenario,
 planner, seed) on stderr and in the report, the others complete, and the exit
 status is 1.
@@ -65,9 +79,9 @@ import platform
 import shlex
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -78,13 +92,14 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # full (OR-Tools) imported here, where a fan-out worker starts, not inside a task's timeout alarm
-from agents import full, ppo  # noqa: E402
+from agents import full, greedy, ppo  # noqa: E402
 from agents.arguments import add_fanout_options, fanout_backend  # noqa: E402
 from agents.fanout import Backend, FanoutError, Task, TaskFunction, TaskResult, run_tasks  # noqa: E402
 from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, Guard, PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
+from gpu_env.metrics import compute_metrics  # noqa: E402
 from gpu_env.plan import Plan  # noqa: E402
 from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
@@ -224,6 +239,111 @@ def best_known(
     return max(best, result.objective), result.objective, status, proven
 
 
+# ----------------------------------------------------------------------------- greedy with restarts
+
+GREEDY_ORDERS = len(greedy.DEFAULT.orderings) * len(greedy.DEFAULT.trades) + int(greedy.DEFAULT.fifo_seed)
+"""Orders plain greedy decodes before promotion: each ordering in each trade mode, and the FIFO seed (5)."""
+DECODE_RESTARTS = DEFAULT_SAMPLES - GREEDY_ORDERS
+"""Restarts that give greedy the shipped learned planner's decode count: 5 + 7 = 12 orders."""
+RESTART_TEMPERATURE = 0.1
+"""The restarts' Gumbel temperature here: the one ``benchmarks/ppo_equal_time.py`` chose on its tuning draws
+(results/ppo_equal_time.md: 1.0072 of greedy's objective with 7 restarts, 0.3, ``GreedyConfig``'s default, 1.0071)."""
+RESTART_GRID = (0, 1, 2, 4, 7, 10, 14, 20, 28, 40, 56, 80)
+"""Restart counts the equal-time calibration (:func:`calibrate_restarts`) times."""
+CALIBRATION_ROUNDS = 5
+
+
+def restarts_config(restarts: int, temperature: float = RESTART_TEMPERATURE) -> greedy.GreedyConfig:
+    """Greedy as shipped (:data:`agents.greedy.DEFAULT`) plus ``restarts`` Gumbel restarts of its own key."""
+    return replace(greedy.DEFAULT, restarts=restarts, restart_temperature=temperature)
+
+
+def restarts_plan(sc: Scenario, config: greedy.GreedyConfig, seed: int = 0) -> Plan:
+    """Greedy's plan under ``config`` (restarts seeded by ``seed``), timed and with metrics, as ``run_scheduler``."""
+    started = time.perf_counter()
+    plan = greedy.solve(sc, config, seed=seed).plan
+    plan.solve_ms = (time.perf_counter() - started) * 1000.0
+    plan.scheduler = "greedy"
+    plan.metrics = compute_metrics(sc, plan)
+    return plan
+
+
+@dataclass
+class Calibration:
+    """The equal-time restarts of one size class: the most whose median plan time is at most the shipped planner's.
+
+    Attributes:
+        label: The size class.
+        instances: Instances timed.
+        rounds: Timed rounds per instance (after one warm-up call of each planner).
+        shipped_ms: The shipped learned planner's median plan time (ms) over every instance and round.
+        greedy_ms: Greedy's median plan time with each restart count of the grid.
+        chosen: The largest restart count whose median is at most ``shipped_ms`` (the grid's least when none is).
+    """
+
+    label: str
+    instances: int
+    rounds: int
+    shipped_ms: float
+    greedy_ms: dict[int, float]
+    chosen: int
+
+
+def calibrate_restarts(
+    instances: list[Scenario],
+    policy: Path,
+    label: str,
+    rounds: int = CALIBRATION_ROUNDS,
+    grid: tuple[int, ...] = RESTART_GRID,
+    temperature: float = RESTART_TEMPERATURE,
+) -> Calibration:
+    """Time greedy with each restart count of ``grid`` against ppo as shipped, interleaved per instance.
+
+    Each instance: one warm-up call of every planner, then ``rounds`` rounds (round r: seed r, the planners in
+    an order rotated by r), each call timed with ``time.perf_counter`` around the planner (``ppo.plan``,
+    ``greedy.solve``). Medians over every instance and round. The caller warms the policy up and pins the process.
+    """
+    options = shipped_options(policy)
+    calls: list[tuple[str | int, Callable[[Scenario, int], object]]] = [
+        ("shipped", lambda sc, s: ppo.plan(sc, replace(options, seed=s)))
+    ]
+    for restarts in grid:
+        config = restarts_config(restarts, temperature)
+        calls.append((restarts, lambda sc, s, c=config: greedy.solve(sc, c, seed=s)))
+    times: dict[str | int, list[float]] = {key: [] for key, _ in calls}
+    for sc in instances:
+        for _, call in calls:
+            call(sc, 0)
+        for r in range(rounds):
+            k = r % len(calls)
+            for key, call in calls[k:] + calls[:k]:
+                started = time.perf_counter()
+                call(sc, r)
+                times[key].append((time.perf_counter() - started) * 1000.0)
+    shipped = float(np.median(times["shipped"]))
+    medians = {restarts: float(np.median(times[restarts])) for restarts in grid}
+    chosen = max((restarts for restarts in grid if medians[restarts] <= shipped), default=min(grid))
+    return Calibration(label, len(instances), rounds, shipped, medians, chosen)
+
+
+def calibration_table(calibrations: list[Calibration]) -> list[str]:
+    """One row per size class: the shipped planner's median, greedy's at each restart count, the chosen count."""
+    grid = list(dict.fromkeys(r for c in calibrations for r in c.greedy_ms))
+    lines = [
+        "| size class | instances x rounds | shipped ms | "
+        + " | ".join(f"greedy + {r} ms" for r in grid)
+        + " | **chosen restarts** |",
+        "| --- | ---: | ---: | " + " | ".join("---:" for _ in grid) + " | ---: |",
+    ]
+    for c in calibrations:
+        cells = " | ".join(
+            (f"**{c.greedy_ms[r]:.2f}**" if r == c.chosen else f"{c.greedy_ms[r]:.2f}") if r in c.greedy_ms else "–"
+            for r in grid
+        )
+        lines.append(f"| {c.label} | {c.instances} x {c.rounds} | {c.shipped_ms:.2f} | {cells} | **{c.chosen}** |")
+    return lines
+
+
 # ----------------------------------------------------------------------------- (a) quality
 
 
@@ -244,32 +364,61 @@ class Row:
     best: float
     proven: bool
     winner: int | str
+    restarts: float | None = None  # greedy + DECODE_RESTARTS restarts (seed 0): the shipped planner's decode count
+    restarts_time: float | None = None  # greedy + the equal-time restarts (seed 0); None: not run
+    restarts_r: int | None = None  # the equal-time restart count
+    ms: dict[str, float] = field(default_factory=dict)  # each planner's plan time in its task (one run, ms)
 
 
-def measure(sc: Scenario, family: str, policy: Path, best_time: float, deterministic_time: float | None = None) -> Row:
-    """Every planner on one instance, and the best known (full mode for ``best_time`` s, 0: none)."""
-    fifo = _checked(sc, run_scheduler("fifo", sc)).metrics.objective
-    greedy = _checked(sc, run_scheduler("greedy", sc)).metrics.objective
-    one = _checked(sc, run_scheduler("ppo", sc, one_options(policy))).metrics.objective
+def measure(
+    sc: Scenario,
+    family: str,
+    policy: Path,
+    best_time: float,
+    deterministic_time: float | None = None,
+    restarts_time: int | None = None,
+    temperature: float = RESTART_TEMPERATURE,
+) -> Row:
+    """Every planner on one instance, and the best known (full mode for ``best_time`` s, 0: none).
+
+    Greedy with restarts (seed 0): :data:`DECODE_RESTARTS`, and ``restarts_time`` when given (the equal-time count).
+    """
+    plans = {
+        "fifo": _checked(sc, run_scheduler("fifo", sc)),
+        "greedy": _checked(sc, run_scheduler("greedy", sc)),
+        "one": _checked(sc, run_scheduler("ppo", sc, one_options(policy))),
+        "shipped": _checked(sc, run_scheduler("ppo", sc, shipped_options(policy))),
+        "restarts": _checked(sc, restarts_plan(sc, restarts_config(DECODE_RESTARTS, temperature))),
+    }
+    if restarts_time is not None:
+        plans["restarts_time"] = _checked(sc, restarts_plan(sc, restarts_config(restarts_time, temperature)))
+    objective = {key: plan.metrics.objective for key, plan in plans.items()}
     one_raw = one_without_promotion(sc, policy)
-    shipped = _checked(sc, run_scheduler("ppo", sc, shipped_options(policy)))
+    shipped = plans["shipped"]
     alone = max(shipped.info["objectives"])
-    values = [fifo, greedy, one, one_raw, shipped.metrics.objective]
+    values = [*objective.values(), one_raw]
     best, _, _, proven = best_known(sc, policy, values, best_time, deterministic_time)
     return Row(
-        family, sc.name, sc.gpus, len(sc.jobs), fifo, greedy, one, one_raw, alone, shipped.metrics.objective,
-        best, proven, shipped.info["winner"],
+        family, sc.name, sc.gpus, len(sc.jobs), objective["fifo"], objective["greedy"], objective["one"], one_raw,
+        alone, objective["shipped"], best, proven, shipped.info["winner"], objective["restarts"],
+        objective.get("restarts_time"), restarts_time, {key: plan.solve_ms for key, plan in plans.items()},
     )  # fmt: skip
 
 
 def measure_task(task: Task) -> TaskResult:
     """:func:`measure` on one instance where the task landed (a task function of :mod:`agents.fanout`).
 
-    The task: the instance, ``policy`` and ``deterministic_time``; ``params``: ``family`` and ``best_time``.
+    The task: the instance, ``policy`` and ``deterministic_time``; ``params``: ``family``, ``best_time`` and, when
+    greedy's equal-time restarts run, ``restarts_time`` and ``temperature``. The policy is warmed up first.
     """
     sc = task.load()
     policy = Path(task.policy or ppo.DEFAULT_POLICY)
-    row = measure(sc, task.params["family"], policy, task.params["best_time"], task.deterministic_time)
+    ppo.warm_up(policy)
+    params = task.params
+    row = measure(
+        sc, params["family"], policy, params["best_time"], task.deterministic_time, params.get("restarts_time"),
+        params.get("temperature", RESTART_TEMPERATURE),
+    )  # fmt: skip
     return TaskResult(sc.name, task.planner, task.seed, values=asdict(row))
 
 
@@ -279,10 +428,15 @@ def measure_all(
     fan: Fanout,
     label: str,
     deterministic_time: float | None = None,
+    restarts_time: int | None = None,
+    temperature: float = RESTART_TEMPERATURE,
 ) -> list[Row]:
     """:func:`measure` on every (scenario, family, full-mode seconds), one task each; failed tasks left out."""
     options = PlanOptions(policy=policy, deterministic_time=deterministic_time)
-    tasks = [Task.make(sc, "ppo", options, family=f, best_time=t) for sc, f, t in instances]
+    extra: dict[str, Any] = {} if restarts_time is None else {"restarts_time": restarts_time}
+    tasks = [
+        Task.make(sc, "ppo", options, family=f, best_time=t, temperature=temperature, **extra) for sc, f, t in instances
+    ]
     return [Row(**v) for v in fan.run(tasks, measure_task, label) if v is not None]
 
 
@@ -293,25 +447,64 @@ def _mean(rows: list[Row], key: str, over: str = "best") -> float:
 COLUMNS = (("fifo", "FIFO"), ("greedy", "greedy"), ("one_raw", "one, no promotion"), ("one", "one"))
 
 
+def _restarts_count(rows: list[Row]) -> str:
+    """The equal-time restart count of ``rows`` as text ("R" when none ran)."""
+    counts = sorted({r.restarts_r for r in rows if r.restarts_r is not None})
+    return "/".join(map(str, counts)) or "R"
+
+
 def quality_table(rows: list[Row]) -> list[str]:
     """Per family and over all: mean objective / best known and / greedy, and counts."""
+    timed = any(r.restarts_time is not None for r in rows)
+    restarts_head = f"| greedy + {DECODE_RESTARTS} / best " + (
+        f"| greedy + {_restarts_count(rows)} (equal time) / best " if timed else ""
+    )
     lines = [
-        "| family | GPUs x jobs | n | proven | FIFO / best | greedy / best | one, no promotion / best | one / best "
-        f"| {DEFAULT_SAMPLES} unguarded / best | **shipped / best** | one / greedy | **shipped / greedy** "
+        f"| family | GPUs x jobs | n | proven | FIFO / best | greedy / best {restarts_head}| one, no promotion / best "
+        f"| one / best | {DEFAULT_SAMPLES} unguarded / best | **shipped / best** | one / greedy | **shipped / greedy** "
         f"| one < greedy | shipped < greedy | shipped < FIFO | won by the {DEFAULT_GUARD.value} guard |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: |",
+        "| ---: | ---: |" + (" ---: |" if timed else ""),
     ]
     for family in [*dict.fromkeys(r.family for r in rows), "all"]:
         rs = [r for r in rows if family in ("all", r.family)]
         size = "–" if family == "all" else f"{rs[0].gpus} x {rs[0].jobs}"
+        restarts = f"| {_mean(rs, 'restarts'):.4f} " + (f"| {_mean(rs, 'restarts_time'):.4f} " if timed else "")
         lines.append(
             f"| {family} | {size} | {len(rs)} | {sum(r.proven for r in rs)} | {_mean(rs, 'fifo'):.4f} "
-            f"| {_mean(rs, 'greedy'):.4f} | {_mean(rs, 'one_raw'):.4f} | {_mean(rs, 'one'):.4f} "
+            f"| {_mean(rs, 'greedy'):.4f} {restarts}| {_mean(rs, 'one_raw'):.4f} | {_mean(rs, 'one'):.4f} "
             f"| {_mean(rs, 'alone'):.4f} | **{_mean(rs, 'shipped'):.4f}** | {_mean(rs, 'one', 'greedy'):.4f} "
             f"| **{_mean(rs, 'shipped', 'greedy'):.4f}** | {sum(r.one < r.greedy - EPS for r in rs)} "
             f"| {sum(r.shipped < r.greedy - EPS for r in rs)} | {sum(r.shipped < r.fifo - EPS for r in rs)} "
             f"| {sum(isinstance(r.winner, str) for r in rs)} |"
+        )
+    return lines
+
+
+def arms_table(rows: list[Row]) -> list[str]:
+    """Every planner over all of (a)'s instances: quality and plan time side by side (one timed run per instance)."""
+    arms = [
+        ("fifo", "FIFO", "fifo"),
+        ("greedy", "greedy", "greedy"),
+        ("restarts", f"greedy + {DECODE_RESTARTS} restarts ({DEFAULT_SAMPLES} orders)", "restarts"),
+        ("restarts_time", f"greedy + {_restarts_count(rows)} restarts (equal time)", "restarts_time"),
+        ("one", "one (policy alone)", "one"),
+        ("shipped", f"shipped ({DEFAULT_SAMPLES} candidates, {DEFAULT_GUARD.value} guard)", "shipped"),
+    ]
+    lines = [
+        "| planner | mean / best | mean / greedy | below greedy | median ms | median ms / greedy's |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for key, label, ms_key in arms:
+        rs = [r for r in rows if getattr(r, key) is not None and ms_key in r.ms and "greedy" in r.ms]
+        if not rs:
+            continue
+        ms = [r.ms[ms_key] for r in rs]
+        per = [r.ms[ms_key] / r.ms["greedy"] for r in rs]
+        lines.append(
+            f"| {label} | {_mean(rs, key):.4f} | {_mean(rs, key, 'greedy'):.4f} "
+            f"| {sum(getattr(r, key) < r.greedy - EPS for r in rs)} of {len(rs)} | {np.median(ms):.2f} "
+            f"| {np.median(per):.2f} |"
         )
     return lines
 
@@ -384,12 +577,6 @@ def _one_core() -> Iterator[None]:
             os.sched_setaffinity(0, cpus)
 
 
-def _time(name: str, sc: Scenario, options: PlanOptions) -> float:
-    started = time.perf_counter()
-    run_scheduler(name, sc, options)
-    return (time.perf_counter() - started) * 1000.0
-
-
 def _cell(t: dict[str, np.ndarray], key: str) -> str:
     return f"{np.median(t[key]):.2f} ({np.percentile(t[key], 90):.2f})"
 
@@ -409,47 +596,80 @@ def time_instances(sizes: list[int], per_size: int) -> list[Scenario]:
     return out
 
 
-def plan_time(policy: Path, rounds: int, large: list[Scenario]) -> tuple[list[str], list[str]]:
-    """The four planners interleaved on the seven scenarios and ``large``: the table and the target lines.
+def plan_time(
+    policy: Path,
+    rounds: int,
+    large: list[Scenario],
+    restarts_time: dict[str, int] | None = None,
+    temperature: float = RESTART_TEMPERATURE,
+) -> tuple[list[str], list[str]]:
+    """The planners interleaved on the seven scenarios and ``large``: the table and the target lines.
 
-    Always serial in this process, pinned to one core after the policy's warm-up; the CPUs are given back afterwards.
+    Greedy with restarts: :data:`DECODE_RESTARTS`, and the equal-time count ``restarts_time[sc.name]`` where
+    given. Always serial in this process, pinned to one core after the policy's warm-up; the CPUs are given back
+    afterwards.
     """
     ppo.warm_up(policy)
     with _one_core():
-        return _plan_time(policy, rounds, large)
+        return _plan_time(policy, rounds, large, restarts_time or {}, temperature)
 
 
-def _plan_time(policy: Path, rounds: int, large: list[Scenario]) -> tuple[list[str], list[str]]:
-    configs = {
-        "greedy": ("greedy", PlanOptions()),
-        "shipped": ("ppo", shipped_options(policy)),
-        "one": ("ppo", one_options(policy)),
-        "fifo": ("fifo", PlanOptions()),
-    }
+def _plan_time(
+    policy: Path, rounds: int, large: list[Scenario], restarts_time: dict[str, int], temperature: float
+) -> tuple[list[str], list[str]]:
+    decode_count = restarts_config(DECODE_RESTARTS, temperature)
+    timed = bool(restarts_time)
     lines = [
         "| scenario | GPUs x jobs | greedy ms | shipped ms | **shipped / greedy** | one ms | one / greedy "
-        "| FIFO ms | FIFO / greedy |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        f"| FIFO ms | FIFO / greedy | greedy + {DECODE_RESTARTS} ms | greedy + {DECODE_RESTARTS} / greedy "
+        + ("| equal-time restarts | greedy + R ms | greedy + R / greedy " if timed else "")
+        + f"| objective / greedy's: shipped, one, greedy + {DECODE_RESTARTS}"
+        + (", greedy + R |" if timed else " |"),
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+        + (" ---: | ---: | ---: |" if timed else "")
+        + " ---: |",
     ]
     seed_sizes: dict[str, float] = {}
     large_sizes: dict[str, float] = {}
     medians: dict[str, float] = {}
     scenarios = [load_scenario(path) for path in seven_scenarios()] + large
     for k, sc in enumerate(scenarios):
+        configs: dict[str, Callable[[], Plan]] = {
+            "greedy": lambda sc=sc: run_scheduler("greedy", sc),
+            "shipped": lambda sc=sc: run_scheduler("ppo", sc, shipped_options(policy)),
+            "one": lambda sc=sc: run_scheduler("ppo", sc, one_options(policy)),
+            "fifo": lambda sc=sc: run_scheduler("fifo", sc),
+            "restarts": lambda sc=sc: restarts_plan(sc, decode_count),
+        }
+        if sc.name in restarts_time:
+            config = restarts_config(restarts_time[sc.name], temperature)
+            configs["restarts_time"] = lambda sc=sc, config=config: restarts_plan(sc, config)
         times: dict[str, list[float]] = {key: [] for key in configs}
+        objectives: dict[str, float] = {}
         for r in range(rounds + 2):  # 2 warm-up rounds dropped
-            for key, (name, options) in configs.items():
-                ms = _time(name, sc, options)
+            for key, call in configs.items():
+                started = time.perf_counter()
+                plan = call()
+                ms = (time.perf_counter() - started) * 1000.0
+                objectives[key] = plan.metrics.objective
                 if r >= 2:
                     times[key].append(ms)
         t = {key: np.array(v) for key, v in times.items()}
         ratio = float(np.median(t["shipped"] / t["greedy"]))
         (seed_sizes if k < len(FAMILIES) else large_sizes)[sc.name] = ratio
         medians[sc.name] = float(np.median(t["shipped"]))
+        quality = [objectives[key] / objectives["greedy"] for key in ("shipped", "one", "restarts", "restarts_time")
+                   if key in objectives]  # fmt: skip
+        restarts_cells = (
+            f"| {restarts_time[sc.name]} | {_cell(t, 'restarts_time')} | {_ratio(t, 'restarts_time')} "
+            if "restarts_time" in t
+            else ("| – | – | – " if timed else "")
+        )
         lines.append(
             f"| {sc.name} | {sc.gpus} x {len(sc.jobs)} | {_cell(t, 'greedy')} | {_cell(t, 'shipped')} "
             f"| **{_ratio(t, 'shipped')}** | {_cell(t, 'one')} | {_ratio(t, 'one')} | {_cell(t, 'fifo')} "
-            f"| {_ratio(t, 'fifo')} |"
+            f"| {_ratio(t, 'fifo')} | {_cell(t, 'restarts')} | {_ratio(t, 'restarts')} {restarts_cells}"
+            f"| {', '.join(f'{q:.4f}' for q in quality)} |"
         )
         print(f"plan time: {sc.name} done", file=sys.stderr)
     slow = [f"{n} {x:.2f}" for n, x in seed_sizes.items() if x > 1.0]
@@ -574,6 +794,58 @@ def scale_table(values: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
 # ----------------------------------------------------------------------------- main
 
 
+def equal_time_restarts(
+    policy: Path,
+    skip: set[str],
+    timed: list[Scenario],
+    temperature: float,
+    fixed: int | None,
+    rounds: int | None,
+) -> tuple[int | None, dict[str, int], list[str]]:
+    """Greedy's equal-time restarts: (at the seed's sizes, per (b) scenario name, the report's lines).
+
+    Calibrated (:func:`calibrate_restarts`, pinned to one core after the policy's warm-up) on the seven scenarios for
+    the seed's sizes ((a) and the seven of (b)) and on (b)'s large instances per GPU count; ``fixed``: that count
+    everywhere, no calibration. Nothing when neither (a) nor (b) runs.
+    """
+    quality, plan_times = "quality" not in skip, "time" not in skip
+    if not quality and not plan_times:
+        return None, {}, []
+    seven = [load_scenario(path) for path in seven_scenarios()]
+    lines = [
+        "",
+        "## Greedy with restarts",
+        "",
+        f"Greedy as shipped plus R orders drawn from its own priority key with Gumbel noise (temperature "
+        f"{temperature:g}, restart seed 0; `GreedyConfig(restarts=R)`, a promotion group of their own: never "
+        f"below plain greedy). At the shipped planner's decode count: R = {DECODE_RESTARTS} ({GREEDY_ORDERS} "
+        f"sweeps + {DECODE_RESTARTS} = {DEFAULT_SAMPLES} orders). At its time: ",
+    ]
+    if fixed is not None:
+        lines[-1] += f"R = {fixed} everywhere (`--restarts-at-time`), not calibrated."
+        per_name = {sc.name: fixed for sc in seven + timed} if plan_times else {}
+        return fixed, per_name, lines
+    ppo.warm_up(policy)
+    rounds = rounds or CALIBRATION_ROUNDS
+    groups = {"seed sizes (the seven scenarios)": seven}
+    if plan_times:
+        for gpus in dict.fromkeys(sc.gpus for sc in timed):
+            groups[f"{gpus} GPUs ((b)'s instances)"] = [sc for sc in timed if sc.gpus == gpus]
+    with _one_core():
+        calibrations = [
+            calibrate_restarts(g, policy, label, rounds, temperature=temperature) for label, g in groups.items()
+        ]
+    print("equal-time restarts: " + ", ".join(f"{c.label} {c.chosen}" for c in calibrations), file=sys.stderr)
+    lines[-1] += (
+        "the largest R of the grid whose median plan time (`greedy.solve`, `time.perf_counter` around the call, "
+        "pinned to one core, interleaved with the shipped planner per instance after a warm-up call) is at most the "
+        "shipped planner's median (`ppo.plan`) on the size class, calibrated in this run:"
+    )
+    lines += ["", *calibration_table(calibrations)]
+    per_name = {sc.name: c.chosen for c, g in zip(calibrations, groups.values(), strict=True) for sc in g}
+    return calibrations[0].chosen, per_name if plan_times else {}, lines
+
+
 def _names(text: str) -> list[str]:
     names = [n for n in text.split(",") if n]
     unknown = [n for n in names if n not in FAMILIES]
@@ -615,6 +887,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="D",
         help="also stop full mode's CP-SAT after D units of its deterministic time (machine-independent work): "
         "with a --*-time-limit never reached, the same tables at any machine load (default: none)",
+    )
+    parser.add_argument(
+        "--restart-temperature",
+        type=positive_float,
+        default=RESTART_TEMPERATURE,
+        help=f"(a), (b): Gumbel temperature of greedy's restarts ({RESTART_TEMPERATURE:g})",
+    )
+    parser.add_argument(
+        "--restarts-at-time",
+        type=int_at_least(0),
+        metavar="R",
+        help="(a), (b): greedy's equal-time restarts, fixed (default: calibrated per size class in this run)",
+    )
+    parser.add_argument(
+        "--calibration-rounds",
+        type=int_at_least(1),
+        help=f"(a), (b): timed rounds per instance of the equal-time calibration ({CALIBRATION_ROUNDS}; quick 2)",
     )
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: quality,seven,time,scale")
     parser.add_argument("--out", type=Path, help="output file (default: results/ppo.md; quick: results/ppo_quick.md)")
@@ -689,12 +978,20 @@ def main(argv: list[str] | None = None) -> int:
         'the policy alone, one candidate (`samples=1, guard="none"`: the argmax order and the promotion pass). '
         "'one, no promotion': the argmax order as it decodes (`ppo.candidates(sc, policy, 1, promote_rounds=0)`).",
     ]
+    temperature = args.restart_temperature
+    seed_restarts, restarts_time, restart_lines = equal_time_restarts(
+        policy, skip, timed, temperature, args.restarts_at_time, args.calibration_rounds or (2 if quick else None)
+    )
+    out += restart_lines
     rows: list[Row] = []
     seven: list[Row] = []
     scale: list[dict[str, Any]] = []
     targets: list[str] = []
     if "quality" not in skip:
-        rows = measure_all([(sc, sc.family, args.best_time_limit) for sc in fresh_rows], policy, fan, "quality", dtime)
+        rows = measure_all(
+            [(sc, sc.family, args.best_time_limit) for sc in fresh_rows], policy, fan, "quality", dtime,
+            seed_restarts, temperature,
+        )  # fmt: skip
         quality_lines = quality_targets(rows)
         targets += quality_lines
         out += [
@@ -711,6 +1008,12 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *quality_table(rows),
             "",
+            "Quality and plan time side by side over all of them (ms: the one run of each planner in the instance's "
+            "task, through `run_scheduler`, after the policy's warm-up; beside other tasks under `--parallel`; "
+            "section (b) times them interleaved):",
+            "",
+            *arms_table(rows),
+            "",
             *quality_lines,
         ]
     if "seven" not in skip:
@@ -719,17 +1022,20 @@ def main(argv: list[str] | None = None) -> int:
         )
         out += ["", f"The seven benchmark scenarios (full mode {seven_time:g} s):", "", *seven_table(seven)]
     if "time" not in skip:
-        table, time_targets = plan_time(policy, rounds, timed)
+        table, time_targets = plan_time(policy, rounds, timed, restarts_time, temperature)
         targets += time_targets
         out += [
             "",
             "## (b) Plan time",
             "",
-            "Wall ms per plan through `agents.registry.run_scheduler` (metrics included) in this one warm process, "
-            f"pinned to one core, {rounds} rounds after 2 warm-up rounds; each round runs greedy, shipped, one and "
-            "FIFO one after the other. Cells: median (p90); ratios are per round (against greedy's plan in the same "
+            "Wall ms per plan through `agents.registry.run_scheduler` (metrics included; greedy with restarts: "
+            "`greedy.solve` and the metrics, the same work) in this one warm process, "
+            f"pinned to one core, {rounds} rounds after 2 warm-up rounds; each round runs greedy, shipped, one, "
+            f"FIFO, greedy + {DECODE_RESTARTS} restarts and greedy + the equal-time restarts (seed 0) one after the "
+            "other. Cells: median (p90); ratios are per round (against greedy's plan in the same "
             f"round), then median (p90). The seven scenarios, then {per_size} fresh instance(s) per size of "
-            f"{', '.join(map(str, args.time_sizes))} GPUs (seeds {TIME_SEED}...).",
+            f"{', '.join(map(str, args.time_sizes))} GPUs (seeds {TIME_SEED}...). The last column: each plan's "
+            "objective over greedy's, quality beside time.",
             "",
             *table,
             "",

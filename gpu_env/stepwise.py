@@ -233,6 +233,51 @@ def _earliest_in(
     return t, a
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _meets(t: int, a: int, k: int, d: int, last: np.ndarray, margin: int) -> bool:  # pragma: no cover - compiled
+    """Whether the block (t, a, k, d), grown by ``margin`` cells on each side, meets the last placement's block."""
+    if last[0] < 0:
+        return False
+    lt, la, lk, ld = last[0], last[1], last[2], last[3]
+    return t - margin < lt + ld and lt < t + d + margin and a - margin < la + lk and la < a + k + margin
+
+
+@njit(cache=True, nogil=True)
+def _window_start(
+    inst: ListInstance,
+    j: int,
+    busy: np.ndarray,
+    room: np.ndarray,
+    span: np.ndarray,
+    t_cache: np.ndarray,
+    a_cache: np.ndarray,
+    fresh: bool,
+    last: np.ndarray,
+) -> tuple:  # pragma: no cover - compiled
+    """Job j's earliest (start, first GPU, recomputed) for a job of the window, checked against the last placement.
+
+    A window job's cache was checked at the previous turn, so only the last placement can have taken its block or
+    its capacity (room changes only in the slots it holds); a trade marks every job fresh.
+    """
+    t, a = t_cache[j], a_cache[j]
+    k, d = inst.k[j], inst.d[j]
+    if not fresh:
+        if t < 0:
+            return t, a, False
+        if last[0] < 0:
+            return t, a, False
+        lt, ld = last[0], last[3]
+        overlaps_time = t < lt + ld and lt < t + d
+        if not overlaps_time:
+            return t, a, False
+        if not _meets(t, a, k, d, last, 0) and placement.fits(k, t, d, inst.slots, room):
+            return t, a, False
+    t, a = placement.earliest(inst, j, busy, room, span)
+    t_cache[j] = t
+    a_cache[j] = a
+    return t, a, True
+
+
 @njit(cache=True, nogil=True)
 def _roll(
     inst: ListInstance,
@@ -277,7 +322,17 @@ def _roll(
     need = np.zeros(T, dtype=np.float64)
     floor_room = np.empty(T, dtype=np.int64)
     hidden = np.empty(H, dtype=np.float64)
+    contact = np.zeros(n, dtype=np.float64)  # touching perimeter of each job's cached block, / its perimeter
+    slack = np.zeros(n, dtype=np.float64)  # least free capacity over its span less its GPUs, / G
+    last = np.full(4, -1, dtype=np.int64)  # the last placement's (start, first GPU, GPUs, duration); -1: none
     turns = 0
+    # The undecided queue's need per slot: each job's GPU-slots spread over the slots it may occupy (a job's share
+    # leaves it when it takes its turn).
+    for p in range(m):
+        j = base[p]
+        share = _share(inst, j, T)
+        for t in range(inst.lo[j], min(T, inst.hi[j] + inst.d[j] - 1)):
+            need[t] += share
     listsched._set_room(inst, live.load, live.curves, sc, live.excess)
     while turns < m:
         # The window: the first undecided jobs in priority order.
@@ -291,16 +346,6 @@ def _roll(
                     break
         if size == 0:
             break
-        # The undecided queue's need per slot: each job's GPU-slots spread over the slots it may occupy.
-        for t in range(T):
-            need[t] = 0.0
-        for p in range(m):
-            j = base[p]
-            if live.decided[j]:
-                continue
-            share = _share(inst, j, T)
-            for t in range(inst.lo[j], min(T, inst.hi[j] + inst.d[j] - 1)):
-                need[t] += share
         pressure[0] = 0.0
         for t in range(T):
             pressure[t + 1] = pressure[t] + need[t]
@@ -310,8 +355,16 @@ def _roll(
         best_density = 1e-12
         for w in range(size):
             j = win[w]
-            t, a = _earliest_in(inst, j, live.busy, sc.room, sc.span, t_cache, a_cache, fresh[j])
+            t, a, again = _window_start(inst, j, live.busy, sc.room, sc.span, t_cache, a_cache, fresh[j], last)
             t0[w] = t
+            k, d = inst.k[j], inst.d[j]
+            if t >= 0 and (again or _meets(t, a, k, d, last, 1)):  # the block or a neighbour changed
+                contact[j] = placement.contact(inst, j, t, a, live.busy) / (2.0 * (k + d))
+            if t >= 0 and (again or (last[0] >= 0 and t < last[0] + last[3] and last[0] < t + d)):
+                least = G
+                for s in range(t, min(t + d, T)):
+                    least = min(least, sc.room[s] - k)
+                slack[j] = least / G
             if t >= 0:
                 v = inst.values[j, t]
                 best_value = max(best_value, v)
@@ -323,7 +376,6 @@ def _roll(
             for i in range(D):
                 feat[w, i] = 0.0
             if t >= 0:
-                a = a_cache[j]
                 v = inst.values[j, t]
                 feat[w, 0] = 1.0
                 feat[w, 1] = (t - inst.lo[j]) / T
@@ -331,11 +383,8 @@ def _roll(
                 feat[w, 3] = v / best_value
                 feat[w, 4] = v / (k * d) / best_density
                 feat[w, 5] = (inst.hi[j] - 1 - t) / T
-                feat[w, 6] = placement.contact(inst, j, t, a, live.busy) / (2.0 * (k + d))
-                slack = G
-                for s in range(t, min(t + d, T)):
-                    slack = min(slack, sc.room[s] - k)
-                feat[w, 7] = slack / G
+                feat[w, 6] = contact[j]
+                feat[w, 7] = slack[j]
                 lo = t
             else:
                 feat[w, 1] = 1.0
@@ -378,8 +427,14 @@ def _roll(
         order[turns] = j
         turns += 1
         live.decided[j] = True
+        share = _share(inst, j, T)
+        for t in range(inst.lo[j], min(T, inst.hi[j] + inst.d[j] - 1)):
+            need[t] -= share
         traded_before = live.money[1]
-        if not listsched._turn(inst, live, j, trade, how, sc):
+        last[0] = -1
+        if listsched._turn(inst, live, j, trade, how, sc):
+            last[0], last[1], last[2], last[3] = live.start[j], live.first[j], inst.k[j], inst.d[j]
+        else:
             live.left[live.count[0]] = j
             live.count[0] += 1
         if live.money[1] != traded_before:  # a trade moved the curves: every cached start is recomputed
