@@ -190,7 +190,12 @@ def _check_spec(card: dict[str, Any], card_file: Path) -> None:
             )
 
 
-def _onnx_scores(onnx_path: Path) -> ScoreFn:
+def onnx_session(onnx_path: Path) -> Any:
+    """A one-thread onnxruntime session of a policy file (every learned planner's).
+
+    Raises:
+        PolicyError: onnxruntime does not import, or the file is not a loadable ONNX model.
+    """
     try:
         import onnxruntime as ort
     except ImportError as exc:  # a core dependency, but a broken install is the user's to fix, in one line
@@ -201,9 +206,13 @@ def _onnx_scores(onnx_path: Path) -> ScoreFn:
     options.inter_op_num_threads = 1
     options.log_severity_level = 3
     try:
-        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
     except Exception as exc:  # onnxruntime raises its own exception types for corrupt files
         raise PolicyError(f"{onnx_path}: not a loadable ONNX policy ({str(exc).splitlines()[0]})") from None
+
+
+def _onnx_scores(onnx_path: Path) -> ScoreFn:
+    session = onnx_session(onnx_path)
     inputs = session.get_inputs()
     names = [i.name for i in inputs]
     outputs = [o.name for o in session.get_outputs()]

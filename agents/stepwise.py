@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from agents.options import Guard, PlanOptions
-from agents.ppo import PROMOTE_ROUNDS, PolicyError, candidate_groups
+from agents.ppo import PROMOTE_ROUNDS, PolicyError, _baseline, candidate_groups, onnx_session
 from gpu_env import stepwise
-from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode, fifo_replay
+from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode
 from gpu_env.plan import Plan
 from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES, cluster_features, job_features
 from gpu_env.scenario import Scenario
@@ -118,18 +118,7 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> StepwisePolicy:
         raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
     if not temperature > 0:
         raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:
-        raise PolicyError(f"{onnx_path}: onnxruntime does not import here ({exc}); pip install onnxruntime") from None
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    try:
-        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own exception types for corrupt files
-        raise PolicyError(f"{onnx_path}: not a loadable ONNX policy ({str(exc).splitlines()[0]})") from None
+    session = onnx_session(onnx_path)
     names = [i.name for i in session.get_inputs()]
     outputs = [o.name for o in session.get_outputs()]
     if names != list(INPUTS) or outputs != list(OUTPUTS):
@@ -215,14 +204,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
         "objectives": [round(o, 6) for o in objectives],
     }
     if options.guard is not Guard.NONE:
-        if options.guard is Guard.FIFO:
-            fifo = fifo_replay(scenario, inst)
-            guard_objective, build = float(fifo.objective[0]), lambda: fifo.plan(0, scenario, "fifo")
-        else:
-            from agents import greedy
-
-            found_greedy = greedy.solve(scenario)
-            guard_objective, build = found_greedy.objective, lambda: found_greedy.plan
+        build, guard_objective = _baseline(scenario, inst, options.guard, options)
         info["guard_objective"] = round(guard_objective, 6)
         if guard_objective > max(objectives) + 1e-9:
             baseline = build()

@@ -774,6 +774,24 @@ def new_scratch(inst: ListInstance) -> Scratch:  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def blank_live(inst: ListInstance) -> Live:  # pragma: no cover - compiled
+    """A :class:`Live` sized for an instance, its contents unset: a decode resets it before use."""
+    n = inst.k.size
+    return Live(
+        np.empty_like(inst.busy),
+        np.empty_like(inst.load),
+        np.empty_like(inst.curves),
+        np.zeros(2, dtype=np.float64),
+        np.zeros(inst.slots, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.int64),
+        np.empty(n, dtype=np.bool_),
+        np.zeros(n, dtype=np.int64),
+        np.zeros(1, dtype=np.int64),
+    )
+
+
+@njit(cache=True, nogil=True)
 def _turn(inst: ListInstance, live: Live, j: int, trade: bool, choice: Choice, sc: Scratch) -> bool:  # pragma: no cover
     """Job j's decision applied to ``live`` (``sc.room`` and ``live.excess`` current); whether it was placed."""
     t, a, traded, new_penalty = _decide(inst, j, trade, live.busy, live.load, live.money[1], live.excess, choice, sc)
@@ -1055,20 +1073,8 @@ def _decode_all(
     ``counts`` receives (promotions, chosen candidate, promotion decodes), ``promoted`` the promotions kept per
     candidate.
     """
-    n = inst.k.size
     sc = new_scratch(inst)
-    live = Live(
-        np.empty_like(inst.busy),
-        np.empty_like(inst.load),
-        np.empty_like(inst.curves),
-        np.zeros(2, dtype=np.float64),
-        np.zeros(inst.slots, dtype=np.int64),
-        np.empty(n, dtype=np.int64),
-        np.empty(n, dtype=np.int64),
-        np.empty(n, dtype=np.bool_),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(1, dtype=np.int64),
-    )
+    live = blank_live(inst)
     K, m = orders.shape
     n_groups = 1
     for c in range(K):

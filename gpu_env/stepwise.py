@@ -175,20 +175,8 @@ def _orders(
     seed: int,
     out: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    n = inst.k.size
     sc = new_scratch(inst)
-    live = Live(
-        inst.busy.copy(),
-        inst.load.copy(),
-        inst.curves.copy(),
-        np.zeros(2, dtype=np.float64),
-        np.zeros(inst.slots, dtype=np.int64),
-        np.empty(n, dtype=np.int64),
-        np.empty(n, dtype=np.int64),
-        np.empty(n, dtype=np.bool_),
-        np.zeros(n, dtype=np.int64),
-        np.zeros(1, dtype=np.int64),
-    )
+    live = listsched.blank_live(inst)
     window = np.zeros((1, WINDOW), dtype=np.int64)
     features = np.zeros((1, WINDOW, len(STEP_FEATURES)), dtype=np.float64)
     chosen = np.zeros(1, dtype=np.int64)
