@@ -79,6 +79,14 @@ def sampled_ratio(model: Any, cases: list[Any], temperature: float, samples: int
     return float(np.mean(values))
 
 
+def _shown(path: Path) -> str:
+    """A path as the card records it: relative to the repository when inside it (no machine's folders in the card)."""
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Train, choose and export the stepwise policy (module docstring); returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -173,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         temperature,
         {
             "seed": args.seed,
-            "config": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            "config": {k: (_shown(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             "history": {"imitation_loss": losses, "initial": initial, "imitated": imitated, "ppo": history},
             "selection": {"iteration": kept["iteration"], "valid": kept["valid"], "temperatures": by_temp},
             "evaluation": {"instances": len(test), "one_decode_vs_greedy": one, "candidates_vs_greedy": many},

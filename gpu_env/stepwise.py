@@ -6,8 +6,9 @@ turn at a time (``docs/learned-mode.md``, "The stepwise policy"), compiled, with
 1. The **window** is the first :data:`WINDOW` jobs, in greedy's priority order, that have not had their turn.
 2. Each job of the window gets :data:`STEP_FEATURES`, read from the plan as it stands: its earliest feasible start
    on the grid (and the value it keeps there), the fragmentation its block would leave (touching perimeter), the
-   real-time slack in its slots, its value and value density against the window's best, its deadline slack, and
-   what the queue behind it needs in its slots.
+   real-time slack in its slots, its value and value density against the window's best, its deadline slack,
+   what the queue behind it needs in its slots, and for a job that fits only by taking real-time capacity, what
+   that trade costs against its value.
 3. A small network scores them: ``relu(static[j] + step_features @ w_step) @ w_out + b_out``, where ``static[j]``
    is the job's hidden row computed once per plan from :data:`gpu_env.queue_features.JOB_FEATURES` and the cluster
    (the exported ONNX model's first output, :mod:`agents.stepwise`). The best score takes the turn (greedy's
@@ -45,7 +46,13 @@ STEP_FEATURES: tuple[str, ...] = (
     "pressure",  # GPUs the undecided queue needs per slot over its span (spread over windows), / G
     "window_rank",  # position in the window, 0 .. 1
     "progress",  # share of the pending jobs that had their turn
+    "trade_cost",  # a trade-only job: least penalty of the GPUs it takes from the curves / its value there; else 0
 )
+"""For a job that fits only by a trade (``trade_only``), ``value_kept``, ``value_share``, ``density_share`` and
+``deadline_slack`` are read at its earliest start above the ramp floors; ``fits`` is 0 and ``delay`` 1."""
+
+TRADE_COST_CAP = 4.0
+"""``trade_cost`` is capped here: a trade that costs four times the job's value is as bad as any."""
 
 
 class StepHead(NamedTuple):
@@ -309,6 +316,7 @@ def _roll(
     pressure = np.zeros(T + 1, dtype=np.float64)  # prefix sums of the queue's need per slot
     need = np.zeros(T, dtype=np.float64)
     floor_room = np.empty(T, dtype=np.int64)
+    tf0 = np.empty(WINDOW, dtype=np.int64)  # earliest start above the ramp floors of a window job that does not fit
     hidden = np.empty(H, dtype=np.float64)
     contact = np.zeros(n, dtype=np.float64)  # touching perimeter of each job's cached block, / its perimeter
     slack = np.zeros(n, dtype=np.float64)  # least free capacity over its span less its GPUs, / G
@@ -353,8 +361,14 @@ def _roll(
                 for s in range(t, min(t + d, T)):
                     least = min(least, sc.room[s] - k)
                 slack[j] = least / G
-            if t >= 0:
-                v = inst.values[j, t]
+            tf0[w] = -1
+            if t < 0:
+                tf, _ = _earliest_in(inst, j, live.busy, floor_room, sc.span, f_cache, g_cache, f_fresh[j])
+                f_fresh[j] = False
+                tf0[w] = tf
+            at = t if t >= 0 else tf0[w]
+            if at >= 0:
+                v = inst.values[j, at]
                 best_value = max(best_value, v)
                 best_density = max(best_density, v / (inst.k[j] * inst.d[j]))
         for w in range(size):
@@ -363,22 +377,30 @@ def _roll(
             t = t0[w]
             for i in range(D):
                 feat[w, i] = 0.0
-            if t >= 0:
-                v = inst.values[j, t]
-                feat[w, 0] = 1.0
-                feat[w, 1] = (t - inst.lo[j]) / T
+            tf = tf0[w]
+            at = t if t >= 0 else tf
+            if at >= 0:
+                v = inst.values[j, at]
                 feat[w, 2] = v / inst.first_value[j] if inst.first_value[j] > 0 else 0.0
                 feat[w, 3] = v / best_value
                 feat[w, 4] = v / (k * d) / best_density
-                feat[w, 5] = (inst.hi[j] - 1 - t) / T
+                feat[w, 5] = (inst.hi[j] - 1 - at) / T
+            if t >= 0:
+                feat[w, 0] = 1.0
+                feat[w, 1] = (t - inst.lo[j]) / T
                 feat[w, 6] = contact[j]
                 feat[w, 7] = slack[j]
                 lo = t
             else:
                 feat[w, 1] = 1.0
-                tf, _ = _earliest_in(inst, j, live.busy, floor_room, sc.span, f_cache, g_cache, f_fresh[j])
-                f_fresh[j] = False
                 feat[w, 8] = 1.0 if tf >= 0 else 0.0
+                if tf >= 0:  # the GPUs beyond the room and the curves' excess, at the least penalty (the decoder's bound)
+                    taken = 0
+                    for s in range(tf, min(tf + d, T)):
+                        taken += max(0, k - sc.room[s] - live.excess[s])
+                    v = inst.values[j, tf]
+                    cost = inst.min_penalty * taken if taken > 0 else 0.0
+                    feat[w, 12] = min(TRADE_COST_CAP, cost / v) if v > 0 else TRADE_COST_CAP
                 lo = tf if tf >= 0 else inst.lo[j]
             fresh[j] = False
             hi = min(lo + d, T)
