@@ -394,7 +394,7 @@ def _roll(
             else:
                 feat[w, 1] = 1.0
                 feat[w, 8] = 1.0 if tf >= 0 else 0.0
-                if tf >= 0:  # the GPUs beyond the room and the curves' excess, at the least penalty (the decoder's bound)
+                if tf >= 0:  # the GPUs beyond the room and the curves' excess, at the least penalty (decoder's bound)
                     taken = 0
                     for s in range(tf, min(tf + d, T)):
                         taken += max(0, k - sc.room[s] - live.excess[s])
