@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-rate", type=float, default=1e-3)
     parser.add_argument("--entropy", type=float, default=0.003)
     parser.add_argument("--validate-every", type=int, default=10)
+    parser.add_argument(
+        "--multi-start", action="store_true", help="POMO's multiple starts: each pair of rollouts forces a first job"
+    )
     parser.add_argument("--temperatures", default="0.5,1,2,4")
     parser.add_argument("--run-dir", type=Path, default=ROOT / "runs" / "stepwise")
     parser.add_argument("--export", type=Path, default=POLICY)
@@ -158,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         lr=args.learning_rate,
         entropy=args.entropy,
         validate_every=args.validate_every,
+        multi_start=args.multi_start,
     )
     state, history = learned.ppo(model, train, valid, config, seed=args.seed, log=log, keep_initial=False)
     model.load_state_dict(state)

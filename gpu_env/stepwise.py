@@ -108,6 +108,7 @@ def roll(
     temperature: float = 0.0,
     seed: int = 0,
     forced: np.ndarray | None = None,
+    first: int = -1,
 ) -> Rollout:
     """One candidate built turn by turn, everything recorded.
 
@@ -121,6 +122,8 @@ def roll(
         seed: Seed of the noise.
         forced: (n,) a teacher's preference per job: each turn takes the window's most preferred job instead of the
             network's choice (imitation's labels); the features are recorded as they are.
+        first: A window position the first turn takes whatever the scores (POMO's multiple starts); -1: none, and
+            none when the first window is smaller.
     """
     prefer = np.zeros(0, dtype=np.float64) if forced is None else np.ascontiguousarray(forced, dtype=np.float64)
     m = base.size
@@ -135,7 +138,7 @@ def roll(
         mode = listsched.MODE_OFF
     objective, turns = _roll(
         inst, live, sc, how, base, static, head.w_step, head.w_out, head.b_out, int(mode),
-        float(temperature), int(seed), True, prefer, order, window, features, chosen,
+        float(temperature), int(seed), True, prefer, int(first), order, window, features, chosen,
     )  # fmt: skip
     return Rollout(float(objective), order, window, features, chosen, int(turns))
 
@@ -191,7 +194,7 @@ def _orders(
     for c in range(modes.size):
         _roll(
             inst, live, sc, how, base, static, w_step, w_out, b_out, modes[c], temperatures[c],
-            seed * 1_000_003 + c, False, prefer, out[c], window, features, chosen,
+            seed * 1_000_003 + c, False, prefer, -1, out[c], window, features, chosen,
         )  # fmt: skip
 
 
@@ -289,6 +292,7 @@ def _roll(
     seed: int,
     record: bool,
     forced: np.ndarray,
+    first: int,
     order: np.ndarray,
     window_out: np.ndarray,
     features_out: np.ndarray,
@@ -427,6 +431,8 @@ def _roll(
             score[w] = s
             if score[w] > score[pick]:
                 pick = w
+        if turns == 0 and 0 <= first < size:
+            pick = first
         j = win[pick]
         if record:
             for w in range(WINDOW):

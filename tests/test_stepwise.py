@@ -251,7 +251,7 @@ def test_torch_scores_are_the_compiled_scores():
             p.add_(torch.randn_like(p) * 0.5)
     case = learned.make_case(generate("realtime-diurnal", 5))
     r = compiled.roll(case.item.inst, case.base, learned.static_rows(model, case), model.head(), MODE_INLINE)
-    turns = learned.collect([(0, r, 0.0)])
+    turns = learned.collect([(0, r, 0.0, False)])
     picked, _ = learned.log_probs(model, [case], turns, np.arange(turns.chosen.size))
     rows = model.rows(case.jobs, case.cluster)
     for i in range(turns.chosen.size):
@@ -275,3 +275,19 @@ def test_training_is_seeded():
         return [*losses, *(h["valid"] for h in history), float(state["b_out"][0])]
 
     assert run() == run()
+
+
+def test_a_forced_first_turn_takes_that_window_position_and_the_policy_decides_the_rest():
+    """POMO's multiple starts: ``first`` decides the first turn only; the rollout still decodes to its own plan."""
+    sc = generate("mixed-control", 3)
+    inst = ListInstance.build(sc)
+    base = stepwise.priority_base(sc, inst)
+    rows, head = rank_head(len(sc.jobs))
+    plain = compiled.roll(inst, base, rows, head, MODE_INLINE)
+    forced = compiled.roll(inst, base, rows, head, MODE_INLINE, first=3)
+    assert plain.chosen[0] == 0 and forced.chosen[0] == 3 and forced.order[0] == base[3]
+    assert forced.chosen[1 : forced.turns].tolist() == [0] * (forced.turns - 1)  # the rank head: the window's first
+    replayed = decode(inst, forced.order[None], np.array([MODE_INLINE]))
+    assert replayed.objective[0] == pytest.approx(forced.objective, abs=1e-9)
+    too_far = compiled.roll(inst, base, rows, head, MODE_INLINE, first=WINDOW)  # beyond the window: no effect
+    assert too_far.order.tolist() == plain.order.tolist()

@@ -149,16 +149,19 @@ class Turns:
     advantage: np.ndarray  # (S,)
 
 
-def collect(rollouts: Sequence[tuple[int, stepwise.Rollout, float]]) -> Turns:
-    """(case index, rollout, advantage) triples as one batch of turns."""
+def collect(rollouts: Sequence[tuple[int, stepwise.Rollout, float, bool]]) -> Turns:
+    """(case index, rollout, advantage, forced first turn) as one batch of turns.
+
+    A forced first turn (POMO's multiple starts) is not the policy's choice: it is left out.
+    """
     case, window, features, chosen, advantage = [], [], [], [], []
-    for c, r, adv in rollouts:
-        n = r.turns
-        case.extend([c] * n)
-        window.append(r.window[:n])
-        features.append(r.features[:n])
-        chosen.append(r.chosen[:n])
-        advantage.append(np.full(n, adv))
+    for c, r, adv, forced in rollouts:
+        lo, n = int(forced), r.turns
+        case.extend([c] * (n - lo))
+        window.append(r.window[lo:n])
+        features.append(r.features[lo:n])
+        chosen.append(r.chosen[lo:n])
+        advantage.append(np.full(n - lo, adv))
     return Turns(
         case,
         np.concatenate(window),
@@ -205,7 +208,7 @@ def teacher_turns(model: StepScorer, cases: Sequence[Case]) -> Turns:
         r = stepwise.roll(
             case.item.inst, case.base, static_rows(model, case), head, case.item.label_mode, forced=case.teacher
         )
-        out.append((c, r, 1.0))
+        out.append((c, r, 1.0, False))
     return collect(out)
 
 
@@ -259,6 +262,9 @@ class PPOConfig:
     clip: float = 0.2
     entropy: float = 0.003
     validate_every: int = 10
+    # POMO's multiple starts: rollouts 2s and 2s + 1 (both trade modes) take window position s at their first turn,
+    # which is left out of the loss (not the policy's choice).
+    multi_start: bool = False
 
 
 def ppo(
@@ -292,14 +298,18 @@ def ppo(
         for c in chosen_cases:
             case = train[c]
             rows = static_rows(model, case)
-            batch = []
+            batch, forced = [], []
+            starts = min(config.rollouts // 2, case.base.size, stepwise.WINDOW) if config.multi_start else 0
             for r in range(config.rollouts):
                 mode = MODE_INLINE if r % 2 == 0 else MODE_AFTER
-                batch.append(stepwise.roll(case.item.inst, case.base, rows, head, mode, 1.0, int(rng.integers(2**31))))
+                first = r // 2 if r // 2 < starts else -1  # each start in both trade modes
+                noise = int(rng.integers(2**31))
+                batch.append(stepwise.roll(case.item.inst, case.base, rows, head, mode, 1.0, noise, first=first))
+                forced.append(first >= 0)
             values = np.array([b.objective for b in batch]) / case.item.scale
             adv = values - values.mean()
             spread.append(float(values.std()))
-            rollouts.extend((int(c), b, float(a)) for b, a in zip(batch, adv, strict=True))
+            rollouts.extend((int(c), b, float(a), f) for b, a, f in zip(batch, adv, forced, strict=True))
         turns = collect(rollouts)
         scale = max(float(np.std(turns.advantage)), 1e-6)
         with torch.no_grad():
