@@ -1,15 +1,20 @@
-"""Steps per second of GpuClusterLive-v0: one env, random actions under the mask, each family's days.
+"""Steps per second of GpuClusterLive-v0: the single env and the vector env, random actions under the mask.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/live_env_speed.py [--episodes 7] [--seed 0]
+    PYTHONPATH=. .venv/bin/python benchmarks/live_env_speed.py [--episodes 7] [--rounds 24] [--seed 0]
 
-A step is one slot: the slot's state, the base plan (compiled greedy), the features, the decision (a second
-greedy plan when a headroom is chosen, the fill) and the commit. ``baseline="greedy"`` adds one rolling greedy
-day per reset (24 greedy plans). Wall time on this machine, one run: an indication, not a controlled figure.
+A step is one slot of one day: the slot's state, the base plan (compiled greedy), the features, the decision
+(a second greedy plan when a headroom is chosen, the fill) and the commit. ``baseline="greedy"`` adds one
+rolling greedy day per reset (24 greedy plans). The single env plays ``--episodes`` days, the families in turn;
+the vector env (:mod:`agents.rolling.live_vector_env`, N days, ``workers`` processes) takes ``--rounds`` steps
+from a reset (its days drawn from all the families), and its rate is the sub-days' slot steps per second
+(the reset included in the time, the workers started before it). Wall time on this machine, one run: an
+indication, not a controlled figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -23,15 +28,23 @@ if str(ROOT) not in sys.path:
 
 from agents.rolling.live_env import GpuClusterLiveEnv  # noqa: E402
 from agents.rolling.live_policy import action_nvec, action_offsets  # noqa: E402
+from agents.rolling.live_vector_env import GpuClusterLiveVectorEnv  # noqa: E402
 from gpu_env.generators import FAMILIES  # noqa: E402
+
+VECTOR_SIZES = ((8, 0), (8, 2), (16, 0), (16, 2))
+"""The (N, workers) of the vector env's rows."""
+
+
+def _random_masked(mask: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """One allowed action of one day's mask."""
+    nvec, offsets = action_nvec(), action_offsets()
+    return np.array([rng.choice(np.flatnonzero(mask[o : o + n])) for o, n in zip(offsets, nvec, strict=True)])
 
 
 def steps_per_second(baseline: str | None, episodes: int, seed: int) -> tuple[float, int]:
-    """Steps per second over ``episodes`` episodes (resets included), and the steps taken."""
+    """Steps per second of the single env over ``episodes`` episodes (resets included), and the steps taken."""
     env = GpuClusterLiveEnv(baseline=baseline)
     rng = np.random.default_rng(seed)
-    nvec = action_nvec()
-    offsets = action_offsets()
     families = list(FAMILIES)
     steps = 0
     began = time.perf_counter()
@@ -39,25 +52,57 @@ def steps_per_second(baseline: str | None, episodes: int, seed: int) -> tuple[fl
         env.reset(seed=seed + k, options={"family": families[k % len(families)]})
         done = False
         while not done:
-            mask = env.action_masks()
-            action = [rng.choice(np.flatnonzero(mask[o : o + n])) for o, n in zip(offsets, nvec, strict=True)]
-            _, _, done, _, _ = env.step(np.array(action))
+            _, _, done, _, _ = env.step(_random_masked(env.action_masks(), rng))
             steps += 1
     return steps / (time.perf_counter() - began), steps
 
 
+def vector_steps_per_second(
+    baseline: str | None, num_envs: int, workers: int, rounds: int, seed: int
+) -> tuple[float, int]:
+    """Sub-day slot steps per second of the vector env over ``rounds`` steps from a reset, and the steps taken."""
+    envs = GpuClusterLiveVectorEnv(num_envs, baseline=baseline, workers=workers)
+    rng = np.random.default_rng(seed)
+    steps = 0
+    try:
+        began = time.perf_counter()
+        envs.reset(seed=seed)
+        restarting = np.zeros(num_envs, dtype=bool)  # NEXT_STEP autoreset: this step restarts the day
+        for _ in range(rounds):
+            actions = np.stack([_random_masked(m, rng) for m in envs.action_masks()])
+            _, _, terminated, truncated, _ = envs.step(actions)
+            steps += int((~restarting).sum())
+            restarting = terminated | truncated
+        rate = steps / (time.perf_counter() - began)
+    finally:
+        envs.close()
+    return rate, steps
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the steps per second of the single env, with and without the greedy baseline."""
+    """Print the steps per second of the single env and the vector env, with and without the greedy baseline."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--single-only", action="store_true", help="only the single env's rows")
     args = parser.parse_args(argv)
     GpuClusterLiveEnv(baseline=None).reset(seed=0)  # compile and load outside the measurement
-    print(f"machine: {platform.platform()}, Python {platform.python_version()}")
-    print("| env | episodes | steps | steps/s |\n| --- | ---: | ---: | ---: |")
+    print(f"machine: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| env | baseline | days | workers | steps | steps/s |\n| --- | --- | ---: | ---: | ---: | ---: |")
     for baseline in (None, "greedy"):
         rate, steps = steps_per_second(baseline, args.episodes, args.seed)
-        print(f"| GpuClusterLive-v0, baseline={baseline} | {args.episodes} | {steps} | {rate:.0f} |")
+        print(f"| GpuClusterLiveEnv | {baseline} | 1 | - | {steps} | {rate:.0f} |", flush=True)
+    if not args.single_only:
+        for baseline in (None, "greedy"):
+            for num_envs, workers in VECTOR_SIZES:
+                rate, steps = vector_steps_per_second(baseline, num_envs, workers, args.rounds, args.seed)
+                print(
+                    f"| GpuClusterLiveVectorEnv | {baseline} | {num_envs} | {workers} | {steps} | {rate:.0f} |",
+                    flush=True,
+                )
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -38,6 +38,11 @@ if "GpuCluster-v0" not in _gymnasium.registry:
         vector_entry_point="gpu_env.batch.vector_env:GpuClusterVectorEnv",
     )
 # One day played live, a slot a step (agents.rolling.live_env; docs/environment.md, "The live day"): the rules
-# and the objective are gpu_env's, the live loop and its base planner the allocator's.
+# and the objective are gpu_env's, the live loop and its base planner the allocator's; its batched form (N days in
+# one call, optionally over worker processes) is agents.rolling.live_vector_env.
 if "GpuClusterLive-v0" not in _gymnasium.registry:
-    _gymnasium.register(id="GpuClusterLive-v0", entry_point="agents.rolling.live_env:GpuClusterLiveEnv")
+    _gymnasium.register(
+        id="GpuClusterLive-v0",
+        entry_point="agents.rolling.live_env:GpuClusterLiveEnv",
+        vector_entry_point="agents.rolling.live_vector_env:GpuClusterLiveVectorEnv",
+    )

@@ -19,13 +19,14 @@ The rules are masks: a hold only for a job that starts now, a headroom only for 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from agents.options import PlanOptions
-from agents.registry import run_scheduler
+from agents.registry import get_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
 from agents.rolling.fill import fill_ceiling, fill_idle
 from agents.rolling.forecast import with_demand
@@ -79,7 +80,8 @@ class SlotView:
         now: The slot of the day.
         scenario: The state as a scenario (slot 0 = now).
         expired: Jobs past their deadline (left out of the scenario).
-        plain: The base planner's plan of the state.
+        plain: The base planner's plan of the state (its placements and curves; no metrics: the live step
+            reads none, :func:`base_plan`).
         starts: The plan's start-now jobs a policy may hold, largest first (at most :data:`MAX_STARTS`).
         observation: The features (:data:`OBSERVATION_SIZE` float32 values).
         mask: Allowed values of each action dimension, concatenated (``action_nvec().sum()`` booleans).
@@ -118,7 +120,7 @@ def view(
     if len(state.apps) > MAX_APPS:
         raise ValueError(f"the live policy sees at most {MAX_APPS} real-time apps, the cluster has {len(state.apps)}")
     scenario, expired = state.to_scenario()
-    plain = run_scheduler(base, scenario, options)
+    plain = base_plan(base, scenario, options)
     size = {j.id: j.gpus * j.duration for j in scenario.jobs}
     starts = tuple(
         sorted((p for p in plain.placements if p.start == 0 and _queued(scenario, p.job)), key=lambda p: -size[p.job])
@@ -152,7 +154,7 @@ def decide_action(
             if level > 0:
                 cap = fill_ceiling(scenario, state.error_level or (0.0,) * len(z), level, slot.now)
                 raised[a] = np.minimum(cap[a], scenario.gpus)  # type: ignore[index]
-        alt = run_scheduler(base, with_demand(scenario, raised, scenario.name), options)
+        alt = base_plan(base, with_demand(scenario, raised, scenario.name), options)
         plan = Plan(slot.plain.scenario, alt.scheduler, list(alt.placements), dict(alt.curves))
     if held:
         plan = Plan(plan.scenario, plan.scheduler, [p for p in plan.placements if p.job not in held], dict(plan.curves))
@@ -168,6 +170,20 @@ def decide_action(
             why[app.name] = f"planned with headroom {level:g} error levels above the forecast (the live policy)"
     decision.why = why
     return decision
+
+
+def base_plan(base: str, scenario: Scenario, options: PlanOptions | None = None) -> Plan:
+    """The base planner's plan of a state, timed and named as :func:`agents.registry.run_scheduler` does.
+
+    Its metrics are not computed (``plan.metrics`` is None): a live step reads the plan's placements and
+    curves only, and the executed day is scored as a whole (:meth:`~agents.rolling.simulation.LiveDay.result`).
+    """
+    scheduler = get_scheduler(base)
+    started = time.perf_counter()
+    plan = scheduler(scenario, options or PlanOptions())
+    plan.solve_ms = (time.perf_counter() - started) * 1000.0
+    plan.scheduler = base
+    return plan
 
 
 def slot_reward(actual: Scenario, started: Sequence[Placement], app_gpus: Mapping[str, int], t: int) -> float:

@@ -318,6 +318,7 @@ class LiveDay:
         self.records: list[SlotRecord] = []
         self.times: list[float] = []
         self._ahead: np.ndarray | None = None
+        self._day_forecast = tuple(tuple(int(x) for x in row) for row in scenario.demand)  # every state's
 
     @property
     def done(self) -> bool:
@@ -348,7 +349,7 @@ class LiveDay:
         state = replace(
             state,
             error_level=_error_level(scenario.demand, observed, t),
-            day_forecast=tuple(tuple(int(x) for x in row) for row in scenario.demand),
+            day_forecast=self._day_forecast,
             observed=tuple(tuple(int(x) for x in row) for row in observed),
         )
         return state, {job_id: t - start for job_id, (start, _) in self.started.items()}
