@@ -15,7 +15,8 @@ Read top to bottom. Usage::
 2. **Network.** :class:`agents.learned.stepwise.StepScorer`; it starts as greedy's priority sweep.
 3. **Imitation** for ``--imitate-epochs`` epochs (:func:`agents.learned.stepwise.imitate`).
 4. **PPO** for ``--iterations`` (:func:`agents.learned.stepwise.ppo`): ``--cases`` instances per iteration,
-   ``--rollouts`` sampled candidates each, advantages against the instance's mean; every ``--validate-every``
+   ``--rollouts`` sampled candidates each (``--multi-start``: each pair forces a first job, POMO's multiple
+   starts), advantages against the instance's mean; every ``--validate-every``
    iterations the one-decode plans on the validation instances, as a ratio to greedy's objective. The
    checkpoint kept is the best of those PPO has trained (iteration 0, imitation alone, is reported, not kept).
 5. **Temperature** of the planner's sampled candidates: the one of ``--temperatures`` whose 12-candidate plans

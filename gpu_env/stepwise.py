@@ -125,6 +125,7 @@ def roll(
         first: A window position the first turn takes whatever the scores (POMO's multiple starts); -1: none, and
             none when the first window is smaller.
     """
+    _check_head(head)
     prefer = np.zeros(0, dtype=np.float64) if forced is None else np.ascontiguousarray(forced, dtype=np.float64)
     m = base.size
     order = np.full(m, -1, dtype=np.int64)
@@ -157,6 +158,7 @@ def orders(
     Returns:
         (K, m) job orders for :func:`gpu_env.listsched.decode`.
     """
+    _check_head(head)
     modes = np.ascontiguousarray(modes, dtype=np.int64)
     temperatures = np.ascontiguousarray(temperatures, dtype=np.float64)
     if modes.shape != temperatures.shape or modes.ndim != 1:
@@ -166,6 +168,14 @@ def orders(
         modes = np.zeros_like(modes)
     _orders(inst, listsched.choice(), base, static, head.w_step, head.w_out, head.b_out, modes, temperatures, seed, out)
     return out
+
+
+def _check_head(head: StepHead) -> None:
+    """The compiled loop writes every step feature by position: a head for another feature set is refused."""
+    if head.w_step.ndim != 2 or head.w_step.shape[0] != len(STEP_FEATURES):
+        raise ValueError(
+            f"w_step must have one row per step feature ({len(STEP_FEATURES)}), got shape {head.w_step.shape}"
+        )
 
 
 # ----------------------------------------------------------------------------- compiled

@@ -24,6 +24,7 @@ from gpu_env.stepwise import STEP_FEATURES, WINDOW, StepHead
 from gpu_env.validation import validate
 
 D = len(STEP_FEATURES)
+F = {name: i for i, name in enumerate(STEP_FEATURES)}
 
 
 def quiet(examples: int) -> settings:
@@ -102,7 +103,52 @@ def test_the_cached_earliest_starts_are_the_fresh_ones(family: str, seed: int, g
                 assert r.features[i, w, STEP_FEATURES.index("value_kept")] == pytest.approx(
                     inst.values[j, t] / inst.first_value[j]
                 )
+                assert r.features[i, w, F["trade_only"]] == 0.0 and r.features[i, w, F["trade_cost"]] == 0.0
+                continue
+            # No start in the room: the features of a trade, at the earliest start above the ramp floors.
+            tf, _ = placement.earliest(inst, j, live.busy, sc_.floor_room, sc_.span)
+            assert r.features[i, w, F["trade_only"]] == (1.0 if tf >= 0 else 0.0), (i, j)
+            if tf < 0:
+                assert r.features[i, w, F["trade_cost"]] == 0.0
+                continue
+            v, k, d = inst.values[j, tf], inst.k[j], inst.d[j]
+            assert r.features[i, w, F["value_kept"]] == pytest.approx(v / inst.first_value[j])
+            assert r.features[i, w, F["deadline_slack"]] == pytest.approx((inst.hi[j] - 1 - tf) / T)
+            taken = sum(max(0, k - sc_.room[s] - live.excess[s]) for s in range(tf, min(tf + d, T)))
+            cost = inst.min_penalty * taken if taken else 0.0
+            want = min(compiled.TRADE_COST_CAP, cost / v) if v > 0 else compiled.TRADE_COST_CAP
+            assert r.features[i, w, F["trade_cost"]] == pytest.approx(want)
         listsched.take_turn(inst, live, int(r.order[i]), mode == MODE_INLINE, how, sc_)
+
+
+def test_a_job_that_fits_only_by_a_trade_shows_its_value_and_the_trades_cost():
+    """training-heavy seed 20002 (8 GPUs): the 8-GPU, priority-8 job fits only by taking the app's GPU for 6 slots."""
+    sc = generate("training-heavy", 20_002)
+    inst = ListInstance.build(sc)
+    base = stepwise.priority_base(sc, inst)
+    rows, head = rank_head(len(sc.jobs))
+    r = compiled.roll(inst, base, rows, head, MODE_INLINE)
+    j = [job.id for job in sc.jobs].index("train-6")
+    w = r.window[0].tolist().index(j)
+    f = r.features[0, w]
+    assert f[F["fits"]] == 0.0 and f[F["trade_only"]] == 1.0 and f[F["value_share"]] == 1.0
+    app = sc.apps[0]
+    start = 4  # its release: the cluster is empty then but for the app's demand
+    taken = sum(app.demand[start : start + 6])  # all 8 GPUs for 6 slots: the app's whole demand there (1,1,1,1,1,2)
+    assert taken == 7
+    want = app.penalty * taken / inst.values[j, start]
+    assert f[F["trade_cost"]] == pytest.approx(want)
+
+
+def test_a_head_for_another_feature_set_is_refused():
+    sc = generate("mixed-control", 0)
+    inst = ListInstance.build(sc)
+    rows, head = rank_head(len(sc.jobs))
+    short = StepHead(head.w_step[:-1], head.w_out, head.b_out)
+    with pytest.raises(ValueError, match="one row per step feature"):
+        compiled.roll(inst, stepwise.priority_base(sc, inst), rows, short, MODE_INLINE)
+    with pytest.raises(ValueError, match="one row per step feature"):
+        compiled.orders(inst, stepwise.priority_base(sc, inst), rows, short, np.array([1]), np.zeros(1))
 
 
 def test_a_head_that_reads_only_the_rank_sweeps_in_greedy_priority_order():

@@ -12,7 +12,8 @@ compiled rollouts (:func:`gpu_env.stepwise.roll`) and computes the same scores i
 2. **PPO.** Per instance, ``rollouts`` candidates are sampled from the policy (softmax over the window, Gumbel-max
    in the compiled rollout); each turn's advantage is its episode's objective less the mean of the instance's
    rollouts, over greedy's objective (a shared baseline, as POMO's); the clipped surrogate is maximised for a few
-   epochs, with an entropy bonus.
+   epochs, with an entropy bonus. With ``multi_start`` (POMO's multiple starts) each pair of rollouts forces a first
+   job from the window; that forced turn is left out of the loss.
 
 The checkpoint kept is the one whose one-decode plans (argmax, promoted) earn most on validation draws; it is
 exported by :func:`export_stepwise` (ONNX with a card).
@@ -251,7 +252,7 @@ def validate_ratio(model: StepScorer, cases: Sequence[Case]) -> float:
 
 @dataclass
 class PPOConfig:
-    """PPO's settings (the defaults are those the shipped policy was trained with)."""
+    """PPO's settings (``train_stepwise.py`` passes its own: 300 iterations by default)."""
 
     iterations: int = 200
     cases_per_iteration: int = 16
