@@ -75,13 +75,17 @@ def available_schedulers() -> list[str]:
     return names
 
 
-def run_scheduler(name: str, scenario: Scenario, options: PlanOptions | None = None) -> Plan:
-    """Plan with a scheduler, timing it and attaching the plan's metrics."""
+def run_scheduler(name: str, scenario: Scenario, options: PlanOptions | None = None, *, metrics: bool = True) -> Plan:
+    """Plan with a scheduler, timing it and attaching the plan's metrics.
+
+    ``metrics=False`` leaves ``plan.metrics`` None, for a hot path that reads only the placements and curves.
+    """
     scheduler = get_scheduler(name)
     options = options or PlanOptions()
     started = time.perf_counter()
     plan = scheduler(scenario, options)
     plan.solve_ms = (time.perf_counter() - started) * 1000.0
     plan.scheduler = name
-    plan.metrics = compute_metrics(scenario, plan)
+    if metrics:
+        plan.metrics = compute_metrics(scenario, plan)
     return plan

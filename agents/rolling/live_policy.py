@@ -19,14 +19,13 @@ The rules are masks: a hold only for a job that starts now, a headroom only for 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from agents.options import PlanOptions
-from agents.registry import get_scheduler
+from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
 from agents.rolling.fill import fill_ceiling, fill_idle
 from agents.rolling.forecast import with_demand
@@ -173,17 +172,12 @@ def decide_action(
 
 
 def base_plan(base: str, scenario: Scenario, options: PlanOptions | None = None) -> Plan:
-    """The base planner's plan of a state, timed and named as :func:`agents.registry.run_scheduler` does.
+    """The base planner's plan of a state, without its metrics (``plan.metrics`` is None).
 
-    Its metrics are not computed (``plan.metrics`` is None): a live step reads the plan's placements and
-    curves only, and the executed day is scored as a whole (:meth:`~agents.rolling.simulation.LiveDay.result`).
+    A live step reads the plan's placements and curves only, and the executed day is scored as a whole
+    (:meth:`~agents.rolling.simulation.LiveDay.result`).
     """
-    scheduler = get_scheduler(base)
-    started = time.perf_counter()
-    plan = scheduler(scenario, options or PlanOptions())
-    plan.solve_ms = (time.perf_counter() - started) * 1000.0
-    plan.scheduler = base
-    return plan
+    return run_scheduler(base, scenario, options, metrics=False)
 
 
 def slot_reward(actual: Scenario, started: Sequence[Placement], app_gpus: Mapping[str, int], t: int) -> float:
