@@ -284,9 +284,11 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--forecast",
-        choices=("corrector", "history"),
-        default="corrector",
-        help="the live planner's demand forecast: the day's forecast corrected, or fitted from --history",
+        choices=("auto", "backtest", "point", "corrector", "history"),
+        default="auto",
+        help="the live planner's demand forecast: backtest (chosen on --history's days played as if live; the "
+        "default with --history), point (corrected, no margin), corrector (corrected, one raw error level above; "
+        "the default without --history), history (fitted from --history); docs/rolling.md",
     )
     p.add_argument(
         "--samples", type=int_at_least(1), default=None, metavar="K", help="the live planner's futures per cycle"
@@ -338,8 +340,8 @@ def _simulate(args: argparse.Namespace) -> int:
     name = args.scheduler or LIVE_PLANNERS[0]
     scheduler: Any = name
     if name in LIVE_PLANNERS:
-        if args.forecast == "history" and not history:
-            raise CliError("--forecast history: needs past days (--history FILE...)")
+        if args.forecast in ("history", "backtest") and not history:
+            raise CliError(f"--forecast {args.forecast}: needs past days (--history FILE...)")
         try:
             scheduler = live_planner(
                 name,
@@ -351,7 +353,7 @@ def _simulate(args: argparse.Namespace) -> int:
             )
         except PolicyError as exc:
             raise CliError(f"--scheduler {name}: {exc}") from None
-    elif args.history or args.samples or args.forecast != "corrector":
+    elif args.history or args.samples or args.forecast != "auto":
         raise CliError(f"--history, --samples and --forecast are the live planner's; {name!r} rolls as it is")
     if not math.isfinite(args.forecast_error) or args.forecast_error < 0:
         raise CliError(f"--forecast-error: expected a number >= 0, got {args.forecast_error}")
@@ -364,15 +366,7 @@ def _simulate(args: argparse.Namespace) -> int:
         if isinstance(scheduler, str):
             corrector = rolling.Corrector(method=args.correction, margin=1.0 if args.margin is None else args.margin)
         elif args.correction != "ratio" or args.margin is not None:
-            if args.forecast == "history":
-                raise CliError("--correction and --margin set the corrector; --forecast history has its own")
-            base = scheduler.forecaster
-            scheduler = replace(
-                scheduler,
-                forecaster=replace(
-                    base, method=args.correction, margin=base.margin if args.margin is None else args.margin
-                ),
-            )
+            scheduler = replace(scheduler, forecaster=_with_margin(scheduler.forecaster, args))
         roll, fixed = rolling.simulate(
             scenario,
             scheduler,
@@ -397,7 +391,7 @@ def _simulate(args: argparse.Namespace) -> int:
         "scheduler": name,
         "history": [str(p) for p in args.history],
         "runtime_model": args.runtime_model,
-        "forecast": args.forecast if name in LIVE_PLANNERS else "corrector",
+        "forecast": getattr(scheduler, "margin_label", "") or "corrector",
         "replan_every": args.replan_every,
         "forecast_error": args.forecast_error,
         "seed": args.seed,
@@ -438,6 +432,22 @@ def _simulate(args: argparse.Namespace) -> int:
         print("\n".join(hindsight.violations), file=sys.stderr)
         return EXIT_INVALID
     return EXIT_OK
+
+
+def _with_margin(forecaster: Any, args: argparse.Namespace) -> Any:
+    """The live planner's forecaster with ``--correction`` and ``--margin`` applied, or a CLI error."""
+    from agents.rolling.forecast import Corrector
+    from agents.rolling.hedge import HedgedForecaster
+
+    if isinstance(forecaster, Corrector):
+        margin = forecaster.margin if args.margin is None else args.margin
+        return replace(forecaster, method=args.correction, margin=margin)
+    if isinstance(forecaster, HedgedForecaster) and args.correction == "ratio":
+        return replace(forecaster, margin=args.margin)
+    raise CliError(
+        f"--correction and --margin set the corrector; --forecast {args.forecast} has its own "
+        "(--forecast point or backtest take --margin)"
+    )
 
 
 # ----------------------------------------------------------------------------- from-trace (docs/traces.md)

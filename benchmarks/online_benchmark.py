@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -72,7 +73,9 @@ from agents.options import PlanOptions  # noqa: E402
 from agents.registry import SCHEDULERS, available_schedulers, run_scheduler  # noqa: E402
 from agents.report.statistics import mean_ci  # noqa: E402
 from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER, live_planner  # noqa: E402
+from agents.rolling.decisions import CAUSES, LATE_SLACK, late_starts  # noqa: E402
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand  # noqa: E402
+from agents.rolling.hedge import newsvendor_forecaster  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
@@ -90,15 +93,21 @@ SIGMAS = (0.0, 0.2, 0.3, 0.4)
 RUNTIMES = ("exact", "trace")
 PLAIN = ("fifo", "backfill", "greedy", "ppo", "full")
 """Schedulers rolled as they are, with today's ``Corrector()``."""
+NEWSVENDOR = "greedy-newsvendor"
+"""The simple hedge as a baseline: rolling greedy planning each app at the corrected forecast plus the history's
+error quantile at the newsvendor ratio (:func:`agents.rolling.hedge.newsvendor_forecaster`)."""
 LIVE: dict[str, tuple[bool, str, str]] = {
-    "anticipate": (True, "corrector", "anticipate"),
+    "anticipate": (True, "auto", "anticipate"),
+    "anticipate-point": (True, "point", "anticipate"),
+    "anticipate-corrector": (True, "corrector", "anticipate"),
     "anticipate-nohist": (False, "corrector", "anticipate"),
     "anticipate-histfc": (True, "history", "anticipate"),
     "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
     "live-ppo": (False, "corrector", "live-ppo"),
 }
-"""The live planner's variants: name -> (fitted from the history, its demand forecast, the live planner's name:
-the expectation rule, or the consensus vote it replaced; ``live-ppo`` reads no history at run time: its training
+"""The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: chosen by the
+backtest on the past days; ``point``: the corrected forecast, no margin; ``corrector``: rolling greedy's, one raw
+error level above), the live planner's name: the expectation rule, or the consensus vote it replaced; ``live-ppo`` reads no history at run time: its training
 days were the families' past, GpuClusterLive-v0's seeds)."""
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
 """The information limit: each live variant told the actual demand of the whole day (``--oracle``), name -> the
@@ -130,7 +139,8 @@ def with_oracles(planners: Sequence[str]) -> tuple[str, ...]:
 def default_planners() -> tuple[str, ...]:
     """fifo, backfill (where the registry has it), greedy, ppo (where it imports), and the live variants."""
     here = set(available_schedulers())
-    return (*(p for p in ("fifo", "backfill", "greedy", "ppo") if p in SCHEDULERS and p in here), *LIVE)
+    plain = (p for p in ("fifo", "backfill", "greedy", "ppo") if p in SCHEDULERS and p in here)
+    return (*plain, NEWSVENDOR, *LIVE)
 
 
 @dataclass(frozen=True)
@@ -222,6 +232,7 @@ def hindsight(realized: Scenario, settings: Settings) -> dict[str, Any]:
         "reference": round(max(objective, greedy), 6),
         "proven": info.get("status") == "optimal" and objective >= greedy - EPS,
         "hindsight_ms": round(elapsed_ms, 1),
+        "hindsight_starts": {p.job: p.start for p in plan.placements},
     }
 
 
@@ -312,6 +323,8 @@ def live_scheduler(
         if name in ORACLE:
             planner = told_the_day(planner, realized)
         return planner, None, PlanOptions(seed=0)  # None: rolling takes planner.forecaster
+    if name == NEWSVENDOR:
+        return "greedy", newsvendor_forecaster(past, day) if past else Corrector(), PlanOptions(seed=0)
     if name == "full":
         return name, Corrector(), PlanOptions(time_limit=settings.full_time_limit, seed=0, workers=1)
     return name, Corrector(), PlanOptions(seed=0)
@@ -326,10 +339,15 @@ def play(
     model: str,
     seed: int,
     settings: Settings,
+    hindsight_starts: Mapping[str, int] | None = None,
 ) -> dict[str, Any]:
     """One planner live on one realized day: its executed objective, validation, re-plans and cycle times.
 
     The row's ``realized_digest`` (:func:`realized_digest`) fingerprints the day handed to :func:`rolling`.
+    With ``hindsight_starts`` (the hindsight plan's start of each job), ``late`` lists the jobs that started
+    more than :data:`agents.rolling.decisions.LATE_SLACK` slots after it, or never, each with its cause
+    (:func:`agents.rolling.decisions.late_starts`); ``departures`` counts the cycles whose decision departed
+    from the planner's base decision, ``margins`` the margins the cycles planned the apps at.
 
     An exception (a planner's plan that breaks a rule for its state raises ``RollingError``) is recorded
     in ``error``, not raised: the day's other planners still run.
@@ -363,6 +381,8 @@ def play(
         }
     problems = [str(v) for v in validate(realized, sim.executed)]
     m = sim.metrics
+    late = [] if hindsight_starts is None else late_starts(sim.slots, sim.executed, hindsight_starts)
+    cycles = [r for r in sim.slots if r.replanned]
     return {
         "planner": name,
         "realized_digest": digest,
@@ -375,6 +395,9 @@ def play(
         "violations": problems[:5],
         "error": None,
         "replans": sim.replans,
+        "departures": sum(bool(r.chosen) for r in cycles),
+        "margins": dict(Counter(r.margin for r in cycles if r.margin)),
+        "late": [{"job": x.job, "cause": x.cause, "line": x.describe()} for x in late],
         "cycle_ms": [round(float(x), 3) for x in sim.solve_ms],
         "wall_s": round(time.perf_counter() - started, 3),
     }
@@ -382,7 +405,7 @@ def play(
 
 def warm_up(day: Scenario, planners: Sequence[str]) -> None:
     """Load every planner's one-time costs (compiled kernels, the policy) before anything is timed."""
-    plain = [p for p in planners if p in PLAIN and p != "full"]
+    plain = [p for p in planners if p in PLAIN and p != "full"] + (["greedy"] if NEWSVENDOR in planners else [])
     live = any(is_live(p) for p in planners)
     if live:
         plain.append("greedy")
@@ -418,8 +441,9 @@ def play_day(
             runtimes = draw_runtimes(day, model, seed)
             realized = realized_day(day, demand, runtimes)
             best = hindsight(realized, settings)
+            starts = best.pop("hindsight_starts")
             for name in settings.planners:
-                result = play(name, day, realized, runtimes, past, model, seed, settings)
+                result = play(name, day, realized, runtimes, past, model, seed, settings, starts)
                 objective = result["objective"]
                 rows.append(
                     {
@@ -649,6 +673,8 @@ def cycle_tables(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[
 DAY_KEY = ("family", "gpus", "seed", "sigma", "runtime")
 """What names a realized day: two rows with the same key met the same day (``realized_digest``)."""
 DAY_MARGIN = 0.02
+DAY_FLOOR = 0.85
+"""No day of the live planner below this share of its hindsight optimum (the starved days' target)."""
 """A day counts as below (above) rolling greedy when its ratio is more than this much of the hindsight optimum under
 (over) greedy's on the same day."""
 
@@ -701,9 +727,11 @@ class AgainstGreedy:
         return "-" if self.worst_day is None else f"{day_name(self.worst_day)} ({self.worst:+.3f})"
 
 
-def against_greedy(rows: Sequence[Mapping[str, Any]], planner: str, **where: Any) -> AgainstGreedy:
-    """``planner`` against ``greedy`` on the same realized days of ``rows`` matching ``where``."""
-    pairs = paired_rows(rows, planner, "greedy", **where)
+def against_greedy(
+    rows: Sequence[Mapping[str, Any]], planner: str, reference: str = "greedy", **where: Any
+) -> AgainstGreedy:
+    """``planner`` against ``reference`` (rolling greedy) on the same realized days of ``rows`` matching ``where``."""
+    pairs = paired_rows(rows, planner, reference, **where)
     if not pairs:
         return AgainstGreedy(0, float("nan"), 0, 0, float("nan"), None)
     diffs = [a["ratio"] - b["ratio"] for a, b in pairs]
@@ -716,6 +744,48 @@ def against_greedy(rows: Sequence[Mapping[str, Any]], planner: str, **where: Any
         worst=float(diffs[k]),
         worst_day=pairs[k][0],
     )
+
+
+def late_tables(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
+    """(6) Late starts: jobs that started more than LATE_SLACK slots after hindsight, or never, with their causes."""
+    seed = [r for r in rows if r["seed_size"] and "late" in r]
+    planners = [p for p in settings.planners if select(seed, planner=p)]
+    lines = [
+        f"A job is late when it starts more than {LATE_SLACK} slots after its start in the hindsight plan of the same "
+        "realized day, or never though hindsight starts it. The cause is read from the decision traces "
+        "(`agents/rolling/decisions.py`): the first cycle that moved its planned start later, and what changed there.",
+        "",
+        "| planner | days | days with a late job | late jobs | " + " | ".join(CAUSES) + " | departures / cycles |",
+        "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in CAUSES) + " | ---: |",
+    ]
+    for p in planners:
+        group = select(seed, planner=p)
+        causes = Counter(x["cause"] for r in group for x in r["late"])
+        cycles = sum(r["replans"] for r in group)
+        departures = sum(r.get("departures", 0) for r in group)
+        lines.append(
+            f"| {p} | {len(group)} | {sum(bool(r['late']) for r in group)} | {sum(causes.values())} | "
+            + " | ".join(str(causes.get(c, 0)) for c in CAUSES)
+            + f" | {departures} / {cycles} |"
+        )
+    days = [r for r in select(seed, planner=LIVE_PLANNER) if r["late"]]
+    if days:
+        lines += ["", f"Every day on which `{LIVE_PLANNER}` started a job late (its ratio to hindsight):", ""]
+        for r in sorted(days, key=lambda r: r["ratio"] if r["ratio"] is not None else -1.0):
+            jobs = "; ".join(x["line"] for x in r["late"])
+            lines.append(f"- {day_name(r)}, {fmt(r['ratio'])}: {jobs}")
+    margins = Counter()
+    for r in select(seed, planner=LIVE_PLANNER):
+        margins.update(r.get("margins", {}))
+    if margins:
+        total = sum(margins.values())
+        lines += [
+            "",
+            f"The margins `{LIVE_PLANNER}` planned the apps at, over its {total} cycles (the base forecast chosen "
+            "by the backtest, or a hedge candidate taken): "
+            + ", ".join(f"{m} {n / total:.1%}" for m, n in margins.most_common()),
+        ]
+    return lines
 
 
 def greedy_table(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[str]:
@@ -861,8 +931,10 @@ def quality_targets(rows: Sequence[Mapping[str, Any]], settings: Settings) -> li
     """Mean and worst family of the live planner at sigma 0 and 0.3, each runtime model."""
     seed = [r for r in rows if r["seed_size"]]
     out = []
-    for sigma, mean_goal, family_goal in ((0.0, 0.97, 0.93), (0.3, 0.92, 0.85)):
+    goals = {(0.0, "exact"): 0.97, (0.0, "trace"): 0.97, (0.3, "exact"): 0.93, (0.3, "trace"): 0.95}
+    for sigma, family_goal in ((0.0, 0.93), (0.3, 0.88)):
         for m in settings.runtimes:
+            mean_goal = goals.get((sigma, m), 0.93)
             where = {"planner": LIVE_PLANNER, "sigma": sigma, "runtime": m}
             if sigma not in settings.sigmas or not select(seed, **where):
                 out.append(Target(f"σ {sigma:g}, {m} runtimes: mean ≥ {mean_goal}", "not run", None))
@@ -876,6 +948,16 @@ def quality_targets(rows: Sequence[Mapping[str, Any]], settings: Settings) -> li
                     f"σ {sigma:g}, {m} runtimes: every family ≥ {family_goal}",
                     f"worst {family} {fmt(low)}" + (f"; below: {', '.join(below)}" if below else ""),
                     low >= family_goal,
+                )
+            )
+            days = select(seed, **where)
+            low_days = [r for r in days if r["ratio"] is not None and r["ratio"] < DAY_FLOOR]
+            worst = min(days, key=lambda r: r["ratio"] if r["ratio"] is not None else -1.0)
+            out.append(
+                Target(
+                    f"σ {sigma:g}, {m} runtimes: every day ≥ {DAY_FLOOR}",
+                    f"{len(low_days)} of {len(days)} days below; worst {day_name(worst)} {fmt(worst['ratio'])}",
+                    not low_days,
                 )
             )
     return out
@@ -911,10 +993,14 @@ def above_targets(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list
 
 
 def cycle_targets(rows: Sequence[Mapping[str, Any]]) -> list[Target]:
-    """The live planner's slowest cycle: <= 50 ms at seed sizes, <= 1 s at 1,024 GPUs."""
+    """The live planner's cycle: p95 <= 50 ms and max <= 150 ms at seed sizes, max <= 1 s at 1,024 GPUs."""
     out = []
+    seed_ms = [r["cycle_ms"] for r in rows if r["seed_size"] and r["planner"] == LIVE_PLANNER and r["cycle_ms"]]
+    if seed_ms:
+        p95 = float(np.percentile(np.concatenate(seed_ms), 95))
+        out.append(Target("a cycle's p95 ≤ 50 ms at seed sizes", f"p95 {p95:.1f} ms", p95 <= 50.0))
     for goal, pick, limit in (
-        ("a cycle ≤ 50 ms at seed sizes", lambda r: r["seed_size"], 50.0),
+        ("a cycle ≤ 150 ms at seed sizes", lambda r: r["seed_size"], 150.0),
         ("a cycle ≤ 1 s at 1,024 GPUs", lambda r: not r["seed_size"] and r["gpus"] == 1024, 1000.0),
     ):
         group = [r for r in rows if pick(r) and r["planner"] == LIVE_PLANNER and r["cycle_ms"]]
@@ -935,12 +1021,14 @@ def greedy_day_targets(rows: Sequence[Mapping[str, Any]], settings: Settings) ->
     """No day more than :data:`DAY_MARGIN` below rolling greedy: the live planner with history and without."""
     seed = [r for r in rows if r["seed_size"]]
     out = []
-    for p, what in ((LIVE_PLANNER, "with history"), ("anticipate-nohist", "without history")):
-        goal = f"`{p}` ({what}): no day more than {DAY_MARGIN:g} below rolling greedy"
-        if p not in settings.planners or "greedy" not in settings.planners:
-            out.append(Target(goal, f"{p if 'greedy' in settings.planners else 'greedy'} not run", None))
+    pairs = [(LIVE_PLANNER, "with history", "greedy"), ("anticipate-nohist", "without history", "greedy")]
+    pairs.append((LIVE_PLANNER, "with history", NEWSVENDOR))
+    for p, what, ref in pairs:
+        goal = f"`{p}` ({what}): no day more than {DAY_MARGIN:g} below {'rolling greedy' if ref == 'greedy' else ref}"
+        if p not in settings.planners or ref not in settings.planners:
+            out.append(Target(goal, f"{p if ref in settings.planners else ref} not run", None))
             continue
-        g = against_greedy(seed, p)
+        g = against_greedy(seed, p, reference=ref)
         if not g.days:
             out.append(Target(goal, "no scored days", None))
             continue
@@ -1022,6 +1110,10 @@ def targets(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[Targe
 LIVE_COLOURS = {
     "anticipate": "#d62728",
     "anticipate-nohist": "#f4a3a3",
+    "anticipate-point": "#e377c2",
+    "anticipate-corrector": "#8c564b",
+    "anticipate-point-oracle": "#8a3f74",
+    "anticipate-corrector-oracle": "#4f2f29",
     "anticipate-histfc": "#9467bd",
     "anticipate-consensus": "#ff7f0e",
     "anticipate-oracle": "#7f0000",
@@ -1030,6 +1122,7 @@ LIVE_COLOURS = {
     "anticipate-consensus-oracle": "#a65200",
     "live-ppo": "#2ca02c",
     "live-ppo-oracle": "#145214",
+    NEWSVENDOR: "#17becf",
 }
 """The live variants: the live planner in strong red, without history pale, with the history's forecaster purple,
 the live policy trained by PPO green; their oracle twins darker (drawn dotted)."""
@@ -1245,6 +1338,7 @@ def report(
         *wins_table(rows, settings),
         "",
     ]
+    doc += ["## 6. Late starts and their causes", "", *late_tables(rows, settings), ""]
     limits = limit_table(rows, settings)
     if limits:
         doc += ["## 5. The information limit", "", *limits, ""]
@@ -1330,9 +1424,9 @@ def chosen_planners(args: argparse.Namespace) -> tuple[str, ...]:
 
 def check_planners(planners: Sequence[str]) -> None:
     here = set(available_schedulers())
-    unknown = [p for p in planners if not is_live(p) and (p not in PLAIN or p not in here)]
+    unknown = [p for p in planners if not is_live(p) and p != NEWSVENDOR and (p not in PLAIN or p not in here)]
     if unknown or not planners:
-        known = ", ".join([*(p for p in PLAIN if p in here), *LIVE, *ORACLE])
+        known = ", ".join([*(p for p in PLAIN if p in here), NEWSVENDOR, *LIVE, *ORACLE])
         raise FanoutError(f"--planners: unknown or unavailable {unknown or list(planners)} (expected: {known})")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import math
 from dataclasses import replace
 
@@ -181,7 +183,7 @@ def test_demand_in_the_futures_holds_a_cheap_job_that_would_take_the_apps_gpus()
     planner = AnticipatingPlanner(demand=DemandModel.observed_only(1), fill=False)
     decision = planner.decide(state, 2)
     assert decision.start_now == ()
-    assert decision.why["cheap"].startswith("held: over 8 futures")
+    assert re.match(r"held: over \d+ futures", decision.why["cheap"])
     assert not validate(decision.scenario, decision.plan)
 
 

@@ -170,7 +170,10 @@ class Decision:
         why: For a live planner, why its decision departs from its base plan's: job id -> a sentence (e.g.
             ``held: over 8 futures, holding it earns 12.5 more (± 3.1) than starting it now``).
         chosen: For a live planner that weighs candidate decisions, the one it took (``holding 7``,
-            ``headroom 2``; empty: its base decision).
+            ``margin -1``; empty: its base decision).
+        margin: For a live planner, the forecast and margin the apps were planned at (``corrected + 1``, or the
+            hedge candidate taken, ``margin -1``; empty: a plain scheduler's).
+        futures: For a live planner that races its candidates, the futures the decision was made over (0: none).
     """
 
     scenario: Scenario
@@ -181,6 +184,8 @@ class Decision:
     waiting: tuple[str, ...] = field(default=())
     why: dict[str, str] = field(default_factory=dict)
     chosen: str = ""
+    margin: str = ""
+    futures: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data for a cluster manager that speaks JSON."""
@@ -190,6 +195,7 @@ class Decision:
             "expired": list(self.expired),
             "waiting": list(self.waiting),
             "why": dict(self.why),
+            **({"margin": self.margin} if self.margin else {}),
             "plan": self.plan.to_dict(),
         }
 

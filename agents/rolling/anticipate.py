@@ -12,14 +12,18 @@ Optimization*, 2006). At every cycle:
    given, the jobs' runtimes (:mod:`agents.rolling.runtimes`).
 3. The rule (``rule``) turns the futures into this slot's decision:
 
-   - ``expectation`` (the default): a few candidate decisions (the base decision; the same without the
-     fill; the base decision with each of its jobs held; all of them held; the starts of plans made with
-     real-time headroom) are each committed in slot 0 of every future (its jobs started, each app's GPUs
-     now), and the rest of each future is planned on by the base planner (:func:`commit_slot`); each
-     candidate's score is its mean objective over the same futures (common random numbers). A candidate
-     replaces the base decision only if its paired gain over the base decision clears ``confidence``
-     standard errors and ``min_gain`` of the base decision's value: where the model says little, or says
-     it unsure, the base decision stands.
+   - ``expectation`` (the default): a few candidate decisions (:meth:`AnticipatingPlanner.candidates`:
+     the base decision; the same without the fill; the base decision with each of its jobs held; all of
+     them held; the starts of plans made with the apps planned at the point forecast moved by each of
+     ``margins`` error levels, below it as well as above (:func:`agents.rolling.hedge.hedged_demand`); the
+     starts that the plans of ``future_plans`` sampled futures make, holds for the arrivals the history
+     brings among them) are each committed in slot 0 of every future (its jobs started, each app's GPUs
+     now), and the rest of each future is planned on by the base planner (:func:`commit_slot`). The
+     candidates are raced over the same futures (common random numbers, :func:`agents.rolling.race.race`):
+     ``samples`` futures first, more (up to ``most_samples``) while a challenger is close, the clearly
+     worse dropped. A candidate replaces the base decision only if its paired gain over the base decision
+     clears ``confidence`` standard errors and ``min_gain`` of the base decision's value: where the model
+     says little, or says it unsure, the base decision stands.
    - ``consensus``: a job of the base decision starts now only if it also starts now in at least
      ``threshold`` of the futures, each planned whole (the vote, kept for comparison).
 
@@ -44,11 +48,14 @@ from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
 from agents.rolling.demand import DemandModel
 from agents.rolling.fill import fill_ceiling, fill_idle
 from agents.rolling.forecast import Corrector, with_demand
+from agents.rolling.hedge import HedgedForecaster, choose_forecast, hedged_demand, today_level
 from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
+from agents.rolling.race import choose, race
 from agents.rolling.runtimes import RuntimeSampler
 from gpu_env.objective import shortfall_penalty
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Job, Scenario
+from gpu_env.validation import validate
 
 __all__ = [
     "DEFAULT_SAMPLES",
@@ -57,6 +64,7 @@ __all__ = [
     "RULES",
     "AnticipatingPlanner",
     "Candidate",
+    "choose",
     "fill_ceiling",
     "fill_idle",
     "live_planner",
@@ -76,8 +84,13 @@ DEFAULT_CONFIDENCE = 2.0
 (docs/rolling.md: measured against 1 and 3)."""
 DEFAULT_MIN_GAIN = 0.002
 """Expectation: ... and this share of the base decision's mean value over the futures."""
-DEFAULT_HEADROOM = (1.0, 2.0)
-"""Expectation: real-time headroom levels, in error SDs, whose plans' starts are candidates."""
+DEFAULT_MARGINS = (-1.0, 0.0, 1.0, 2.0)
+"""Expectation: the hedge both ways: error levels around the point forecast whose plans' starts are candidates
+(-1: about the 16th percentile of the demand paths; docs/rolling.md)."""
+DEFAULT_MOST_SAMPLES = 16
+"""Expectation: futures a close race may spend (the first ``samples`` for every candidate)."""
+DEFAULT_FUTURE_PLANS = 2
+"""Expectation: sampled futures planned whole whose slot-0 starts are candidates (holds for the arrivals)."""
 MAX_HOLDS = 6
 """Expectation: at most this many single-job holds are candidates (the largest jobs in GPU-slots first)."""
 RULES = ("expectation", "consensus")
@@ -144,7 +157,10 @@ class AnticipatingPlanner:
         demand: The demand error model of the futures (None: every future has the state's forecast).
         confidence: Expectation: standard errors a departure from the base decision must clear.
         min_gain: Expectation: share of the base decision's value a departure must gain.
-        headroom: Expectation: headroom levels (error SDs) whose plans' starts are candidates.
+        margins: Expectation: error levels around the point forecast whose plans' starts are candidates.
+        most_samples: Expectation: futures a close race may spend (``samples``: a fixed number, the old rule).
+        future_plans: Expectation: sampled futures (drawn apart from the scoring futures) planned whole whose
+            slot-0 starts are candidates.
         fill_within_ramp: Raise an app at most one ramp step above the plan's curve, so that every raised
             GPU can be given back to a job in the next slot.
         min_share: Expectation: share of the futures in which a departure must do at least as well.
@@ -159,7 +175,7 @@ class AnticipatingPlanner:
     threshold: float = DEFAULT_THRESHOLD
     seed: int = 0
     name: str = "anticipate"
-    forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
+    forecaster: Corrector | HistoryForecaster | HedgedForecaster = LIVE_FORECAST
     lookahead: int | None = None
     fill: bool = True
     fill_z: float = DEFAULT_FILL_Z
@@ -167,7 +183,9 @@ class AnticipatingPlanner:
     demand: DemandModel | None = None
     confidence: float = DEFAULT_CONFIDENCE
     min_gain: float = DEFAULT_MIN_GAIN
-    headroom: tuple[float, ...] = field(default=DEFAULT_HEADROOM)
+    margins: tuple[float, ...] = field(default=DEFAULT_MARGINS)
+    most_samples: int = DEFAULT_MOST_SAMPLES
+    future_plans: int = DEFAULT_FUTURE_PLANS
     fill_within_ramp: bool = False
     base_fill: bool = True
     min_share: float = 0.0
@@ -183,6 +201,8 @@ class AnticipatingPlanner:
             raise ValueError(f"lookahead: expected an integer >= 1 or None, got {self.lookahead}")
         if not (math.isfinite(self.confidence) and self.confidence >= 0 and self.min_gain >= 0):
             raise ValueError("confidence and min_gain: expected numbers >= 0")
+        if self.future_plans < 0:
+            raise ValueError(f"future_plans: expected an integer >= 0, got {self.future_plans}")
 
     @property
     def anticipates(self) -> bool:
@@ -209,6 +229,7 @@ class AnticipatingPlanner:
         filled = self._filled(scenario, plain, state, now)
         plan = filled if self.base_fill else plain
         decision = decision_from_plan(scenario, plan, expired)
+        decision.margin = self.margin_label
         demand = self._demand_inputs(state, now, scenario)
         if not self.anticipates and demand is None:
             return decision
@@ -217,11 +238,17 @@ class AnticipatingPlanner:
                 return decision
             futures = [self._future(scenario, now, elapsed or {}, demand, k) for k in range(self.samples)]
             return self._consensus(scenario, plan, decision, futures, expired, options)
-        candidates = self.candidates(scenario, state, now, plain, filled, demand, options)
+        candidates = self.candidates(scenario, state, now, plain, filled, demand, options, elapsed or {})
         if len(candidates) == 1:
             return decision
-        futures = [self._future(scenario, now, elapsed or {}, demand, k) for k in range(self.samples)]
-        return self._expectation(scenario, decision, candidates, futures, expired, options)
+        futures: list[Scenario] = []
+
+        def value(c: int, k: int) -> float:
+            while len(futures) <= k:
+                futures.append(self._future(scenario, now, elapsed or {}, demand, len(futures)))
+            return self.value(futures[k], candidates[c], options)
+
+        return self._expectation(scenario, decision, candidates, value, expired)
 
     # ------------------------------------------------------------------------- the two rules
 
@@ -249,25 +276,47 @@ class AnticipatingPlanner:
         }
         return kept
 
+    @property
+    def margin_label(self) -> str:
+        """The margin the base decision plans the apps at, as traces show it (``corrected + 1``)."""
+        f = self.forecaster
+        if isinstance(f, HedgedForecaster):
+            return f.label
+        if isinstance(f, Corrector):
+            return f"corrected + {f.margin:g}" + (" (raw)" if f.spread == "raw" and f.margin else "")
+        return type(f).__name__
+
     def _expectation(
         self,
         scenario: Scenario,
         decision: Decision,
         candidates: Sequence[Candidate],
-        futures: Sequence[Scenario],
+        value: Any,
         expired: tuple[str, ...],
-        options: PlanOptions | None,
     ) -> Decision:
-        values = np.array([[self.value(future, c, options) for future in futures] for c in candidates])
-        best, gain, se = choose(values, self.confidence, self.min_gain, self.min_share)
-        if best == 0:
+        result = race(
+            value,
+            len(candidates),
+            first=self.samples,
+            most=max(self.samples, self.most_samples),
+            confidence=self.confidence,
+            min_gain=self.min_gain,
+            min_share=self.min_share,
+        )
+        decision.futures = result.futures
+        if result.best == 0:
             return decision
+        best, gain, se = result.best, result.gain, result.se
         chosen = candidates[best]
         out = decision_from_plan(scenario, chosen.plan, expired)
         out.chosen = chosen.label
+        out.futures = result.futures
+        out.margin = chosen.label if chosen.label.startswith("margin ") else decision.margin
         base_jobs = {p.job for p in decision.start_now}
         new_jobs = {p.job for p in chosen.starts}
-        note = f"over {len(futures)} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
+        note = (
+            f"over {result.futures} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
+        )
         out.why = {job: f"held: {note}" for job in sorted(base_jobs - new_jobs)}
         out.why.update({job: f"started: {note}" for job in sorted(new_jobs - base_jobs)})
         for app, before, after in zip(scenario.apps, candidates[0].app_gpus, chosen.app_gpus, strict=True):
@@ -284,6 +333,7 @@ class AnticipatingPlanner:
         filled: Plan,
         demand: tuple[np.ndarray, np.ndarray, int] | None,
         options: PlanOptions | None,
+        elapsed: Mapping[str, int] | None = None,
     ) -> list[Candidate]:
         """The decisions the expectation rule weighs, the base decision first, each decision once.
 
@@ -296,6 +346,7 @@ class AnticipatingPlanner:
             demand: What the demand model reads (:meth:`_demand_inputs`; None: the state's error level sets
                 the headroom).
             options: Passed to the base planner.
+            elapsed: Slots each running job has run (the futures planned whole draw runtimes from it).
         """
         base, other = (filled, plain) if self.base_fill else (plain, filled)
         out = [Candidate.of("the base plan", scenario, base), Candidate.of("the plan as made", scenario, other)]
@@ -309,17 +360,15 @@ class AnticipatingPlanner:
         if len(starts) > 1:
             held = self._filled(scenario, _without(plain, {p.job for p in starts}), state, now)
             out.append(Candidate.of("holding all", scenario, held))
-        level = np.asarray(state.error_level, dtype=np.float64) if state.error_level else np.zeros(0)
-        if demand is not None and self.demand is not None:
-            level = self.demand.level(*demand)
-        if level.size == len(scenario.apps) and np.any(level > 0):
-            for z in self.headroom:
-                raised = np.minimum(
-                    np.ceil(scenario.demand * (1.0 + z * level.reshape(-1, 1)) - 1e-9), scenario.gpus
-                ).astype(np.int64)
-                alt = run_scheduler(self.base, with_demand(scenario, raised, scenario.name), options)
-                alt = Plan(plain.scenario, alt.scheduler, list(alt.placements), dict(alt.curves))
-                out.append(Candidate.of(f"headroom {z:g}", scenario, self._filled(scenario, alt, state, now)))
+        for z, hedged in self.hedges(scenario, state, demand):
+            alt = run_scheduler(self.base, with_demand(scenario, hedged, scenario.name), options)
+            alt = Plan(plain.scenario, alt.scheduler, list(alt.placements), dict(alt.curves))
+            out.append(Candidate.of(f"margin {z:g}", scenario, self._filled(scenario, alt, state, now)))
+        if self.arrivals is not None:
+            for k in range(self.future_plans):
+                alt = self._future_plan(scenario, now, elapsed or {}, demand, k, options)
+                if alt is not None:
+                    out.append(Candidate.of(f"the plan of future {k}", scenario, self._filled(scenario, alt, state, now)))
         unique: dict[Any, Candidate] = {}
         for c in out:
             unique.setdefault(c.key, c)
@@ -337,6 +386,63 @@ class AnticipatingPlanner:
         if rest is None:
             return now_value
         return now_value + float(run_scheduler(self.base, rest, options).metrics.objective)
+
+    def hedges(
+        self, scenario: Scenario, state: ClusterState, demand: tuple[np.ndarray, np.ndarray, int] | None
+    ) -> list[tuple[float, np.ndarray]]:
+        """The apps' demand planned at each of :attr:`margins` error levels around the point forecast.
+
+        The point forecast is the day's forecast corrected by today's level (the planner's own point forecast
+        where it is a :class:`HedgedForecaster`), the error level what that correction leaves today with the
+        history's level as a prior (:func:`agents.rolling.hedge.today_level`). Without the day's record (a
+        state from a cluster manager with no day clock) the state's own forecast and error level stand in.
+        Nothing to hedge (no app, no error): none.
+        """
+        if not scenario.apps or not self.margins:
+            return []
+        rho = self.demand.rho if self.demand is not None else np.full(len(scenario.apps), 0.8)
+        prior = self.demand.sigma_prior if self.demand is not None else np.zeros(len(scenario.apps))
+        if demand is not None and demand[2] > 0 and demand[0].shape[1] == demand[2] + scenario.slots:
+            F, seen, now = demand
+            f = self.forecaster if isinstance(self.forecaster, HedgedForecaster) else HedgedForecaster()
+            point = f.point_forecast(F, seen, now)
+            level = today_level(F, seen, now, prior)
+        else:
+            point = scenario.demand.astype(np.float64)
+            level = np.asarray(state.error_level or (0.0,) * len(scenario.apps), dtype=np.float64)
+            level = np.maximum(level, prior)
+        if not np.any(level > 0):
+            return []
+        return [(z, hedged_demand(point, level, rho, z, scenario.gpus)) for z in self.margins]
+
+    def _future_plan(
+        self,
+        scenario: Scenario,
+        now: int,
+        elapsed: Mapping[str, int],
+        demand: tuple[np.ndarray, np.ndarray, int] | None,
+        k: int,
+        options: PlanOptions | None,
+    ) -> Plan | None:
+        """A plan of the state that makes the slot-0 starts the base planner makes in a sampled future planned whole.
+
+        The future is drawn apart from the scoring futures (its own seed stream). Its plan's slot-0 starts
+        of queued jobs are pinned in the state, and the rest of the state is planned around them: a valid
+        plan of the state (None where the future's plan starts what the state cannot).
+        """
+        future = self._future(scenario, now, elapsed, demand, k, stream="plans")
+        whole = run_scheduler(self.base, future, options)
+        queued = {j.id: j for j in scenario.jobs if j.running_on is None}
+        starts = {p.job: tuple(p.gpus) for p in whole.placements if p.start == 0 and p.job in queued}
+        pinned = tuple(replace(j, running_on=starts[j.id]) if j.id in starts else j for j in scenario.jobs)
+        try:
+            rest = run_scheduler(self.base, replace(scenario, jobs=pinned), options)
+        except ValueError:
+            return None
+        placements = [Placement(job, 0, gpus) for job, gpus in starts.items()]
+        placements += [p for p in rest.placements if p.job not in starts]
+        plan = Plan(scenario.name, rest.scheduler, placements, dict(rest.curves))
+        return None if validate(scenario, plan) else plan
 
     # ------------------------------------------------------------------------- futures
 
@@ -376,9 +482,14 @@ class AnticipatingPlanner:
         elapsed: Mapping[str, int],
         demand: tuple[np.ndarray, np.ndarray, int] | None,
         k: int,
+        stream: str = "",
     ) -> Scenario:
-        """Future ``k`` of the state: sampled runtimes for the known jobs, sampled arrivals and demand after now."""
-        rng = np.random.default_rng(stable_seed(self.seed, now, k))
+        """Future ``k`` of the state: sampled runtimes for the known jobs, sampled arrivals and demand after now.
+
+        ``stream`` names a separate sequence of futures (the futures planned whole for candidates are
+        drawn apart from those that score them).
+        """
+        rng = np.random.default_rng(stable_seed(self.seed, now, k, stream) if stream else stable_seed(self.seed, now, k))
         jobs: list[Job] = []
         for job in scenario.jobs:
             if self.runtimes is not None:
@@ -400,40 +511,6 @@ class AnticipatingPlanner:
             path = self.demand.sample(rng, F, seen, at, gpus=scenario.gpus)  # type: ignore[union-attr]
             future = with_demand(future, path[:, -scenario.slots :], scenario.name)
         return future
-
-
-def choose(
-    values: np.ndarray, confidence: float, min_gain: float, min_share: float | np.ndarray = 0.0
-) -> tuple[int, float, float]:
-    """The expectation rule's pick: the candidate whose paired gain over candidate 0 is largest and clears the bar.
-
-    Args:
-        values: Shape (candidates, futures): each candidate's objective in each future, candidate 0 the base.
-        confidence: Standard errors of the paired gain a candidate must clear.
-        min_gain: ... and this share of the base's mean value (of its absolute value, at least 1).
-        min_share: ... and be at least as good as the base in this share of the futures (one share, or one
-            per candidate after the base).
-
-    Returns:
-        (index, mean gain, its standard error); index 0, gain 0 when no candidate clears the bar.
-
-    >>> import numpy as np
-    >>> choose(np.array([[10.0, 10, 10, 10], [12, 11, 12, 11]]), 1.0, 0.01)[0]
-    1
-    >>> choose(np.array([[10.0, 10, 10, 10], [14, 7, 14, 7]]), 1.0, 0.01)[0]   # a gamble: mean +0.5, SE 1.7
-    0
-    """
-    base = values[0]
-    diffs = values[1:] - base
-    n = values.shape[1]
-    gain = diffs.mean(axis=1)
-    se = diffs.std(axis=1, ddof=1) / math.sqrt(n) if n > 1 else np.full(diffs.shape[0], np.inf)
-    bar = np.maximum(confidence * se, min_gain * max(1.0, abs(float(base.mean()))))
-    clears = (gain > bar + 1e-9) & ((diffs >= -1e-9).mean(axis=1) >= min_share - 1e-9)
-    if not clears.any():
-        return 0, 0.0, 0.0
-    i = int(np.argmax(np.where(clears, gain, -np.inf)))
-    return i + 1, float(gain[i]), float(se[i])
 
 
 def commit_slot(
@@ -498,6 +575,29 @@ def _without(plan: Plan, held: set[str]) -> Plan:
     return kept
 
 
+FORECASTS = ("auto", "backtest", "point", "corrector", "history")
+"""The live planner's forecasts by name (:func:`live_planner`)."""
+
+
+def forecast_of(
+    name: str, history: Sequence[Scenario], day: Scenario | None
+) -> Corrector | HistoryForecaster | HedgedForecaster:
+    """The live planner's demand forecast by name (:func:`live_planner`'s ``forecast``)."""
+    if name == "auto":
+        name = "backtest" if history and day is not None else "corrector"
+    if name == "corrector":
+        return LIVE_FORECAST
+    if name == "point":
+        return HedgedForecaster("corrected", 0.0)
+    if name in ("history", "backtest"):
+        if not history or day is None:
+            raise ValueError(f"forecast {name!r} needs past days (--history)")
+        if name == "history":
+            return HistoryForecaster.fit(history, day)
+        return choose_forecast(history, day)[0]
+    raise ValueError(f"unknown forecast {name!r} (expected one of: {', '.join(FORECASTS)})")
+
+
 def live_planner(
     name: str = "anticipate",
     *,
@@ -506,7 +606,7 @@ def live_planner(
     runtimes: RuntimeSampler | None = None,
     samples: int = DEFAULT_SAMPLES,
     seed: int = 0,
-    forecast: str = "corrector",
+    forecast: str = "auto",
 ) -> AnticipatingPlanner:
     """A live planner by name, fitted from past days of the cluster.
 
@@ -519,12 +619,19 @@ def live_planner(
         runtimes: The runtime / limit distribution the planner assumes (None: jobs run to their limit).
         samples: Futures per cycle.
         seed: Seed of every draw.
-        forecast: ``corrector`` (:data:`LIVE_FORECAST` on the day's forecast, rolling greedy's own: the
-            history's error level goes into the futures' demand, not into the point forecast) or ``history`` (each app's
-            curve fitted from its past days, :class:`HistoryForecaster`; needs ``history`` and ``day``).
+        forecast: How the apps' demand ahead is forecast for the base decision:
+
+            - ``auto`` (the default): ``backtest`` with a history, else ``corrector``;
+            - ``backtest``: the point forecast and margin that cost least on the past days played as if live
+              (:func:`agents.rolling.hedge.choose_forecast`; needs ``history`` and ``day``);
+            - ``point``: the day's forecast corrected by today's level, no margin (the futures carry the error);
+            - ``corrector``: :data:`LIVE_FORECAST` on the day's forecast, rolling greedy's own (a margin of one
+              raw error level);
+            - ``history``: each app's curve fitted from its past days (:class:`HistoryForecaster`; needs
+              ``history`` and ``day``).
 
     Raises:
-        ValueError: An unknown name or forecast, or ``forecast="history"`` without a history.
+        ValueError: An unknown name or forecast, or ``history`` or ``backtest`` without a history.
     """
     if name not in LIVE_PLANNERS:
         raise ValueError(f"unknown live planner {name!r} (expected one of: {', '.join(LIVE_PLANNERS)})")
@@ -537,14 +644,7 @@ def live_planner(
     if large:
         samples = max(1, samples // 2)
     arrivals = ArrivalModel.fit(history) if history else None
-    if forecast == "corrector":
-        forecaster: Corrector | HistoryForecaster = LIVE_FORECAST
-    elif forecast == "history":
-        if not history or day is None:
-            raise ValueError("forecast 'history' needs past days (--history)")
-        forecaster = HistoryForecaster.fit(history, day)
-    else:
-        raise ValueError(f"unknown forecast {forecast!r} (expected corrector or history)")
+    forecaster = forecast_of(forecast, history, day)
     demand = None
     if day is not None and name != "anticipate-consensus":  # the vote as it was measured: arrivals alone
         demand = DemandModel.fit(history, day) if history else DemandModel.observed_only(len(day.apps))

@@ -105,6 +105,63 @@ def observed_error_level(
     return np.sqrt(np.divide(squares, total, out=np.zeros_like(squares), where=total > 0))
 
 
+def residual_error_level(
+    forecast: np.ndarray,
+    actual: np.ndarray,
+    now: int,
+    rho: float = 0.8,
+    window: int = 2,
+    limit: float = 1.0,
+    prior: float | np.ndarray = 0.0,
+    weight: float = 4.0,
+) -> np.ndarray:
+    """Each app's error level after the level correction: what the corrected forecast still misses.
+
+    At every observed slot ``s >= 1`` the ratio correction made at ``s`` (:class:`Corrector`) predicts the
+    relative error ``e_s = (A_s - F_s) / max(F_s, 1)`` as ``rho * (sum A / sum F - 1)`` over the ``window``
+    slots before ``s``; the residual is ``e_s`` less that prediction: the AR(1) innovation. Its root mean
+    square, divided by ``sqrt(1 - rho**2)``, is the stationary level the margin scales by lead
+    (``sigma * sqrt(1 - rho**(2h))`` is then exactly the innovations' spread at lead ``h``). A steady bias,
+    which the correction removes, no longer counts: on a day whose demand runs at half the forecast the raw
+    level is 0.5 and this one half of it, most of that the first slot's error. Slot 0, whose error no correction could have seen, counts as
+    it is. The prior (one, or one per app; 0: none) counts as ``weight`` observed slots.
+
+    >>> import numpy as np
+    >>> F = np.array([[8, 8, 8, 8, 8, 8]])
+    >>> A = np.array([[4, 4, 4, 4, 4, 4]])                      # half the forecast, every slot
+    >>> round(float(observed_error_level(F, A, 6)[0]), 3), round(float(residual_error_level(F, A, 6)[0]), 3)
+    (0.5, 0.255)
+    """
+    F = np.asarray(forecast, dtype=np.float64)[:, :now]
+    A = np.asarray(actual, dtype=np.float64)[:, :now]
+    apps = F.shape[0]
+    prior = np.broadcast_to(np.asarray(prior, dtype=np.float64), (apps,))
+    w = np.where(prior > 0, weight, 0.0)
+    squares = w * prior**2
+    if now > 0:
+        errors = (A - F) / np.maximum(F, 1.0)
+        squares = squares + errors[:, 0] ** 2
+        if now > 1:
+            scale = 1.0 / (1.0 - rho**2) if rho < 1 else 1.0
+            zero = np.zeros((apps, 1))
+            cf, ca = np.hstack([zero, np.cumsum(F, axis=1)]), np.hstack([zero, np.cumsum(A, axis=1)])
+            s = np.arange(1, now)
+            lo = np.maximum(0, s - window)
+            seen_f, seen_a = cf[:, s] - cf[:, lo], ca[:, s] - ca[:, lo]
+            ratio = np.divide(seen_a, seen_f, out=np.ones_like(seen_f), where=seen_f > 0) - 1.0
+            predicted = rho * np.clip(ratio, -1.0, limit)
+            squares = squares + scale * ((errors[:, 1:] - predicted) ** 2).sum(axis=1)
+    total = w + now
+    return np.sqrt(np.divide(squares, total, out=np.zeros_like(squares), where=total > 0))
+
+
+class Spread(StrEnum):
+    """What a :class:`Corrector`'s margin is a multiple of."""
+
+    RAW = "raw"  # the root mean square of the raw relative errors (a steady bias counts)
+    RESIDUAL = "residual"  # ... of what the level correction leaves (:func:`residual_error_level`)
+
+
 class Correction(StrEnum):
     """How a :class:`Corrector` turns the error seen so far into a forecast."""
 
@@ -137,6 +194,10 @@ class Corrector:
     ``prior_weight`` observed slots, and before any observation the margin is
     ``margin * prior_sigma`` at every lead.
 
+    With ``spread="residual"`` the error level is :func:`residual_error_level`'s: what the level
+    correction leaves, so that a day running steadily below (or above) the forecast is corrected, not also
+    hedged against.
+
     Attributes:
         method: ``ratio``, ``bias`` or ``none`` (``none``: the forecast unchanged, no margin).
         rho: Persistence assumed for the error (the noise model's).
@@ -145,6 +206,7 @@ class Corrector:
         margin: Safety margin in standard deviations of the error (0: none).
         prior_sigma: Relative error level known before the day (0: none).
         prior_weight: How many observed slots the prior counts as.
+        spread: ``raw`` (as shipped to rolling) or ``residual``: the error level the margin multiplies.
     """
 
     method: Correction = Correction.RATIO
@@ -154,11 +216,17 @@ class Corrector:
     margin: float = 1.0
     prior_sigma: float = 0.0
     prior_weight: float = 4.0
+    spread: Spread = Spread.RAW
 
     def __post_init__(self) -> None:
         if self.method not in tuple(Correction):
             raise ValueError(f"unknown correction {self.method!r} (expected ratio, bias or none)")
+        if self.spread not in tuple(Spread):
+            raise ValueError(f"unknown spread {self.spread!r} (expected raw or residual)")
+        if not (math.isfinite(self.margin) and self.margin >= 0):
+            raise ValueError(f"margin: expected a number >= 0, got {self.margin}")
         object.__setattr__(self, "method", Correction(self.method))
+        object.__setattr__(self, "spread", Spread(self.spread))
 
     def error_level(self, forecast: np.ndarray, actual: np.ndarray, now: int) -> np.ndarray:
         """Each app's root-mean-square relative error, ``(actual - forecast) / max(forecast, 1)`` before ``now``.
@@ -172,6 +240,10 @@ class Corrector:
                 ``>= now`` are not read).
             now: The slot being planned.
         """
+        if self.spread == Spread.RESIDUAL:
+            return residual_error_level(
+                forecast, actual, now, self.rho, self.window, self.limit, self.prior_sigma, self.prior_weight
+            )
         return observed_error_level(forecast, actual, now, self.prior_sigma, self.prior_weight)
 
     def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
@@ -197,6 +269,7 @@ class Corrector:
         lead = np.arange(1, ahead.shape[1] + 1)
         decay = self.rho**lead
         out = np.empty_like(ahead)
+        level = self.error_level(F, actual, now) if self.margin > 0 else np.zeros(F.shape[0])
         for i in range(F.shape[0]):
             if self.method == "ratio" and seen_f[i] > 0:
                 e = min(self.limit, max(-1.0, seen_a[i] / seen_f[i] - 1.0))
@@ -205,10 +278,7 @@ class Corrector:
                 bias = (seen_a[i] - seen_f[i]) / (now - lo)
                 out[i] = ahead[i] + decay * bias
             if self.margin > 0:
-                errors = (actual[i, :now] - F[i, :now]) / np.maximum(F[i, :now], 1.0)
-                weight = self.prior_weight if self.prior_sigma > 0 else 0.0
-                sigma_hat = math.sqrt((weight * self.prior_sigma**2 + float(np.sum(errors**2))) / (weight + now))
-                out[i] = out[i] * (1.0 + self.margin * sigma_hat * np.sqrt(1.0 - self.rho ** (2 * lead)))
+                out[i] = out[i] * (1.0 + self.margin * level[i] * np.sqrt(1.0 - self.rho ** (2 * lead)))
         return self._integral(out, gpus)
 
     def _integral(self, values: np.ndarray, gpus: int) -> np.ndarray:

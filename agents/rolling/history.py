@@ -287,7 +287,7 @@ class HistoryForecaster:
             for d in range(len(c)):
                 others = np.delete(c, d, axis=0).mean(axis=0)
                 for t in range(1, T):
-                    ahead = _corrected(others, c[d], t, rho[i], window, 1.0)
+                    ahead = level_corrected(others, c[d], t, rho[i], window, 1.0)
                     rel = (c[d, t:] - ahead) / np.maximum(ahead, 1.0)
                     for h, r in enumerate(rel, start=1):
                         errors[h].append(float(r))
@@ -313,7 +313,7 @@ class HistoryForecaster:
         T = self.profile.shape[1]
         out = np.empty((len(self.names), T - now))
         for i in range(len(self.names)):
-            ahead = _corrected(self.profile[i], actual[i], now, self.rho[i], self.window, self.limit)
+            ahead = level_corrected(self.profile[i], actual[i], now, self.rho[i], self.window, self.limit)
             out[i] = ahead * (1.0 + self.margin[i, 1 : T - now + 1])
         return np.clip(np.round(out), 0, gpus).astype(np.int64)
 
@@ -359,7 +359,7 @@ def persistence(deviations: np.ndarray, default: float) -> float:
     return default
 
 
-def _corrected(profile: np.ndarray, actual: np.ndarray, now: int, rho: float, window: int, limit: float) -> np.ndarray:
+def level_corrected(profile: np.ndarray, actual: np.ndarray, now: int, rho: float, window: int, limit: float) -> np.ndarray:
     """The profile of slots ``now..`` corrected by the level observed over the last ``window`` slots.
 
     ``actual`` is one app's observed demand, ``now`` slots or more (only ``actual[:now]`` is read).

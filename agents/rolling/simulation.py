@@ -50,6 +50,8 @@ from gpu_env.scenario import App, Job, Scenario
 from gpu_env.validation import validate
 
 MODES = ("open", "rolling")
+TRACE_AHEAD = 8
+"""Slots of the apps' forecast each re-plan's record keeps (:attr:`SlotRecord.forecast_ahead`)."""
 
 
 class Forecaster(Protocol):
@@ -108,6 +110,12 @@ class SlotRecord:
         forecast: Each app's demand for this slot as the planner saw it.
         actual: Each app's actual demand in this slot.
         solve_ms: Time of this slot's plan (0 when not re-planned).
+        planned: Where the decision of this slot plans each known job that has not started before it: job
+            id -> its planned start (absolute slot; -1: not planned in the horizon). Empty when not re-planned.
+        margin: The forecast and margin the apps were planned at (a live planner's; empty otherwise).
+        chosen: The live planner's candidate taken, where it departed from its base decision (empty otherwise).
+        forecast_ahead: The apps' forecast of the next slots (summed over the apps, slot ``slot`` first) as this
+            slot's plan saw it (:data:`TRACE_AHEAD` slots; empty when not re-planned).
     """
 
     slot: int
@@ -118,6 +126,10 @@ class SlotRecord:
     forecast: dict[str, int]
     actual: dict[str, int]
     solve_ms: float
+    planned: dict[str, int] = field(default_factory=dict)
+    margin: str = ""
+    chosen: str = ""
+    forecast_ahead: tuple[int, ...] = ()
 
 
 @dataclass
@@ -360,11 +372,20 @@ class LiveDay:
         scenario = self.scenario
         T = scenario.slots
         replanned = decision is not None
+        planned: dict[str, int] = {}
+        ahead: tuple[int, ...] = ()
+        if decision is not None and self._ahead is not None:
+            ahead = tuple(int(x) for x in self._ahead.sum(axis=0)[:TRACE_AHEAD])
         if decision is not None:
             self.times.append(solve_ms)
             running_now = {j.id for j in decision.scenario.jobs if j.running_on is not None}
             self.planned_starts = {
                 p.job: (t + p.start, tuple(p.gpus)) for p in decision.plan.placements if p.job not in running_now
+            }
+            planned = {
+                job.id: self.planned_starts[job.id][0] if job.id in self.planned_starts else -1
+                for job in decision.scenario.jobs
+                if job.id not in running_now
             }
             for i, app in enumerate(scenario.apps):
                 self.planned_curves[i, t:] = decision.plan.curve(app.name, T - t)
@@ -391,6 +412,10 @@ class LiveDay:
             forecast={app.name: int(self.seen[i, t]) for i, app in enumerate(scenario.apps)},
             actual={app.name: int(real[i, t]) for i, app in enumerate(scenario.apps)},  # the record, after the decision
             solve_ms=solve_ms if replanned else 0.0,
+            planned=planned,
+            margin=getattr(decision, "margin", "") if decision is not None else "",
+            chosen=getattr(decision, "chosen", "") if decision is not None else "",
+            forecast_ahead=ahead,
         )
         self.records.append(record)
         self._ahead = None
