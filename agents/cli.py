@@ -423,6 +423,7 @@ def _simulate(args: argparse.Namespace) -> int:
     )
     if hindsight is not None:
         print(f"hindsight: {hindsight.describe(r.objective, o.objective)}", file=sys.stderr)
+    _print_decisions(roll, hindsight, args.output)
     violations = validate(roll.actual, roll.executed)
     if violations:
         _report_violations(violations, sys.stderr)
@@ -432,6 +433,26 @@ def _simulate(args: argparse.Namespace) -> int:
         print("\n".join(hindsight.violations), file=sys.stderr)
         return EXIT_INVALID
     return EXIT_OK
+
+
+def _print_decisions(roll: Any, hindsight: Any, output: Path | None) -> None:
+    """The decision trace in brief on stderr: the margins planned at, departures, late starts (decisions.md has all)."""
+    from collections import Counter
+
+    from agents.rolling.decisions import late_starts
+
+    cycles = [r for r in roll.slots if r.replanned]
+    margins = Counter(r.margin for r in cycles if r.margin)
+    if margins:
+        shares = ", ".join(f"{m} ({n})" for m, n in margins.most_common())
+        departed = sum(bool(r.chosen) for r in cycles)
+        print(f"decisions: apps planned at {shares} of {len(cycles)} cycles; {departed} departed from the base plan", file=sys.stderr)
+    if hindsight is not None:
+        late = late_starts(roll.slots, roll.executed, hindsight.plan)
+        where = f" ({output}/decisions.md)" if output is not None else ""
+        print(f"late starts against hindsight: {len(late)}{where}", file=sys.stderr)
+        for x in late:
+            print(f"  {x.describe()}", file=sys.stderr)
 
 
 def _with_margin(forecaster: Any, args: argparse.Namespace) -> Any:

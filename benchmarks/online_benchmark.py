@@ -109,6 +109,17 @@ LIVE: dict[str, tuple[bool, str, str]] = {
 backtest on the past days; ``point``: the corrected forecast, no margin; ``corrector``: rolling greedy's, one raw
 error level above), the live planner's name: the expectation rule, or the consensus vote it replaced; ``live-ppo`` reads no history at run time: its training
 days were the families' past, GpuClusterLive-v0's seeds)."""
+LIVE_OPTIONS: dict[str, dict[str, Any]] = {
+    "anticipate-fixed": {"most_samples": 8, "corrected": False},
+    "anticipate-residual": {"spread": "residual"},
+    "anticipate-fast": {"rollout": "fast"},
+}
+"""Variants of ``anticipate`` that change one setting of its rule, for the ablations of docs/rolling.md:
+``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-residual`` futures whose spread is what the
+level correction leaves (:class:`agents.rolling.demand.DemandModel`'s ``spread``), ``-fast`` rollouts by greedy's
+one sweep."""
+for _name in LIVE_OPTIONS:
+    LIVE[_name] = LIVE["anticipate"]
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
 """The information limit: each live variant told the actual demand of the whole day (``--oracle``), name -> the
 variant. Its forecaster is :class:`ActualDemand`; ``anticipate-histfc-oracle`` differs from ``anticipate-oracle``
@@ -320,6 +331,11 @@ def live_scheduler(
             forecast=forecast,
         )
         planner = replace(planner, name=name)
+        changes = dict(LIVE_OPTIONS.get(variant, {}))
+        if "spread" in changes and planner.demand is not None:
+            planner = replace(planner, demand=replace(planner.demand, spread=changes.pop("spread")))
+        changes.pop("spread", None)
+        planner = replace(planner, **changes)
         if name in ORACLE:
             planner = told_the_day(planner, realized)
         return planner, None, PlanOptions(seed=0)  # None: rolling takes planner.forecaster
@@ -1111,6 +1127,9 @@ LIVE_COLOURS = {
     "anticipate": "#d62728",
     "anticipate-nohist": "#f4a3a3",
     "anticipate-point": "#e377c2",
+    "anticipate-fixed": "#bcbd22",
+    "anticipate-residual": "#1f77b4",
+    "anticipate-fast": "#7f7f7f",
     "anticipate-corrector": "#8c564b",
     "anticipate-point-oracle": "#8a3f74",
     "anticipate-corrector-oracle": "#4f2f29",

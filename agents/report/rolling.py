@@ -11,6 +11,8 @@ paired gains, :func:`markdown_table` and :func:`pooled_table` into Markdown, and
 
 from __future__ import annotations
 
+from collections import Counter
+
 import json
 import math
 import sys
@@ -25,6 +27,7 @@ from agents.fanout import Backend, Run, TaskResult
 from agents.options import PlanOptions
 from agents.report.statistics import mean_ci
 from agents.rolling.hindsight import Hindsight
+from agents.rolling.decisions import LATE_SLACK, late_starts, trace_table
 from agents.rolling.simulation import MODES, Simulation, SlotRecord
 from agents.rolling.tasks import compare_tasks
 from gpu_env.files import write_text_atomic
@@ -42,7 +45,11 @@ def write_simulation(
     picture: bool = True,
     hindsight: Hindsight | None = None,
 ) -> list[Path]:
-    """Write ``actual.yaml``, ``executed.json``, ``open_loop.json``, ``metrics.json`` and ``simulation.png``.
+    """Write ``actual.yaml``, ``executed.json``, ``open_loop.json``, ``metrics.json``, ``decisions.md`` and ``simulation.png``.
+
+    ``decisions.md`` is the decision trace (:mod:`agents.rolling.decisions`): each re-plan's margin, the
+    candidate taken and the planned starts that moved; with ``hindsight``, the jobs that started late
+    against the hindsight plan, each with its cause.
 
     Args:
         directory: The folder (made when missing).
@@ -93,12 +100,33 @@ def write_simulation(
     data["slots"] = [_record_dict(r) for r in roll.slots]
     write_text_atomic(directory / "metrics.json", json.dumps(data, indent=1) + "\n")
     written.append(directory / "metrics.json")
+    write_text_atomic(directory / "decisions.md", decisions_markdown(roll, hindsight))
+    written.append(directory / "decisions.md")
     if picture:
         from agents.report.rolling_figures import plot_simulation
         from gpu_env.render import save_figure
 
         written.append(save_figure(plot_simulation(roll, fixed, hindsight), directory / "simulation.png"))
     return written
+
+
+def decisions_markdown(roll: Simulation, hindsight: Hindsight | None = None) -> str:
+    """The decision trace of a simulated day as Markdown: late starts against hindsight (when given), then each cycle."""
+    doc = [f"# Decisions of {roll.scheduler} on {roll.forecast.name}", ""]
+    if hindsight is not None:
+        late = late_starts(roll.slots, roll.executed, hindsight.plan)
+        doc += [
+            f"## Late starts (more than {LATE_SLACK} slots after the hindsight plan's start, or never)",
+            "",
+            *([f"- {x.describe()}" for x in late] or ["None."]),
+            "",
+        ]
+    margins = Counter(r.margin for r in roll.slots if r.replanned and r.margin)
+    if margins:
+        total = sum(margins.values())
+        doc += ["Margins the apps were planned at: " + ", ".join(f"{m} ({n} of {total} cycles)" for m, n in margins.most_common()), ""]
+    doc += ["## Every cycle", "", trace_table(roll.slots)]
+    return "\n".join(doc)
 
 
 def _record_dict(r: SlotRecord) -> dict[str, Any]:

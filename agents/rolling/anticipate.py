@@ -161,6 +161,10 @@ class AnticipatingPlanner:
         most_samples: Expectation: futures a close race may spend (``samples``: a fixed number, the old rule).
         future_plans: Expectation: sampled futures (drawn apart from the scoring futures) planned whole whose
             slot-0 starts are candidates.
+        corrected: Expectation: the race's bar is shared among the challengers and read off Student's t
+            (:func:`agents.rolling.race.critical`); False: ``confidence`` standard errors as they are.
+        rollout: What plans the rest of each future: ``base`` (the base planner) or ``fast`` (greedy's one
+            sweep, :data:`agents.greedy.FAST`).
         fill_within_ramp: Raise an app at most one ramp step above the plan's curve, so that every raised
             GPU can be given back to a job in the next slot.
         min_share: Expectation: share of the futures in which a departure must do at least as well.
@@ -186,6 +190,8 @@ class AnticipatingPlanner:
     margins: tuple[float, ...] = field(default=DEFAULT_MARGINS)
     most_samples: int = DEFAULT_MOST_SAMPLES
     future_plans: int = DEFAULT_FUTURE_PLANS
+    rollout: str = "base"
+    corrected: bool = True
     fill_within_ramp: bool = False
     base_fill: bool = True
     min_share: float = 0.0
@@ -201,6 +207,8 @@ class AnticipatingPlanner:
             raise ValueError(f"lookahead: expected an integer >= 1 or None, got {self.lookahead}")
         if not (math.isfinite(self.confidence) and self.confidence >= 0 and self.min_gain >= 0):
             raise ValueError("confidence and min_gain: expected numbers >= 0")
+        if self.rollout not in ("base", "fast"):
+            raise ValueError(f"rollout: expected base or fast, got {self.rollout!r}")
         if self.future_plans < 0:
             raise ValueError(f"future_plans: expected an integer >= 0, got {self.future_plans}")
 
@@ -302,6 +310,7 @@ class AnticipatingPlanner:
             confidence=self.confidence,
             min_gain=self.min_gain,
             min_share=self.min_share,
+            corrected=self.corrected,
         )
         decision.futures = result.futures
         if result.best == 0:
@@ -385,7 +394,15 @@ class AnticipatingPlanner:
         now_value, rest = commit_slot(future, candidate.starts, candidate.app_gpus)
         if rest is None:
             return now_value
-        return now_value + float(run_scheduler(self.base, rest, options).metrics.objective)
+        return now_value + self._rest_value(rest, options)
+
+    def _rest_value(self, rest: Scenario, options: PlanOptions | None) -> float:
+        """The objective the rollout planner earns on the rest of a future (greedy's own count: no metrics pass)."""
+        if self.rollout == "fast" or (self.rollout == "base" and self.base == "greedy"):
+            from agents import greedy
+
+            return float(greedy.solve(rest, greedy.FAST if self.rollout == "fast" else greedy.DEFAULT).objective)
+        return float(run_scheduler(self.base, rest, options).metrics.objective)
 
     def hedges(
         self, scenario: Scenario, state: ClusterState, demand: tuple[np.ndarray, np.ndarray, int] | None

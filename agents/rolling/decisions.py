@@ -6,7 +6,7 @@ to start at, and the forecast and margin the apps were planned at (:class:`agent
 starts more than ``slack`` slots after its hindsight start, or never though hindsight starts it, is **late**,
 and the cycles where its planned start moved later name the cause:
 
-- ``an arrival``: a job that became known in that cycle (or the one before) started before it;
+- ``an arrival``: a job that became known after it, in that cycle or the one before, is planned before it;
 - ``a margin change``: the forecast and margin the apps were planned at changed in that cycle (a hedge
   candidate taken, or given up);
 - ``a forecast change``: the apps' forecast of the slots ahead rose by at least one GPU-slot;
@@ -123,7 +123,7 @@ def _cause(
 ) -> str:
     """Why the cycle of ``record`` planned ``job`` later than the cycle before (module docstring)."""
     t = record.slot
-    arrivals = {j for j, s in first_known.items() if j != job and t - 1 <= s <= t}
+    arrivals = {j for j, s in first_known.items() if j != job and t - 1 <= s <= t and s > first_known[job]}
     if any(0 <= record.planned.get(arrival, -1) < moved_to for arrival in arrivals):
         return "an arrival"
     hedged = record.chosen.startswith("margin")

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agents.rolling.forecast import observed_error_level
+from agents.rolling.forecast import observed_error_level, residual_error_level
 from agents.rolling.history import past_curves, persistence, relative_deviations
 from gpu_env.scenario import Scenario
 
@@ -60,11 +60,15 @@ class DemandModel:
         sigma_prior: Shape (apps,): the history's error level per app (0: none; today's errors alone).
         rho: Shape (apps,): persistence per app.
         prior_weight: Observed slots the prior counts as.
+        spread: How today's errors count: ``raw`` (their root mean square: a steady bias counts as noise) or
+            ``residual`` (what the level correction leaves, :func:`agents.rolling.forecast.residual_error_level`;
+            the bias is carried by the paths' starting error instead).
     """
 
     sigma_prior: np.ndarray
     rho: np.ndarray
     prior_weight: float = PRIOR_WEIGHT
+    spread: str = "raw"
 
     @classmethod
     def fit(cls, days: Sequence[Scenario], day: Scenario) -> DemandModel:
@@ -98,7 +102,10 @@ class DemandModel:
             observed: The actual demand of slots before ``now``, shape (apps, now) or wider.
             now: The slot of the day.
         """
-        out = observed_error_level(forecast, observed, now, self.sigma_prior, self.prior_weight)
+        if self.spread == "residual":
+            out = residual_error_level(forecast, observed, now, self.rho, WINDOW, MAX_LEVEL, self.sigma_prior, self.prior_weight)
+        else:
+            out = observed_error_level(forecast, observed, now, self.sigma_prior, self.prior_weight)
         return np.minimum(out, MAX_LEVEL)
 
     def error_now(self, forecast: np.ndarray, observed: np.ndarray, now: int) -> np.ndarray:

@@ -109,7 +109,7 @@ def residual_error_level(
     forecast: np.ndarray,
     actual: np.ndarray,
     now: int,
-    rho: float = 0.8,
+    rho: float | np.ndarray = 0.8,
     window: int = 2,
     limit: float = 1.0,
     prior: float | np.ndarray = 0.0,
@@ -136,20 +136,21 @@ def residual_error_level(
     A = np.asarray(actual, dtype=np.float64)[:, :now]
     apps = F.shape[0]
     prior = np.broadcast_to(np.asarray(prior, dtype=np.float64), (apps,))
+    rho_ = np.broadcast_to(np.asarray(rho, dtype=np.float64), (apps,))
     w = np.where(prior > 0, weight, 0.0)
     squares = w * prior**2
     if now > 0:
         errors = (A - F) / np.maximum(F, 1.0)
         squares = squares + errors[:, 0] ** 2
         if now > 1:
-            scale = 1.0 / (1.0 - rho**2) if rho < 1 else 1.0
+            scale = 1.0 / np.maximum(1.0 - rho_**2, 1e-6)
             zero = np.zeros((apps, 1))
             cf, ca = np.hstack([zero, np.cumsum(F, axis=1)]), np.hstack([zero, np.cumsum(A, axis=1)])
             s = np.arange(1, now)
             lo = np.maximum(0, s - window)
             seen_f, seen_a = cf[:, s] - cf[:, lo], ca[:, s] - ca[:, lo]
             ratio = np.divide(seen_a, seen_f, out=np.ones_like(seen_f), where=seen_f > 0) - 1.0
-            predicted = rho * np.clip(ratio, -1.0, limit)
+            predicted = rho_.reshape(-1, 1) * np.clip(ratio, -1.0, limit)
             squares = squares + scale * ((errors[:, 1:] - predicted) ** 2).sum(axis=1)
     total = w + now
     return np.sqrt(np.divide(squares, total, out=np.zeros_like(squares), where=total > 0))

@@ -8,8 +8,8 @@ successive halving and racing algorithms (Maron and Moore's Hoeffding races; Jam
 
 1. Every candidate is scored in the first ``first`` futures.
 2. After each round, a challenger (any candidate but the base decision, index 0) whose paired gain over
-   the base cannot clear the bar even at ``confidence`` standard errors above its mean is dropped, and so
-   is one whose upper bound lies below the leader's lower bound.
+   the base cannot clear the bar even at ``drop`` standard errors above its mean is dropped, and so
+   is one whose upper bound lies below the leader's lower bound (both at ``drop`` standard errors).
 3. If the leader clears the bar (its paired gain is above ``confidence`` standard errors, ``min_gain`` of
    the base's value and the ``min_share`` test) and no other challenger is left within reach of it, it is
    taken at once. Otherwise the futures double for the candidates left, up to ``most``.
@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -62,6 +63,25 @@ def _bar(base_mean: float, se: np.ndarray, confidence: float, min_gain: float) -
     return np.maximum(confidence * se, min_gain * max(1.0, abs(base_mean)))
 
 
+def critical(confidence: float, challengers: int, futures: int) -> float:
+    """The bar in standard errors for one of ``challengers`` over ``futures`` paired futures.
+
+    ``confidence`` standard errors of a normal mean fix the one-sided false-departure rate of one challenger
+    (2: 2.3 %); it is shared among the challengers (Bonferroni), and read off Student's t with ``futures - 1``
+    degrees of freedom (the Cornish-Fisher expansion), since the standard error is itself estimated from a
+    handful of futures.
+
+    >>> round(critical(2.0, 1, 10_000), 2), round(critical(2.0, 4, 8), 2), round(critical(2.0, 4, 16), 2)
+    (2.0, 3.37, 2.88)
+    """
+    if challengers < 1 or futures < 2:
+        return math.inf
+    p = (1.0 - NormalDist().cdf(confidence)) / challengers
+    z = NormalDist().inv_cdf(1.0 - p)
+    v = futures - 1
+    return z + (z**3 + z) / (4 * v) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * v**2)
+
+
 def race(
     value: Callable[[int, int], float],
     candidates: int,
@@ -71,6 +91,8 @@ def race(
     confidence: float = 2.0,
     min_gain: float = 0.002,
     min_share: float = 0.0,
+    corrected: bool = True,
+    drop: float = 1.0,
 ) -> RaceResult:
     """Race ``candidates`` (index 0 the base decision) over futures; the module docstring says how.
 
@@ -82,12 +104,17 @@ def race(
         confidence: Standard errors of the paired gain a departure must clear.
         min_gain: ... and this share of the base's mean value (at least 1 in absolute value).
         min_share: ... and be at least as good as the base in this share of the futures.
+        corrected: The bar is :func:`critical` (``confidence`` shared among the challengers of the first round,
+            on Student's t); False: ``confidence`` standard errors as they are (the fixed rule's bar).
+        drop: A challenger is dropped when its gain plus this many standard errors cannot clear the bar, or lies
+            below the leader's gain less as many.
     """
     if candidates < 1 or first < 1 or most < first:
         raise ValueError("race: expected candidates >= 1 and 1 <= first <= most")
     values = np.full((candidates, most), np.nan)
     scored = 0
     alive = list(range(1, candidates))
+    challengers = len(alive)
     n = first
 
     def fill(rows: list[int], upto: int) -> None:
@@ -100,20 +127,21 @@ def race(
 
     while True:
         fill([0, *alive], n)
-        if not alive:
+        if not alive:  # the base alone: nothing to race
             return RaceResult(0, 0.0, 0.0, n, scored, values[:, :n])
         base = values[0, :n]
         diffs = values[alive, :n] - base
         gain = diffs.mean(axis=1)
         se = diffs.std(axis=1, ddof=1) / math.sqrt(n) if n > 1 else np.full(len(alive), np.inf)
-        bar = _bar(float(base.mean()), se, confidence, min_gain)
+        sd = critical(confidence, challengers, n) if corrected else confidence
+        bar = _bar(float(base.mean()), se, sd, min_gain)
         share = (diffs >= -1e-9).mean(axis=1)
         clears = (gain > bar + 1e-9) & (share >= min_share - 1e-9)
-        lead = int(np.argmax(gain))
-        upper = gain + confidence * se
-        lower_lead = gain[lead] - confidence * se[lead]
+        lead = int(np.argmax(np.where(clears, gain, -np.inf))) if clears.any() else int(np.argmax(gain))
+        upper = gain + drop * se
+        lower_lead = gain[lead] - drop * se[lead]
         # a challenger that cannot clear the bar, or lies below the leader, is out
-        keep = (upper > _bar(float(base.mean()), np.zeros_like(se), confidence, min_gain) + 1e-9) & (
+        keep = (upper > _bar(float(base.mean()), np.zeros_like(se), sd, min_gain) + 1e-9) & (
             (upper >= lower_lead - 1e-9) | (np.arange(len(alive)) == lead)
         )
         close = [i for i in range(len(alive)) if keep[i] and i != lead and upper[i] > gain[lead]]
@@ -123,6 +151,8 @@ def race(
             if n >= most:
                 return RaceResult(0, 0.0, 0.0, n, scored, values[:, :n])
         alive = [c for c, k in zip(alive, keep, strict=True) if k]
+        if not alive:
+            return RaceResult(0, 0.0, 0.0, n, scored, values[:, :n])
         n = min(most, 2 * n)
 
 
