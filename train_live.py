@@ -78,8 +78,9 @@ def expert_action(slot: SlotView, decision: Decision) -> np.ndarray:
     """The action that stands for the sampled-futures planner's decision at the slot.
 
     ``anticipate`` takes one of its candidates (:attr:`Decision.chosen`): its base decision (all zeros),
-    holding one start-now job or all of them (their hold bits), or a headroom plan (that level for every app,
-    the nearest of :data:`HEADROOM`); the plan without the fill counts as the base.
+    holding one start-now job or all of them (their hold bits), or a hedge plan (``margin z``: that level for every
+    app, the nearest of :data:`HEADROOM`, a margin at or below the forecast as none); the plan without the fill and
+    the plan of a sampled future count as the base.
     """
     action = np.zeros(len(action_nvec()), dtype=np.int64)
     label = decision.chosen
@@ -88,8 +89,8 @@ def expert_action(slot: SlotView, decision: Decision) -> np.ndarray:
         held = {p.job for p in slot.starts} if target == "all" else {target}
         for i, p in enumerate(slot.starts):
             action[i] = int(p.job in held)
-    elif label.startswith("headroom "):
-        z = float(label.split()[1])
+    elif label.startswith(("headroom ", "margin ")):
+        z = max(0.0, float(label.split()[1]))  # the live action raises only: a margin below the forecast reads as none
         level = int(np.argmin([abs(z - h) for h in HEADROOM]))
         for a in range(len(slot.state.apps)):
             action[MAX_STARTS + a] = level

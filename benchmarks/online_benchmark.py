@@ -75,6 +75,7 @@ from agents.report.statistics import mean_ci  # noqa: E402
 from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER, live_planner  # noqa: E402
 from agents.rolling.decisions import CAUSES, LATE_SLACK, late_starts  # noqa: E402
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand  # noqa: E402
+from agents.rolling.hindsight import plan_hindsight  # noqa: E402
 from agents.rolling.hedge import newsvendor_forecaster  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
@@ -100,6 +101,8 @@ LIVE: dict[str, tuple[bool, str, str]] = {
     "anticipate": (True, "auto", "anticipate"),
     "anticipate-point": (True, "point", "anticipate"),
     "anticipate-corrector": (True, "corrector", "anticipate"),
+    "anticipate-record": (True, "record", "anticipate"),
+    "anticipate-backtest": (True, "backtest", "anticipate"),
     "anticipate-nohist": (False, "corrector", "anticipate"),
     "anticipate-histfc": (True, "history", "anticipate"),
     "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
@@ -226,24 +229,20 @@ def hindsight(realized: Scenario, settings: Settings) -> dict[str, Any]:
     find no plan in time at large sizes); ``proven`` when CP-SAT proved its plan optimal.
     """
     started = time.perf_counter()
-    plan = run_scheduler("cpsat", realized, settings.hindsight_options())
+    best = plan_hindsight(realized, settings.hindsight_options(), scheduler="cpsat", floor="greedy")
     elapsed_ms = (time.perf_counter() - started) * 1000.0
-    problems = validate(realized, plan)
-    if problems:  # a bug of the exact mode: no reference can come from it
-        raise RuntimeError(f"the hindsight CP-SAT plan of {realized.name} breaks a rule: {problems[0]}")
-    greedy = run_scheduler("greedy", realized).metrics.objective
-    objective = plan.metrics.objective
-    info = plan.info or {}
-    bound = info.get("bound")
+    if best.violations:  # a bug of the exact mode: no reference can come from it
+        raise RuntimeError(f"the hindsight CP-SAT plan of {realized.name} breaks a rule: {best.violations[0]}")
+    greedy = float(best.greedy or 0.0)
     return {
-        "hindsight": round(objective, 6),
-        "hindsight_status": info.get("status", "unknown"),
-        "hindsight_bound": None if bound is None else round(float(bound), 6),
+        "hindsight": round(best.objective, 6),
+        "hindsight_status": best.status,
+        "hindsight_bound": None if best.bound is None else round(best.bound, 6),
         "hindsight_greedy": round(greedy, 6),
-        "reference": round(max(objective, greedy), 6),
-        "proven": info.get("status") == "optimal" and objective >= greedy - EPS,
+        "reference": round(best.reference, 6),
+        "proven": best.optimal and best.objective >= greedy - EPS,
         "hindsight_ms": round(elapsed_ms, 1),
-        "hindsight_starts": {p.job: p.start for p in plan.placements},
+        "hindsight_starts": {p.job: p.start for p in best.plan.placements},
     }
 
 
@@ -1128,6 +1127,8 @@ LIVE_COLOURS = {
     "anticipate-nohist": "#f4a3a3",
     "anticipate-point": "#e377c2",
     "anticipate-fixed": "#bcbd22",
+    "anticipate-record": "#ff9896",
+    "anticipate-backtest": "#c5b0d5",
     "anticipate-residual": "#1f77b4",
     "anticipate-fast": "#7f7f7f",
     "anticipate-corrector": "#8c564b",
@@ -1145,6 +1146,16 @@ LIVE_COLOURS = {
 }
 """The live variants: the live planner in strong red, without history pale, with the history's forecaster purple,
 the live policy trained by PPO green; their oracle twins darker (drawn dotted)."""
+
+
+def _darker(colour: str, share: float = 0.55) -> str:
+    """A hex colour ``share`` of the way to black."""
+    rgb = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{int(c * (1 - share)):02x}" for c in rgb)
+
+
+for _name in LIVE:
+    LIVE_COLOURS.setdefault(f"{_name}-oracle", _darker(LIVE_COLOURS[_name]))
 _STYLE = {
     "font.size": 10,
     "axes.titlesize": 11,

@@ -114,7 +114,7 @@ def test_history_error_level_hand_worked() -> None:
     assert history_error_level(days, days[0]) == pytest.approx(1 / 3)
     assert history_error_level(days[:1], days[0]) == 0.0
     assert history_error_level([days[0]] * 3, days[0]) == 0.0
-    planner = live_planner(history=days, day=days[0])
+    planner = live_planner(history=days, day=days[0], forecast="corrector")
     assert planner.forecaster.prior_sigma == 0.0  # rolling greedy's forecast: the spread goes into the futures
     assert planner.demand is not None and planner.demand.sigma_prior[0] == pytest.approx(1 / 3)
 

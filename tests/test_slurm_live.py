@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 import json
 from pathlib import Path
 
@@ -13,6 +15,8 @@ from agents.slurm import loop, snapshot
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
 from agents.slurm.errors import ConfigError
+from agents.rolling.allocator import with_forecast
+from agents.rolling.hedge import HedgedForecaster
 from agents.slurm.live import LiveSetup, day_template, state_of
 from agents.slurm.record import DayRecord, History
 from gpu_env.scenario import ScenarioError, save_scenario, scenario_from_dict
@@ -199,6 +203,26 @@ def test_the_plan_of_slot_s_reads_the_demand_observed_before_s(tmp_path: Path) -
     assert state.apps[0].demand[0] > 2  # corrected upward by what slots 0-1 showed, not by slot 2's reading
     unseen, _, _ = state_of(snap, None, clock)
     assert unseen.apps[0].demand[0] == 2
+
+
+def test_the_loop_state_is_the_simulators_with_the_planners_own_forecast(tmp_path: Path) -> None:
+    """One builder: the state at slot 2 is the simulator's (:func:`with_forecast`) with the forecaster the planner
+    was fitted with, whatever it is (here a point forecast with a margin of 2 error levels)."""
+    config = config_from_dict(_app_config(tmp_path))
+    clock = DayClock.of(config)
+    begins = clock.day_begins(NOW)
+    record = DayRecord.new(config, begins)
+    fake = FakeSlurm()
+    for s, value in enumerate((6, 1, 3)):
+        record.see(snapshot.take(fake, config, begins + s * HOUR + 10), {"chat": value})
+    snap = snapshot.take(fake, config, begins + 2 * HOUR + 20)
+    forecaster = HedgedForecaster("corrected", 2.0)
+    state, s, _ = state_of(snap, record, clock, forecaster)
+    F, seen = np.array(state.day_forecast), np.array(state.observed)
+    expected = forecaster.forecast(F, seen, s, state.gpus)[:, : state.horizon]
+    assert [list(app.demand[: expected.shape[1]]) for app in state.apps] == expected.tolist()
+    assert with_forecast(state, F, seen, s, forecaster) == state
+    assert state_of(snap, record, clock)[0].apps != state.apps  # rolling greedy's corrector differs
 
 
 def test_a_failed_reading_is_reported_and_the_cycle_plans_with_the_forecast(tmp_path: Path) -> None:

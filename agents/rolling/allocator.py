@@ -30,11 +30,14 @@ every rule and every scheduler applies unchanged.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
+from agents.rolling.forecast import observed_error_level
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import App, Job, Scenario, scenario_from_dict
 
@@ -143,6 +146,41 @@ class ClusterState:
             "jobs": jobs,
         }
         return scenario_from_dict(data, f"<cluster state {self.name}>"), tuple(expired)
+
+
+def with_forecast(
+    state: ClusterState, day_forecast: np.ndarray, observed: np.ndarray, now: int, forecaster: Any
+) -> ClusterState:
+    """The state with each app's demand ahead as a live planner reads it: the one builder of the simulator and the Slurm loop.
+
+    Each app's ``demand`` becomes ``forecaster``'s forecast of slots ``now..now + horizon - 1`` from the day's
+    forecast and the demand observed before ``now`` (held at its last value where the day's forecast ends
+    first); ``error_level`` is the relative error observed so far (its root mean square), and ``day_forecast``
+    and ``observed`` are the record the live planner draws its futures' demand from.
+
+    Args:
+        state: The cluster now (its apps' ramps, penalties and GPUs now; their ``demand`` is replaced).
+        day_forecast: Each app's forecast of the day, shape (apps, at least ``now + 1``), slot 0 the day's first.
+        observed: Each app's demand observed in the day's slots before ``now``, shape (apps, now).
+        now: The slot of the day.
+        forecaster: What turns them into the forecast ahead (``forecast(F, A, now, gpus)``, :class:`Corrector`'s face).
+    """
+    if not state.apps:
+        return replace(state, error_level=(), day_forecast=(), observed=())
+    F = np.asarray(day_forecast, dtype=np.int64).reshape(len(state.apps), -1)
+    seen = np.asarray(observed, dtype=np.int64).reshape(len(state.apps), -1)[:, :now]
+    ahead = np.asarray(forecaster.forecast(F, seen, now, state.gpus), dtype=np.int64)[:, : state.horizon]
+    if ahead.shape[1] < state.horizon:  # the horizon runs past the day's forecast: its last value holds
+        last = ahead[:, -1:] if ahead.shape[1] else F[:, -1:]
+        ahead = np.concatenate([ahead, np.repeat(last, state.horizon - ahead.shape[1], axis=1)], axis=1)
+    apps = tuple(replace(app, demand=tuple(int(x) for x in ahead[i])) for i, app in enumerate(state.apps))
+    return replace(
+        state,
+        apps=apps,
+        error_level=tuple(float(x) for x in observed_error_level(F, seen, now)),
+        day_forecast=tuple(tuple(int(x) for x in row) for row in F),
+        observed=tuple(tuple(int(x) for x in row) for row in seen),
+    )
 
 
 def _job_entry(job: Job, scale: float) -> dict[str, Any]:

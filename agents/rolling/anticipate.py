@@ -48,7 +48,7 @@ from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
 from agents.rolling.demand import DemandModel
 from agents.rolling.fill import fill_ceiling, fill_idle
 from agents.rolling.forecast import Corrector, with_demand
-from agents.rolling.hedge import HedgedForecaster, choose_forecast, hedged_demand, today_level
+from agents.rolling.hedge import ChosenForecast, HedgedForecaster, choose_forecast, forecast_by_record, hedged_demand, today_level
 from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
 from agents.rolling.race import choose, race
 from agents.rolling.runtimes import RuntimeSampler
@@ -179,7 +179,7 @@ class AnticipatingPlanner:
     threshold: float = DEFAULT_THRESHOLD
     seed: int = 0
     name: str = "anticipate"
-    forecaster: Corrector | HistoryForecaster | HedgedForecaster = LIVE_FORECAST
+    forecaster: Corrector | HistoryForecaster | HedgedForecaster | ChosenForecast = LIVE_FORECAST
     lookahead: int | None = None
     fill: bool = True
     fill_z: float = DEFAULT_FILL_Z
@@ -288,7 +288,7 @@ class AnticipatingPlanner:
     def margin_label(self) -> str:
         """The margin the base decision plans the apps at, as traces show it (``corrected + 1``)."""
         f = self.forecaster
-        if isinstance(f, HedgedForecaster):
+        if isinstance(f, HedgedForecaster | ChosenForecast):
             return f.label
         if isinstance(f, Corrector):
             return f"corrected + {f.margin:g}" + (" (raw)" if f.spread == "raw" and f.margin else "")
@@ -421,7 +421,9 @@ class AnticipatingPlanner:
         prior = self.demand.sigma_prior if self.demand is not None else np.zeros(len(scenario.apps))
         if demand is not None and demand[2] > 0 and demand[0].shape[1] == demand[2] + scenario.slots:
             F, seen, now = demand
-            f = self.forecaster if isinstance(self.forecaster, HedgedForecaster) else HedgedForecaster()
+            f = self.forecaster
+            f = f.current if isinstance(f, ChosenForecast) else f
+            f = f if isinstance(f, HedgedForecaster) else HedgedForecaster()
             point = f.point_forecast(F, seen, now)
             level = today_level(F, seen, now, prior)
         else:
@@ -592,13 +594,13 @@ def _without(plan: Plan, held: set[str]) -> Plan:
     return kept
 
 
-FORECASTS = ("auto", "backtest", "point", "corrector", "history")
+FORECASTS = ("auto", "record", "backtest", "point", "corrector", "history")
 """The live planner's forecasts by name (:func:`live_planner`)."""
 
 
 def forecast_of(
     name: str, history: Sequence[Scenario], day: Scenario | None
-) -> Corrector | HistoryForecaster | HedgedForecaster:
+) -> Corrector | HistoryForecaster | HedgedForecaster | ChosenForecast:
     """The live planner's demand forecast by name (:func:`live_planner`'s ``forecast``)."""
     if name == "auto":
         name = "backtest" if history and day is not None else "corrector"
@@ -606,11 +608,13 @@ def forecast_of(
         return LIVE_FORECAST
     if name == "point":
         return HedgedForecaster("corrected", 0.0)
-    if name in ("history", "backtest"):
+    if name in ("history", "backtest", "record"):
         if not history or day is None:
             raise ValueError(f"forecast {name!r} needs past days (--history)")
         if name == "history":
             return HistoryForecaster.fit(history, day)
+        if name == "record":
+            return forecast_by_record(history, day)
         return choose_forecast(history, day)[0]
     raise ValueError(f"unknown forecast {name!r} (expected one of: {', '.join(FORECASTS)})")
 

@@ -46,7 +46,9 @@ __all__ = [
     "POINTS",
     "Backtest",
     "HedgedForecaster",
+    "ChosenForecast",
     "choose_forecast",
+    "forecast_by_record",
     "hedged_demand",
     "newsvendor_forecaster",
     "newsvendor_ratio",
@@ -187,12 +189,14 @@ class Backtest:
         chosen: The label of the forecaster with the least loss.
         days: Past days played.
         worth: The worth of a GPU-slot of work charged for each GPU-slot planned and not used.
+        cells: Forecaster label -> (slot, lead) cells charged over all the past days.
     """
 
     losses: dict[str, float]
     chosen: str
     days: int
     worth: float
+    cells: dict[str, int] = field(default_factory=dict)
 
     def table(self) -> str:
         """The record as Markdown, least loss first."""
@@ -248,6 +252,8 @@ def choose_forecast(
     if not days:
         raise ValueError("choose_forecast: expected at least one past day")
     worth = work_worth(days, day) if worth is None else worth
+    if not day.apps:  # nothing to forecast
+        return HedgedForecaster(), Backtest({"corrected + 0": 0.0}, "corrected + 0", 0, worth, {"corrected + 0": 0})
     T = day.slots
     F = day.demand.astype(np.float64)
     curves = [past_curves([d for d in days if d.slots == T], app.name, T) for app in day.apps]
@@ -255,28 +261,25 @@ def choose_forecast(
     penalties = np.array([app.penalty for app in day.apps], dtype=np.float64)
     n_days = min((len(c) for c in curves), default=0)
     losses: dict[str, float] = {}
+    cells: dict[str, int] = {}
     best: tuple[float, int, int] | None = None
     for pi, point in enumerate(usable):
         for mi, margin in enumerate(margins):
-            total = 0.0
+            total, count = 0.0, 0
             for d in range(n_days):
                 actual = np.array([c[d] for c in curves])
                 f = _fitted(point, margin, curves, F, d)
-                total += _day_loss(f, F, actual, penalties, worth, leads, day.gpus)
+                charge, n = _day_loss(f, F, actual, penalties, worth, leads, day.gpus)
+                total, count = total + charge, count + n
             loss = total / max(n_days, 1)
-            losses[HedgedForecaster(point, margin, *_profile_args(point, curves)).label] = loss
+            label = f"{point} + {margin:g}"
+            losses[label], cells[label] = loss, count
             if best is None or loss < best[0] - 1e-9:
                 best = (loss, pi, mi)
     assert best is not None
     point, margin = usable[best[1]], margins[best[2]]
     chosen = _fitted(point, margin, curves, F, None)
-    return chosen, Backtest(losses, chosen.label, n_days, worth)
-
-
-def _profile_args(point: str, curves: Sequence[np.ndarray]) -> tuple[np.ndarray]:
-    if point == "corrected":
-        return (np.zeros((0, 0)),)
-    return (np.array([c.mean(axis=0) for c in curves]),)
+    return chosen, Backtest(losses, chosen.label, n_days, worth, cells)
 
 
 def _fitted(
@@ -305,25 +308,126 @@ def _fitted(
     )
 
 
+def _charge(ahead: np.ndarray, real: np.ndarray, penalties: np.ndarray, worth: float) -> float:
+    """The newsvendor loss of a forecast against what came: the penalty per GPU-slot short, the worth per GPU-slot idle."""
+    short = np.maximum(real - ahead, 0.0)
+    idle = np.maximum(ahead - real, 0.0)
+    return float((penalties.reshape(-1, 1) * short).sum() + worth * idle.sum())
+
+
 def _day_loss(
-    forecaster: HedgedForecaster,
+    forecaster: HedgedForecaster | ChosenForecast,
     F: np.ndarray,
     actual: np.ndarray,
     penalties: np.ndarray,
     worth: float,
     leads: int,
     gpus: int,
-) -> float:
-    """The newsvendor loss of one past day played as if live (slots 1.. forecast from the slots before)."""
+) -> tuple[float, int]:
+    """The newsvendor loss of one past day played as if live (slots 1.. forecast from the slots before), and the
+    (slot, lead) cells it charged."""
     T = F.shape[1]
-    total = 0.0
+    total, cells = 0.0, 0
     for t in range(1, T):
         ahead = forecaster.forecast(F, actual[:, :t], t, gpus)[:, :leads]
-        real = actual[:, t : t + ahead.shape[1]]
-        short = np.maximum(real - ahead, 0.0)
-        idle = np.maximum(ahead - real, 0.0)
-        total += float((penalties.reshape(-1, 1) * short).sum() + worth * idle.sum())
-    return total
+        total += _charge(ahead, actual[:, t : t + ahead.shape[1]], penalties, worth)
+        cells += ahead.shape[1]
+    return total, cells
+
+
+@dataclass(eq=False)
+class ChosenForecast:
+    """The forecaster with the best record: the past days' backtest, updated by today's own record as it comes.
+
+    Each cycle, every option's record today is scored as the backtest scores the past days: at each observed
+    slot ``s >= 1`` the forecast it would have made from the slots before ``s`` is charged the newsvendor loss
+    over the slots observed since (up to ``leads`` ahead). Its mean loss per (slot, lead) cell today is mixed
+    with its mean on the past days, the past counting as ``prior_cells`` cells, and the option with the least
+    wins this cycle. A day whose demand follows the forecast exactly soon hands the choice to the plain
+    corrected forecast, whatever the past days said; a day like the past days keeps their choice.
+
+    Attributes:
+        options: The forecasters weighed (each fitted on the whole history).
+        history: Each option's mean loss per cell on the past days.
+        penalties: Each app's penalty per GPU-slot short.
+        worth: The worth of a GPU-slot of work.
+        leads: Slots ahead charged.
+        prior_cells: Cells of today's record the past days count as.
+    """
+
+    options: tuple[HedgedForecaster, ...]
+    history: np.ndarray
+    penalties: np.ndarray
+    worth: float
+    leads: int = BACKTEST_LEADS
+    prior_cells: float = 8.0 * BACKTEST_LEADS
+    _made: dict[tuple[int, bytes], np.ndarray] = field(default_factory=dict, repr=False)
+    _last: int = -1
+
+    @property
+    def current(self) -> HedgedForecaster:
+        """The option the last cycle chose (before any: the past days' best)."""
+        return self.options[self._last if self._last >= 0 else int(np.argmin(self.history))]
+
+    @property
+    def label(self) -> str:
+        """:attr:`current` as traces show it."""
+        return self.current.label
+
+    def record(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> tuple[np.ndarray, int]:
+        """Each option's loss today so far, and the cells charged (the same for every option)."""
+        F = np.asarray(forecast)
+        seen = np.asarray(actual)[:, :now]
+        losses = np.zeros(len(self.options))
+        cells = 0
+        for s in range(1, now):
+            key = (s, seen[:, :s].tobytes())
+            made = self._made.get(key)
+            if made is None:
+                made = np.stack([f.forecast(F, seen[:, :s], s, gpus)[:, : self.leads] for f in self.options])
+                self._made[key] = made
+            upto = min(now, s + made.shape[2])
+            real = seen[:, s:upto]
+            for i in range(len(self.options)):
+                losses[i] += _charge(made[i][:, : upto - s], real, self.penalties, self.worth)
+            cells += upto - s
+        return losses, cells
+
+    def choose(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> int:
+        """The option with the least loss per cell, the past days and today's record mixed."""
+        losses, cells = self.record(forecast, actual, now, gpus)
+        mixed = (self.prior_cells * self.history + losses) / (self.prior_cells + cells)
+        return int(np.argmin(mixed))
+
+    def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
+        """Forecast of slots ``now..T-1`` by the option the record chooses now (the rolling loop's face)."""
+        self._last = self.choose(forecast, actual, now, gpus)
+        return self.options[self._last].forecast(forecast, actual, now, gpus)
+
+
+def forecast_by_record(
+    days: Sequence[Scenario],
+    day: Scenario,
+    *,
+    points: Sequence[str] = POINTS,
+    margins: Sequence[float] = MARGINS,
+    leads: int = BACKTEST_LEADS,
+    worth: float | None = None,
+) -> ChosenForecast:
+    """Every point forecast at every margin, with its record on the past days (:func:`choose_forecast`'s backtest),
+    chosen among each cycle by that record and today's (:class:`ChosenForecast`)."""
+    worth = work_worth(days, day) if worth is None else worth
+    _, record = choose_forecast(days, day, points=points, margins=margins, leads=leads, worth=worth)
+    T = day.slots
+    F = day.demand.astype(np.float64)
+    curves = [past_curves([d for d in days if d.slots == T], app.name, T) for app in day.apps]
+    options, history = [], []
+    for label, loss in record.losses.items():
+        point, _, margin = label.partition(" + ")
+        options.append(_fitted(point, float(margin), curves, F, None))
+        history.append(loss * record.days / max(record.cells[label], 1))
+    penalties = np.array([app.penalty for app in day.apps], dtype=np.float64)
+    return ChosenForecast(tuple(options), np.array(history), penalties, worth, leads)
 
 
 # ----------------------------------------------------------------------------- the simple hedge

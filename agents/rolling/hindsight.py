@@ -45,6 +45,8 @@ class Hindsight:
         gap: Relative gap between the plan's objective and the bound.
         options: The options it was planned with (its ``time_limit`` is the seconds of ``--hindsight``).
         violations: The validator's verdict on the plan against the realized day (empty: valid).
+        greedy: Greedy's objective on the realized day, where asked for (``floor="greedy"``; None otherwise).
+        scheduler: What planned it: ``full`` (``gpualloc simulate --hindsight``) or ``cpsat`` (the live benchmark).
     """
 
     plan: Plan
@@ -55,6 +57,13 @@ class Hindsight:
     gap: float | None
     options: PlanOptions
     violations: list[str] = field(default_factory=list)
+    greedy: float | None = None
+    scheduler: str = "full"
+
+    @property
+    def reference(self) -> float:
+        """What the executed day is a share of: the hindsight objective, or greedy's hindsight plan where worth more."""
+        return self.objective if self.greedy is None else max(self.objective, self.greedy)
 
     @property
     def objective(self) -> float:
@@ -85,7 +94,7 @@ class Hindsight:
             open_loop: The open-loop plan's objective against the realized day, if any.
         """
         data: dict[str, Any] = {
-            "scheduler": HINDSIGHT_SCHEDULER,
+            "scheduler": self.scheduler,
             "time_limit": self.options.time_limit,
             "deterministic_time": self.options.deterministic_time,
             "status": self.status,
@@ -131,20 +140,30 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 9)
 
 
-def plan_hindsight(day: Scenario, options: PlanOptions | None = None) -> Hindsight:
-    """Plan the realized day with full mode: the hindsight optimum, or the best plan and a bound within the limit.
+def plan_hindsight(
+    day: Scenario, options: PlanOptions | None = None, *, scheduler: str = HINDSIGHT_SCHEDULER, floor: str | None = None
+) -> Hindsight:
+    """Plan the realized day with hindsight: the hindsight optimum, or the best plan and a bound within the limit.
+
+    The one hindsight reference of the project: ``gpualloc simulate --hindsight`` plans with full mode; the live
+    benchmark with CP-SAT alone under deterministic time (reproducible on any machine) and greedy's plan as a
+    floor (at large sizes CP-SAT may find nothing in time).
 
     Args:
         day: The realized day (``actual.yaml``, :func:`agents.rolling.simulation.realized_day`).
-        options: Passed to full mode: ``time_limit`` (wall seconds, hint included), ``deterministic_time``,
+        options: Passed to the scheduler: ``time_limit`` (wall seconds, hint included), ``deterministic_time``,
             ``workers`` and ``seed`` (default :class:`PlanOptions` with :data:`DEFAULT_SECONDS`).
+        scheduler: ``full`` or ``cpsat``.
+        floor: ``greedy``: also plan the day with greedy; :attr:`Hindsight.reference` is the better of the two.
 
     Returns:
         The hindsight plan with its status and bound (``plan.info``: :func:`agents.full.solve`).
     """
+    if scheduler not in ("full", "cpsat"):
+        raise ValueError(f"scheduler: expected full or cpsat, got {scheduler!r}")
     options = options or PlanOptions(time_limit=DEFAULT_SECONDS)
-    plan = run_scheduler(HINDSIGHT_SCHEDULER, day, options)
-    plan.scheduler = f"{HINDSIGHT_SCHEDULER}/hindsight"
+    plan = run_scheduler(scheduler, day, options)
+    plan.scheduler = f"{scheduler}/hindsight"
     metrics = plan.metrics or compute_metrics(day, plan)
     plan.metrics = metrics
     info = plan.info or {}
@@ -158,4 +177,6 @@ def plan_hindsight(day: Scenario, options: PlanOptions | None = None) -> Hindsig
         gap=info.get("gap"),
         options=options,
         violations=[str(v) for v in validate(day, plan)],
+        greedy=float(run_scheduler("greedy", day).metrics.objective) if floor == "greedy" else None,
+        scheduler=scheduler,
     )

@@ -42,7 +42,7 @@ import numpy as np
 
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
-from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide
+from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide, with_forecast
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand
 from gpu_env.metrics import Metrics, compute_metrics
 from gpu_env.plan import Placement, Plan
@@ -330,7 +330,7 @@ class LiveDay:
         self.records: list[SlotRecord] = []
         self.times: list[float] = []
         self._ahead: np.ndarray | None = None
-        self._day_forecast = tuple(tuple(int(x) for x in row) for row in scenario.demand)  # every state's
+        self._day_forecast_array = scenario.demand.astype(np.int64)  # every state's
 
     @property
     def done(self) -> bool:
@@ -355,15 +355,11 @@ class LiveDay:
         t = self.t
         scenario = self.scenario
         observed = self.actual.demand[:, :t]
-        ahead = self.corrector.forecast(scenario.demand, observed, t, scenario.gpus)
-        self._ahead = ahead
-        state = state_at(scenario, t, self.started, self.curves, ahead, self.reveal, self.runtime)
-        state = replace(
-            state,
-            error_level=_error_level(scenario.demand, observed, t),
-            day_forecast=self._day_forecast,
-            observed=tuple(tuple(int(x) for x in row) for row in observed),
-        )
+        blank = np.zeros((len(scenario.apps), scenario.slots - t), dtype=np.int64)
+        state = state_at(scenario, t, self.started, self.curves, blank, self.reveal, self.runtime)
+        state = with_forecast(state, self._day_forecast_array, observed, t, self.corrector)
+        ahead = [app.demand for app in state.apps]
+        self._ahead = np.array(ahead, dtype=np.int64) if ahead else blank
         return state, {job_id: t - start for job_id, (start, _) in self.started.items()}
 
     def commit(self, decision: Decision | None, solve_ms: float = 0.0) -> SlotRecord:
@@ -452,14 +448,6 @@ class LiveDay:
         return Simulation(
             "rolling", name, scenario, actual, executed, metrics, self.records, len(self.times), self.times
         )
-
-
-def _error_level(forecast: np.ndarray, actual: np.ndarray, now: int) -> tuple[float, ...]:
-    """Each app's observed relative forecast error so far (:meth:`Corrector.error_level`, no prior).
-
-    ``actual`` holds the demand observed before ``now``, shape (apps, now) or wider.
-    """
-    return tuple(float(x) for x in Corrector(prior_sigma=0.0).error_level(forecast, actual, now))
 
 
 def _limit(scenario: Scenario, job_id: str) -> int:

@@ -24,11 +24,12 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from agents.options import PlanOptions
-from agents.rolling.allocator import ClusterState, Decision, RunningJob
+from agents.rolling.allocator import ClusterState, Decision, RunningJob, with_forecast
 from agents.rolling.anticipate import LIVE_FORECAST, AnticipatingPlanner, live_planner
 from agents.rolling.history import HistoryError, load_history
 from agents.slurm.clock import DayClock
@@ -98,11 +99,15 @@ def day_template(config: SlurmConfig, gpus: int) -> Scenario:
     )
 
 
-def state_of(snapshot: Snapshot, record: DayRecord | None, clock: DayClock) -> tuple[ClusterState, int, dict[str, int]]:
+def state_of(
+    snapshot: Snapshot, record: DayRecord | None, clock: DayClock, forecaster: Any = LIVE_FORECAST
+) -> tuple[ClusterState, int, dict[str, int]]:
     """The snapshot as the live planner's state, the slot of the day, and the slots each running job has run.
 
     The day's forecast is the record's forecast of the slots before now followed by the snapshot's
     forecast ahead; what was observed is the record's (a slot without a reading: its forecast, no error).
+    The apps' demand ahead is ``forecaster``'s (the planner's own, as the simulator hands it), built by the
+    simulator's own builder (:func:`agents.rolling.allocator.with_forecast`).
     """
     scenario = snapshot.scenario
     config = snapshot.config
@@ -120,7 +125,6 @@ def state_of(snapshot: Snapshot, record: DayRecord | None, clock: DayClock) -> t
             before[i] = fallback
             seen[i] = before[i]
     day = np.concatenate([before, ahead], axis=1)
-    corrected = LIVE_FORECAST.forecast(day, seen, s, scenario.gpus) if n_apps else ahead
     running: list[RunningJob] = []
     queue: list[Job] = []
     elapsed: dict[str, int] = {}
@@ -132,10 +136,7 @@ def state_of(snapshot: Snapshot, record: DayRecord | None, clock: DayClock) -> t
                 elapsed[job.id] = max(0, math.floor((snapshot.now - started.start_time) / config.slot_seconds + 1e-9))
         else:
             queue.append(job)
-    apps = tuple(
-        App(app.name, tuple(int(x) for x in corrected[i]), app.ramp, app.initial, app.penalty)
-        for i, app in enumerate(scenario.apps)
-    )
+    apps = tuple(App(app.name, app.demand, app.ramp, app.initial, app.penalty) for app in scenario.apps)
     state = ClusterState(
         gpus=scenario.gpus,
         horizon=scenario.slots,
@@ -147,10 +148,8 @@ def state_of(snapshot: Snapshot, record: DayRecord | None, clock: DayClock) -> t
         slot_minutes=scenario.slot_minutes,
         value_scale=scenario.decay**s,
         name=f"slurm@{s}",
-        error_level=tuple(float(x) for x in LIVE_FORECAST.error_level(day, seen, s)) if s else (),
-        day_forecast=tuple(tuple(int(x) for x in row) for row in day),
-        observed=tuple(tuple(int(x) for x in row) for row in seen),
     )
+    state = with_forecast(state, day, seen, s, forecaster) if n_apps else state
     return state, s, elapsed
 
 
@@ -170,7 +169,7 @@ def decide(
 ) -> Decision:
     """The live planner's decision for the snapshot (its scenario: the snapshot's, with the corrected forecast)."""
     clock = DayClock.of(snapshot.config)
-    state, s, elapsed = state_of(snapshot, record, clock)
+    state, s, elapsed = state_of(snapshot, record, clock, getattr(planner, "forecaster", LIVE_FORECAST))
     return planner.decide(state, s, elapsed, options)
 
 
