@@ -446,7 +446,10 @@ def _print_decisions(roll: Any, hindsight: Any, output: Path | None) -> None:
     if margins:
         shares = ", ".join(f"{m} ({n})" for m, n in margins.most_common())
         departed = sum(bool(r.chosen) for r in cycles)
-        print(f"decisions: apps planned at {shares} of {len(cycles)} cycles; {departed} departed from the base plan", file=sys.stderr)
+        print(
+            f"decisions: apps planned at {shares} of {len(cycles)} cycles; {departed} departed from the base plan",
+            file=sys.stderr,
+        )
     if hindsight is not None:
         late = late_starts(roll.slots, roll.executed, hindsight.plan)
         where = f" ({output}/decisions.md)" if output is not None else ""

@@ -75,8 +75,8 @@ from agents.report.statistics import mean_ci  # noqa: E402
 from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER, live_planner  # noqa: E402
 from agents.rolling.decisions import CAUSES, LATE_SLACK, late_starts  # noqa: E402
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand  # noqa: E402
-from agents.rolling.hindsight import plan_hindsight  # noqa: E402
 from agents.rolling.hedge import newsvendor_forecaster  # noqa: E402
+from agents.rolling.hindsight import plan_hindsight  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
@@ -99,28 +99,33 @@ NEWSVENDOR = "greedy-newsvendor"
 error quantile at the newsvendor ratio (:func:`agents.rolling.hedge.newsvendor_forecaster`)."""
 LIVE: dict[str, tuple[bool, str, str]] = {
     "anticipate": (True, "auto", "anticipate"),
-    "anticipate-point": (True, "point", "anticipate"),
+    "anticipate-nohist": (False, "auto", "anticipate"),
     "anticipate-corrector": (True, "corrector", "anticipate"),
-    "anticipate-record": (True, "record", "anticipate"),
     "anticipate-backtest": (True, "backtest", "anticipate"),
-    "anticipate-nohist": (False, "corrector", "anticipate"),
+    "anticipate-record": (True, "record", "anticipate"),
+    "anticipate-point": (True, "point", "anticipate"),
     "anticipate-histfc": (True, "history", "anticipate"),
     "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
     "live-ppo": (False, "corrector", "live-ppo"),
 }
-"""The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: chosen by the
-backtest on the past days; ``point``: the corrected forecast, no margin; ``corrector``: rolling greedy's, one raw
-error level above), the live planner's name: the expectation rule, or the consensus vote it replaced; ``live-ppo`` reads no history at run time: its training
-days were the families' past, GpuClusterLive-v0's seeds)."""
+"""The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: the corrected
+forecast one error level above, the level measured from what the correction leaves; ``corrector``: rolling
+greedy's, the level measured from the raw errors; ``backtest``: the forecast and margin that cost least on the past
+days played as if live; ``record``: the same, updated by today's record; ``point``: the corrected forecast, no
+margin; :func:`agents.rolling.anticipate.forecast_of`), the live planner's name: the expectation rule, or the consensus vote it replaced; ``live-ppo``
+reads no history at run time: its training days were the families' past, GpuClusterLive-v0's seeds)."""
 LIVE_OPTIONS: dict[str, dict[str, Any]] = {
     "anticipate-fixed": {"most_samples": 8, "corrected": False},
-    "anticipate-residual": {"spread": "residual"},
+    "anticipate-residual-futures": {"spread": "residual"},
     "anticipate-fast": {"rollout": "fast"},
+    "anticipate-no-hedges": {"margins": ()},
+    "anticipate-no-future-plans": {"future_plans": 0},
 }
 """Variants of ``anticipate`` that change one setting of its rule, for the ablations of docs/rolling.md:
-``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-residual`` futures whose spread is what the
-level correction leaves (:class:`agents.rolling.demand.DemandModel`'s ``spread``), ``-fast`` rollouts by greedy's
-one sweep."""
+``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-residual-futures`` futures whose spread is what
+the level correction leaves (:class:`agents.rolling.demand.DemandModel`'s ``spread``), ``-fast`` rollouts by greedy's
+one sweep, ``-no-hedges`` no plans at margins around the point forecast among the candidates, ``-no-future-plans``
+no plans of sampled futures among them."""
 for _name in LIVE_OPTIONS:
     LIVE[_name] = LIVE["anticipate"]
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
@@ -150,11 +155,23 @@ def with_oracles(planners: Sequence[str]) -> tuple[str, ...]:
     return (*planners, *dict.fromkeys(twins))
 
 
+DEFAULT_LIVE = (
+    "anticipate",
+    "anticipate-nohist",
+    "anticipate-corrector",
+    "anticipate-backtest",
+    "anticipate-histfc",
+    "anticipate-consensus",
+    "live-ppo",
+)
+"""The live variants a run plays unless ``--planners`` says (the ablations of :data:`LIVE_OPTIONS` on request)."""
+
+
 def default_planners() -> tuple[str, ...]:
     """fifo, backfill (where the registry has it), greedy, ppo (where it imports), and the live variants."""
     here = set(available_schedulers())
     plain = (p for p in ("fifo", "backfill", "greedy", "ppo") if p in SCHEDULERS and p in here)
-    return (*plain, NEWSVENDOR, *LIVE)
+    return (*plain, NEWSVENDOR, *DEFAULT_LIVE)
 
 
 @dataclass(frozen=True)
@@ -1128,9 +1145,12 @@ LIVE_COLOURS = {
     "anticipate-point": "#e377c2",
     "anticipate-fixed": "#bcbd22",
     "anticipate-record": "#ff9896",
+
     "anticipate-backtest": "#c5b0d5",
-    "anticipate-residual": "#1f77b4",
+    "anticipate-residual-futures": "#1f77b4",
     "anticipate-fast": "#7f7f7f",
+    "anticipate-no-hedges": "#dbdb8d",
+    "anticipate-no-future-plans": "#9edae5",
     "anticipate-corrector": "#8c564b",
     "anticipate-point-oracle": "#8a3f74",
     "anticipate-corrector-oracle": "#4f2f29",
@@ -1308,12 +1328,17 @@ def report(
         f"{', '.join(settings.runtimes)}. Every planner plays the same realized day (the actual demand "
         "`NoiseModel(σ).draw(day, seed)` and the actual runtimes `draw_runtimes(day, model, seed)`), re-planning "
         "every slot, each job known from its release, a re-plan whenever a job ends early. Plain schedulers "
-        "with today's `Corrector()`; the live planner `anticipate` (decisions by expected value, "
-        f"{settings.samples} futures per cycle, each carrying arrivals and demand) fitted from "
+        "with today's `Corrector()`; `greedy-newsvendor`: rolling greedy planning each app at the corrected "
+        "forecast plus the past days' error quantile at the newsvendor ratio penalty / (penalty + worth); the "
+        "live planner `anticipate` (decisions by expected value over sampled futures carrying arrivals and "
+        f"demand, {settings.samples} futures first and more where candidates are close, the hedge both ways "
+        "among its candidates) fitted from "
         f"{settings.history_days} past days of the same family (other seeds, their demand as it happened at "
         "the same σ); "
-        "`anticipate-nohist`: the same without history; `anticipate-histfc`: with the demand forecaster fitted "
-        "from the past days instead of the corrected forecast; `anticipate-consensus`: the former vote over "
+        "`anticipate-nohist`: the same without history; `anticipate-corrector`: with rolling greedy's forecast "
+        "(its margin from the raw errors); `anticipate-backtest`: with the forecast and margin that cost least "
+        "on the past days played as if live; `anticipate-histfc`: with the demand forecaster fitted "
+        "from the past days; `anticipate-consensus`: the former vote over "
         "futures of arrivals, with the history. The live planners see only the time limits, "
         "as shipped (sampling runtimes in the futures measured worse: docs/rolling.md)."
         + (

@@ -7,8 +7,15 @@ from agents.rolling.simulation import SlotRecord
 from gpu_env.plan import Placement, Plan
 
 
-def _record(slot: int, planned: dict[str, int], *, margin: str = "corrected + 1", ahead: tuple[int, ...] = (4,) * 8,
-            started: tuple[Placement, ...] = (), chosen: str = "") -> SlotRecord:
+def _record(
+    slot: int,
+    planned: dict[str, int],
+    *,
+    margin: str = "corrected + 1",
+    ahead: tuple[int, ...] = (4,) * 8,
+    started: tuple[Placement, ...] = (),
+    chosen: str = "",
+) -> SlotRecord:
     return SlotRecord(
         slot=slot,
         replanned=True,

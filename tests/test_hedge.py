@@ -86,7 +86,8 @@ def test_a_higher_margin_never_plans_less(low: float, high: float) -> None:
 
 def _below_forecast_state() -> ClusterState:
     """8 GPUs; the app was forecast at 4 a slot and came in at 1 in each of the 4 slots so far (penalty 5 a
-    GPU-slot). A whole-cluster job worth 2 a GPU-slot, due in 3 slots, can start now or never: it earns 8 x 3 x 2 = 48, and taking the
+    GPU-slot). A whole-cluster job worth 2 a GPU-slot, due in 3 slots, can start now or never: it earns
+    8 x 3 x 2 = 48, and taking the
     app's GPUs costs 5 a GPU-slot of its demand: at the demand that comes (about 1) 15, at the raised forecast
     the rolling corrector plans (3-4 a slot, one raw error level above) more than the job earns."""
     F = (4,) * 12

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from agents.rolling.allocator import with_forecast
+from agents.rolling.hedge import HedgedForecaster
 from agents.rolling.history import load_history
 from agents.slurm import loop, snapshot
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
 from agents.slurm.errors import ConfigError
-from agents.rolling.allocator import with_forecast
-from agents.rolling.hedge import HedgedForecaster
 from agents.slurm.live import LiveSetup, day_template, state_of
 from agents.slurm.record import DayRecord, History
 from gpu_env.scenario import ScenarioError, save_scenario, scenario_from_dict

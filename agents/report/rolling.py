@@ -11,11 +11,10 @@ paired gains, :func:`markdown_table` and :func:`pooled_table` into Markdown, and
 
 from __future__ import annotations
 
-from collections import Counter
-
 import json
 import math
 import sys
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -26,8 +25,8 @@ import numpy as np
 from agents.fanout import Backend, Run, TaskResult
 from agents.options import PlanOptions
 from agents.report.statistics import mean_ci
-from agents.rolling.hindsight import Hindsight
 from agents.rolling.decisions import LATE_SLACK, late_starts, trace_table
+from agents.rolling.hindsight import Hindsight
 from agents.rolling.simulation import MODES, Simulation, SlotRecord
 from agents.rolling.tasks import compare_tasks
 from gpu_env.files import write_text_atomic
@@ -45,7 +44,7 @@ def write_simulation(
     picture: bool = True,
     hindsight: Hindsight | None = None,
 ) -> list[Path]:
-    """Write ``actual.yaml``, ``executed.json``, ``open_loop.json``, ``metrics.json``, ``decisions.md`` and ``simulation.png``.
+    """Write ``actual.yaml``, ``executed.json``, ``open_loop.json``, ``metrics.json``, ``decisions.md`` and a picture.
 
     ``decisions.md`` is the decision trace (:mod:`agents.rolling.decisions`): each re-plan's margin, the
     candidate taken and the planned starts that moved; with ``hindsight``, the jobs that started late
@@ -111,7 +110,7 @@ def write_simulation(
 
 
 def decisions_markdown(roll: Simulation, hindsight: Hindsight | None = None) -> str:
-    """The decision trace of a simulated day as Markdown: late starts against hindsight (when given), then each cycle."""
+    """A simulated day's decision trace as Markdown: late starts against hindsight (when given), then each cycle."""
     doc = [f"# Decisions of {roll.scheduler} on {roll.forecast.name}", ""]
     if hindsight is not None:
         late = late_starts(roll.slots, roll.executed, hindsight.plan)
@@ -124,7 +123,11 @@ def decisions_markdown(roll: Simulation, hindsight: Hindsight | None = None) -> 
     margins = Counter(r.margin for r in roll.slots if r.replanned and r.margin)
     if margins:
         total = sum(margins.values())
-        doc += ["Margins the apps were planned at: " + ", ".join(f"{m} ({n} of {total} cycles)" for m, n in margins.most_common()), ""]
+        doc += [
+            "Margins the apps were planned at: "
+            + ", ".join(f"{m} ({n} of {total} cycles)" for m, n in margins.most_common()),
+            "",
+        ]
     doc += ["## Every cycle", "", trace_table(roll.slots)]
     return "\n".join(doc)
 

@@ -151,7 +151,7 @@ class ClusterState:
 def with_forecast(
     state: ClusterState, day_forecast: np.ndarray, observed: np.ndarray, now: int, forecaster: Any
 ) -> ClusterState:
-    """The state with each app's demand ahead as a live planner reads it: the one builder of the simulator and the Slurm loop.
+    """The state with each app's demand ahead as a live planner reads it: the simulator's and the Slurm loop's builder.
 
     Each app's ``demand`` becomes ``forecaster``'s forecast of slots ``now..now + horizon - 1`` from the day's
     forecast and the demand observed before ``now`` (held at its last value where the day's forecast ends

@@ -48,7 +48,14 @@ from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
 from agents.rolling.demand import DemandModel
 from agents.rolling.fill import fill_ceiling, fill_idle
 from agents.rolling.forecast import Corrector, with_demand
-from agents.rolling.hedge import ChosenForecast, HedgedForecaster, choose_forecast, forecast_by_record, hedged_demand, today_level
+from agents.rolling.hedge import (
+    ChosenForecast,
+    HedgedForecaster,
+    choose_forecast,
+    forecast_by_record,
+    hedged_demand,
+    today_level,
+)
 from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
 from agents.rolling.race import choose, race
 from agents.rolling.runtimes import RuntimeSampler
@@ -323,9 +330,7 @@ class AnticipatingPlanner:
         out.margin = chosen.label if chosen.label.startswith("margin ") else decision.margin
         base_jobs = {p.job for p in decision.start_now}
         new_jobs = {p.job for p in chosen.starts}
-        note = (
-            f"over {result.futures} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
-        )
+        note = f"over {result.futures} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
         out.why = {job: f"held: {note}" for job in sorted(base_jobs - new_jobs)}
         out.why.update({job: f"started: {note}" for job in sorted(new_jobs - base_jobs)})
         for app, before, after in zip(scenario.apps, candidates[0].app_gpus, chosen.app_gpus, strict=True):
@@ -377,7 +382,9 @@ class AnticipatingPlanner:
             for k in range(self.future_plans):
                 alt = self._future_plan(scenario, now, elapsed or {}, demand, k, options)
                 if alt is not None:
-                    out.append(Candidate.of(f"the plan of future {k}", scenario, self._filled(scenario, alt, state, now)))
+                    out.append(
+                        Candidate.of(f"the plan of future {k}", scenario, self._filled(scenario, alt, state, now))
+                    )
         unique: dict[Any, Candidate] = {}
         for c in out:
             unique.setdefault(c.key, c)
@@ -508,7 +515,9 @@ class AnticipatingPlanner:
         ``stream`` names a separate sequence of futures (the futures planned whole for candidates are
         drawn apart from those that score them).
         """
-        rng = np.random.default_rng(stable_seed(self.seed, now, k, stream) if stream else stable_seed(self.seed, now, k))
+        rng = np.random.default_rng(
+            stable_seed(self.seed, now, k, stream) if stream else stable_seed(self.seed, now, k)
+        )
         jobs: list[Job] = []
         for job in scenario.jobs:
             if self.runtimes is not None:
@@ -594,7 +603,7 @@ def _without(plan: Plan, held: set[str]) -> Plan:
     return kept
 
 
-FORECASTS = ("auto", "record", "backtest", "point", "corrector", "history")
+FORECASTS = ("auto", "corrector", "residual", "record", "backtest", "point", "history")
 """The live planner's forecasts by name (:func:`live_planner`)."""
 
 
@@ -603,9 +612,11 @@ def forecast_of(
 ) -> Corrector | HistoryForecaster | HedgedForecaster | ChosenForecast:
     """The live planner's demand forecast by name (:func:`live_planner`'s ``forecast``)."""
     if name == "auto":
-        name = "backtest" if history and day is not None else "corrector"
+        name = "residual"
     if name == "corrector":
         return LIVE_FORECAST
+    if name == "residual":
+        return replace(LIVE_FORECAST, spread="residual")
     if name == "point":
         return HedgedForecaster("corrected", 0.0)
     if name in ("history", "backtest", "record"):

@@ -78,9 +78,7 @@ def late_starts(
         slack: Slots late that count.
         ahead: Slots of the apps' forecast compared from one cycle to the next (a forecast change).
     """
-    best = (
-        {p.job: p.start for p in hindsight.placements} if isinstance(hindsight, Plan) else dict(hindsight)
-    )
+    best = {p.job: p.start for p in hindsight.placements} if isinstance(hindsight, Plan) else dict(hindsight)
     done = {p.job: p.start for p in executed.placements}
     end = len(records)
     first_known: dict[str, int] = {}
@@ -102,9 +100,7 @@ def late_starts(
             if previous is not None and now > previous:
                 moves.append((r.slot, previous, now, _cause(job, r, last, first_known, ahead, now)))
             previous, last = now, r
-        planned_in_time = any(
-            0 <= r.planned.get(job, -1) <= h + slack for r in records if job in r.planned
-        )
+        planned_in_time = any(0 <= r.planned.get(job, -1) <= h + slack for r in records if job in r.planned)
         if moves:
             cause = moves[0][3]
         else:
@@ -139,7 +135,7 @@ def _cause(
 
 
 def trace_table(records: Sequence[SlotRecord]) -> str:
-    """Each re-plan as a row of Markdown: the slot, the margin, the candidate taken, and the planned starts that moved."""
+    """Each re-plan as a Markdown row: the slot, the margin, the candidate taken, and the planned starts that moved."""
     rows = [
         "| slot | margin | decision | started | planned later | planned earlier |",
         "| ---: | --- | --- | --- | --- | --- |",

@@ -103,7 +103,9 @@ class DemandModel:
             now: The slot of the day.
         """
         if self.spread == "residual":
-            out = residual_error_level(forecast, observed, now, self.rho, WINDOW, MAX_LEVEL, self.sigma_prior, self.prior_weight)
+            out = residual_error_level(
+                forecast, observed, now, self.rho, WINDOW, MAX_LEVEL, self.sigma_prior, self.prior_weight
+            )
         else:
             out = observed_error_level(forecast, observed, now, self.sigma_prior, self.prior_weight)
         return np.minimum(out, MAX_LEVEL)

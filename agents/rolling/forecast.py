@@ -123,8 +123,8 @@ def residual_error_level(
     square, divided by ``sqrt(1 - rho**2)``, is the stationary level the margin scales by lead
     (``sigma * sqrt(1 - rho**(2h))`` is then exactly the innovations' spread at lead ``h``). A steady bias,
     which the correction removes, no longer counts: on a day whose demand runs at half the forecast the raw
-    level is 0.5 and this one half of it, most of that the first slot's error. Slot 0, whose error no correction could have seen, counts as
-    it is. The prior (one, or one per app; 0: none) counts as ``weight`` observed slots.
+    level is 0.5 and this one half of it, most of that the first slot's error. Slot 0, whose error no correction
+    could have seen, counts as it is. The prior (one, or one per app; 0: none) counts as ``weight`` observed slots.
 
     >>> import numpy as np
     >>> F = np.array([[8, 8, 8, 8, 8, 8]])

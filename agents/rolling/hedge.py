@@ -45,8 +45,8 @@ __all__ = [
     "MARGINS",
     "POINTS",
     "Backtest",
-    "HedgedForecaster",
     "ChosenForecast",
+    "HedgedForecaster",
     "choose_forecast",
     "forecast_by_record",
     "hedged_demand",
@@ -69,7 +69,7 @@ WINDOW = 2
 
 
 def hedged_demand(point: np.ndarray, level: np.ndarray, rho: np.ndarray, z: float, gpus: int) -> np.ndarray:
-    """The point forecast moved by ``z`` error levels, spread by lead: ``point * (1 + z * level * sqrt(1 - rho**(2h)))``.
+    """The point forecast moved by ``z`` error levels by lead: ``point * (1 + z * level * sqrt(1 - rho**(2h)))``.
 
     Args:
         point: Shape (apps, H): the point forecast of slots now.. (lead 1 first).
@@ -147,7 +147,9 @@ class HedgedForecaster:
             refs.append(np.asarray(forecast, dtype=np.float64))
         if self.point in ("history", "blend"):
             refs.append(self.profile)
-        levels = [residual_error_level(r, actual, now, self.rho, self.window, 1.0, prior, self.prior_weight) for r in refs]
+        levels = [
+            residual_error_level(r, actual, now, self.rho, self.window, 1.0, prior, self.prior_weight) for r in refs
+        ]
         return np.mean(levels, axis=0)
 
     def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
@@ -309,7 +311,7 @@ def _fitted(
 
 
 def _charge(ahead: np.ndarray, real: np.ndarray, penalties: np.ndarray, worth: float) -> float:
-    """The newsvendor loss of a forecast against what came: the penalty per GPU-slot short, the worth per GPU-slot idle."""
+    """A forecast's newsvendor loss against what came: the penalty per GPU-slot short, the worth per GPU-slot idle."""
     short = np.maximum(real - ahead, 0.0)
     idle = np.maximum(ahead - real, 0.0)
     return float((penalties.reshape(-1, 1) * short).sum() + worth * idle.sum())
@@ -324,8 +326,10 @@ def _day_loss(
     leads: int,
     gpus: int,
 ) -> tuple[float, int]:
-    """The newsvendor loss of one past day played as if live (slots 1.. forecast from the slots before), and the
-    (slot, lead) cells it charged."""
+    """The newsvendor loss of one past day played as if live, and the (slot, lead) cells it charged.
+
+    Slots 1.. are forecast from the slots before.
+    """
     T = F.shape[1]
     total, cells = 0.0, 0
     for t in range(1, T):
@@ -414,8 +418,10 @@ def forecast_by_record(
     leads: int = BACKTEST_LEADS,
     worth: float | None = None,
 ) -> ChosenForecast:
-    """Every point forecast at every margin, with its record on the past days (:func:`choose_forecast`'s backtest),
-    chosen among each cycle by that record and today's (:class:`ChosenForecast`)."""
+    """Every point forecast at every margin with its record on the past days, chosen among by that record and today's.
+
+    The past days' record is :func:`choose_forecast`'s backtest; the choice is :class:`ChosenForecast`'s.
+    """
     worth = work_worth(days, day) if worth is None else worth
     _, record = choose_forecast(days, day, points=points, margins=margins, leads=leads, worth=worth)
     T = day.slots
@@ -495,7 +501,9 @@ def newsvendor_forecaster(days: Sequence[Scenario], day: Scenario, worth: float 
     return QuantileForecaster(uplift)
 
 
-def today_level(forecast: np.ndarray, observed: np.ndarray, now: int, prior: np.ndarray, rho: float = RHO) -> np.ndarray:
+def today_level(
+    forecast: np.ndarray, observed: np.ndarray, now: int, prior: np.ndarray, rho: float = RHO
+) -> np.ndarray:
     """Each app's error level now for the hedge candidates: the residual level, the history's as a prior.
 
     Where nothing has been observed and the history says nothing, the raw level (0).

@@ -359,7 +359,9 @@ def persistence(deviations: np.ndarray, default: float) -> float:
     return default
 
 
-def level_corrected(profile: np.ndarray, actual: np.ndarray, now: int, rho: float, window: int, limit: float) -> np.ndarray:
+def level_corrected(
+    profile: np.ndarray, actual: np.ndarray, now: int, rho: float, window: int, limit: float
+) -> np.ndarray:
     """The profile of slots ``now..`` corrected by the level observed over the last ``window`` slots.
 
     ``actual`` is one app's observed demand, ``now`` slots or more (only ``actual[:now]`` is read).
