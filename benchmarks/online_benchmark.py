@@ -112,8 +112,8 @@ LIVE: dict[str, tuple[bool, str, str]] = {
 forecast one error level above, the level measured from what the correction leaves; ``corrector``: rolling
 greedy's, the level measured from the raw errors; ``backtest``: the forecast and margin that cost least on the past
 days played as if live; ``record``: the same, updated by today's record; ``point``: the corrected forecast, no
-margin; :func:`agents.rolling.anticipate.forecast_of`), the live planner's name: the expectation rule, or the consensus vote it replaced; ``live-ppo``
-reads no history at run time: its training days were the families' past, GpuClusterLive-v0's seeds)."""
+margin; :func:`agents.rolling.anticipate.forecast_of`), the live planner's name: the expectation rule, or the
+consensus vote it replaced; ``live-ppo`` reads no history at run time: its training days were the families' past, GpuClusterLive-v0's seeds)."""
 LIVE_OPTIONS: dict[str, dict[str, Any]] = {
     "anticipate-fixed": {"most_samples": 8, "corrected": False},
     "anticipate-residual-futures": {"spread": "residual"},
