@@ -113,7 +113,8 @@ forecast one error level above, the level measured from what the correction leav
 greedy's, the level measured from the raw errors; ``backtest``: the forecast and margin that cost least on the past
 days played as if live; ``record``: the same, updated by today's record; ``point``: the corrected forecast, no
 margin; :func:`agents.rolling.anticipate.forecast_of`), the live planner's name: the expectation rule, or the
-consensus vote it replaced; ``live-ppo`` reads no history at run time: its training days were the families' past, GpuClusterLive-v0's seeds)."""
+consensus vote it replaced; ``live-ppo`` reads no history at run time: its training days were the families' past,
+GpuClusterLive-v0's seeds)."""
 LIVE_OPTIONS: dict[str, dict[str, Any]] = {
     "anticipate-fixed": {"most_samples": 8, "corrected": False},
     "anticipate-residual-futures": {"spread": "residual"},
@@ -1145,7 +1146,6 @@ LIVE_COLOURS = {
     "anticipate-point": "#e377c2",
     "anticipate-fixed": "#bcbd22",
     "anticipate-record": "#ff9896",
-
     "anticipate-backtest": "#c5b0d5",
     "anticipate-residual-futures": "#1f77b4",
     "anticipate-fast": "#7f7f7f",
