@@ -208,7 +208,7 @@ class FakeSlurm:
 
     def _release(self, job: str) -> None:
         self.calls.append(("release", job))
-        if not self.start_released:
+        if not self.start_released or job not in self._node_list:  # no node list: left to Slurm, which waits here
             self._set(job, reason="Resources")
             return
         (node,) = self._node_list[job]

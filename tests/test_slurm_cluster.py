@@ -254,9 +254,17 @@ def test_unreadable_jobs_and_nodes_are_named_and_left_alone(fresh, capsys: pytes
     assert {p.job for p in result.decision.start_now} == {good}
     assert "gpu04" not in result.snapshot.nodes
     _wait(lambda: _jobs(cluster)[good].state == "RUNNING", "the readable job to start")
+    # no cycle can ever plan the two others: left to Slurm (released, never held for ever), one line each
+    left = {line["job"]: line["why"] for line in result.lines if line.get("action") == "leave"}
+    assert set(left) == {per_task, no_gpu} and "per task" in left[per_task] and "no gpu" in left[no_gpu], left
+    assert [c.summary() for c in result.changes][-2:] == [f"leave {per_task}", f"leave {no_gpu}"]
     jobs = _jobs(cluster)
-    assert jobs[per_task].held and jobs[no_gpu].held
+    assert not jobs[per_task].held and not jobs[no_gpu].held
     assert "gpu04" not in jobs[good].nodes
+    _wait(lambda: all(_jobs(cluster).get(j) is None or _jobs(cluster)[j].state == "RUNNING" for j in left),
+          "Slurm to start the jobs left to it")  # fmt: skip
+    again = cycle(config, client, "greedy")
+    assert not any(c.kind in ("hold", "leave") for c in again.changes), again.changes
 
 
 def test_bad_config_is_one_line_and_changes_nothing(fresh, tmp_path: Path, capsys) -> None:

@@ -302,8 +302,9 @@ def test_a_reservation_in_use_is_reported_and_the_app_keeps_more_than_its_plan()
 
 
 def test_owned_jobs_outside_the_plan_are_held_and_say_why() -> None:
-    """Released by a commit that died, then outside the plan (a dependency, no time limit): held, never left
-    released for Slurm to start outside any plan. A held one is left as it is; a job of another partition too."""
+    """Released by a commit that died, then outside the plan (a dependency): held, never left released for Slurm
+    to start outside any plan. A held one is left as it is; a job of another partition too. A released job that no
+    cycle can ever plan (no time limit) is not held: it is Slurm's."""
     fake = FakeSlurm()
     fake.queue = [
         pending("1", 2, held=False, dependency="afterok:7"),
@@ -313,15 +314,50 @@ def test_owned_jobs_outside_the_plan_are_held_and_say_why() -> None:
     ]
     config = config_from_dict({**NO_APPS, "owned": {"partitions": ["gpu"], "comment_tag": "gpualloc"}})
     result = loop.cycle(config, fake, "greedy", now=NOW, confirm_seconds=0)
-    assert [c.summary() for c in result.changes] == ["hold 1", "hold 2"]
-    assert fake.calls == [("hold", "1"), ("hold", "2")] and not result.commit.failed
+    assert [c.summary() for c in result.changes] == ["hold 1"]
+    assert fake.calls == [("hold", "1")] and not result.commit.failed
     held = {line["job"]: line["why"] for line in result.lines if line.get("action") == "hold"}
     assert held == {
         "1": "outside the plan: has a dependency (afterok:7); the allocator cannot tell when it becomes eligible",
-        "2": "outside the plan: has no time limit; the allocator plans only jobs with one (sbatch --time)",
         "3": "outside the plan: has a dependency (afterok:7); the allocator cannot tell when it becomes eligible",
     }
+    left = {line["job"]: line["why"] for line in result.lines if line.get("action") == "leave"}
+    assert left == {"2": "left to Slurm, never planned: has no time limit; the allocator plans only jobs with one "
+                    "(sbatch --time)"}  # fmt: skip
     assert {"left_alone": "job 4", "why": "partition 'cpu' is not a GPU partition of slurm.partitions"} in result.lines
+
+
+def test_a_job_no_cycle_can_ever_plan_is_left_to_slurm_not_held_for_ever() -> None:
+    """Held jobs that no cycle can plan (GPUs per task, no time limit, more GPUs than every GPU node holds, another
+    gres) are released to Slurm once, each with one line saying why; a job too big only for the nodes usable now
+    (one drained) stays held, as does one with a dependency. The next cycle changes nothing."""
+    fake = FakeSlurm(nodes=("n1", "n2"))
+    fake.node_states = {"n2": "DRAIN"}
+    fake.queue = [
+        pending("1", 1, tres_other="gres:gpu:1"),
+        replace(pending("2", 2), time_limit=None),
+        replace(pending("3", 0), tres_per_node="", tres_per_job="gres:gpu:24"),
+        replace(pending("4", 0), tres_per_node="", tres_per_job="gres:gpu:16"),
+        replace(pending("5", 0), tres_per_node="gres:fpga:1"),
+        pending("6", 2, dependency="afterok:7"),
+        pending("7", 2),
+    ]
+    result = loop.cycle(config_from_dict(NO_APPS), fake, "greedy", now=NOW, confirm_seconds=0)
+    assert [c.summary() for c in result.changes] == ["place 7", "leave 1", "leave 2", "leave 3", "leave 5"]
+    assert [c for c in fake.calls if c[0] != "nodes"] == [("release", j) for j in ("7", "1", "2", "3", "5")]
+    assert not result.commit.failed
+    left = {line["job"]: line["why"] for line in result.lines if line.get("action") == "leave"}
+    assert left == {
+        "1": "left to Slurm, never planned: asks GPUs per task or socket (gres:gpu:1); only --gres and --gpus are read",
+        "2": "left to Slurm, never planned: has no time limit; the allocator plans only jobs with one (sbatch --time)",
+        "3": "left to Slurm, never planned: asks 24 GPUs; the partitions' GPU nodes hold 16",
+        "5": "left to Slurm, never planned: asks for gres 'fpga', which the allocator does not know",
+    }
+    held = {line["job"] for line in result.lines if line.get("action") == "hold"}
+    assert held == {"4", "6"}  # 16 GPUs fit once n2 is back; the dependency may be met
+    fake.calls.clear()
+    again = loop.cycle(config_from_dict(NO_APPS), fake, "greedy", now=NOW, confirm_seconds=0)
+    assert again.changes == [] and fake.calls == []
 
 
 def test_an_expiring_reservation_is_renewed_in_place() -> None:

@@ -277,7 +277,7 @@ def test_changes_hold_first_then_place_then_reserve() -> None:
     decision = decision_from_plan(snap.scenario, plan)
     planned = commit.changes(snap, decision)
     kinds = [c.kind for c in planned]
-    assert kinds == sorted(kinds, key=["hold", "reserve", "place"].index)
+    assert kinds == sorted(kinds, key=["hold", "reserve", "place", "leave"].index)
     reserves = [c for c in planned if c.kind == "reserve"]
     shrinking = [c.wanted < c.held_now for c in reserves]
     assert shrinking == sorted(shrinking, reverse=True)  # the apps' shrinks before their growths

@@ -19,7 +19,9 @@ is left alone, as the snapshot leaves it.
 below its plan:
 
 1. hold every owned pending job that the plan does not start now, and every owned
-   pending job the snapshot set outside the plan (never left released for Slurm);
+   pending job the snapshot set outside the plan (never left released for Slurm) but
+   those no cycle can ever plan (GPUs per task, no time limit, more GPUs than the nodes
+   hold): those are released to Slurm last (``leave``), never held for ever;
 2. the apps' reservations that shrink (their GPUs go to the jobs that start now),
    then those that grow or are renewed (:func:`reserve`);
 3. for each job that starts now: restrict it to its planned nodes (``NodeList``)
@@ -75,9 +77,11 @@ class Change:
     """One change to Slurm.
 
     Attributes:
-        kind: ``hold``, ``place`` (NodeList and release), ``confirm`` (a job released before this cycle onto the
-            planned nodes that has not started: nothing to change, but it is waited for as the released jobs are,
-            and held again if it does not start) or ``reserve`` (an app's reservations on one node).
+        kind: ``hold``, ``place`` (NodeList and release), ``leave`` (release a job no cycle can ever plan to
+            Slurm's own scheduling: GPUs per task, no time limit, more GPUs than the nodes hold), ``confirm`` (a
+            job released before this cycle onto the planned nodes that has not started: nothing to change, but it
+            is waited for as the released jobs are, and held again if it does not start) or ``reserve`` (an app's
+            reservations on one node).
         target: Job id, or the app's first reservation name on the node (``gpualloc-<app>.<node>``).
         nodes: The job's planned nodes (``place``, ``confirm``) or the reservation's node (``reserve``).
         gpus: GPUs of the job (``place``, ``confirm``) or of the app (``reserve``, what the plan wants) on each node,
@@ -185,10 +189,28 @@ def app_layout(snapshot: Snapshot, decision: Decision) -> dict[str, dict[str, in
 def held_outside(snapshot: Snapshot) -> list[str]:
     """The owned pending jobs the snapshot set outside the plan that a commit holds, in the snapshot's order.
 
-    All but those of a partition outside ``slurm.partitions`` (not on the allocator's nodes; left alone).
+    All but those of a partition outside ``slurm.partitions`` (not on the allocator's nodes; left alone) and
+    those no cycle can ever plan (:func:`left_to_slurm`).
     """
     gpu = set(snapshot.config.partitions)
-    return [jid for jid, job in snapshot.owned_outside.items() if not gpu or job.partition in gpu]
+    return [
+        jid
+        for jid, job in snapshot.owned_outside.items()
+        if (not gpu or job.partition in gpu) and jid not in snapshot.left_to_slurm
+    ]
+
+
+def left_to_slurm(snapshot: Snapshot) -> dict[str, str]:
+    """The owned pending jobs that no cycle can ever plan, with why: a commit releases them to Slurm, never holds them.
+
+    Those of a partition outside ``slurm.partitions`` are left alone as before (never released).
+    """
+    gpu = set(snapshot.config.partitions)
+    return {
+        jid: why
+        for jid, why in snapshot.left_to_slurm.items()
+        if not gpu or snapshot.owned_outside[jid].partition in gpu
+    }
 
 
 def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
@@ -213,6 +235,7 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
     for jid in held_outside(snapshot):  # outside the plan (the notes say why): never left released
         if not snapshot.owned_outside[jid].held:
             holds.append(Change("hold", jid))
+    leaves = [Change("leave", jid) for jid in left_to_slurm(snapshot) if snapshot.owned_outside[jid].held]
     layout = app_layout(snapshot, decision)
     for app in config.apps:
         want = layout.get(app.name, {})
@@ -238,7 +261,7 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
                 renew=renew,
             )
             (shrinks if g < held else others).append(change)
-    return [*holds, *shrinks, *others, *places]
+    return [*holds, *shrinks, *others, *places, *leaves]
 
 
 # ----------------------------------------------------------------------------- reading before the first change
@@ -363,6 +386,12 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
         if job is None or job.state not in ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED"):
             result.skipped.append((change, "it left the queue since the snapshot"))
             continue
+        if change.kind == "leave":  # released to Slurm once; gone, released or started meanwhile: nothing to do
+            if job.state != "PENDING" or not job.held:
+                result.skipped.append((change, f"{job.state.lower()} and not held already"))
+            else:
+                out.append(change)
+            continue
         if change.kind == "hold":
             if job.held:
                 result.skipped.append((change, "held already"))
@@ -441,6 +470,11 @@ def apply(
                 why = reserve(snapshot, change, made, names)
                 if why is not None:
                     result.failed.append((change, why))
+                    continue
+            elif change.kind == "leave":  # never plannable: released to Slurm's own scheduling, not waited for
+                why = made.release(change.target)
+                if why is not None:
+                    result.failed.append((change, f"not released: {why}"))
                     continue
             elif change.kind == "confirm":
                 released.append(change)  # released already: only waited for
@@ -813,9 +847,13 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
         lines.append(line)
     lines.extend(n.to_dict() for n in snapshot.relaxed)
     outside = held_outside(snapshot)
+    never = left_to_slurm(snapshot)
     for note in snapshot.notes:
-        if note.kind == "job" and note.id in outside:  # held till it can be planned
-            line = {"job": note.id, "action": "hold", "why": f"outside the plan: {note.why}"}
+        if note.kind == "job" and (note.id in outside or note.id in never):
+            if note.id in outside:  # held till it can be planned
+                line = {"job": note.id, "action": "hold", "why": f"outside the plan: {note.why}"}
+            else:  # no cycle can ever plan it: released to Slurm (a job nobody could start is never held)
+                line = {"job": note.id, "action": "leave", "why": f"left to Slurm, never planned: {note.why}"}
             if note.id in failed:
                 line["failed"] = failed[note.id]
             elif note.id in skipped:

@@ -123,6 +123,9 @@ class Snapshot:
         owned: Owned pending jobs in the scenario, by job id.
         running: Running jobs pinned in the scenario, by job id.
         owned_outside: Owned pending jobs not in the scenario (notes say why), by job id.
+        left_to_slurm: Those of ``owned_outside`` that no cycle can ever plan (GPUs per task, another gres, no
+            time limit, more GPUs than the partitions' GPU nodes hold), with why: a commit leaves them to Slurm
+            (released, never held), where the others are held until a cycle can plan them.
         reservations: The apps' current reservations on usable nodes, by app name, then node: one or more
             each (``gpualloc-<app>.<node>``, ``...~2``, ...; :func:`app_pieces`).
         app_now: GPUs each app's reservations hold now on each usable node.
@@ -141,6 +144,7 @@ class Snapshot:
     owned: dict[str, SlurmJob]
     running: dict[str, SlurmJob]
     owned_outside: dict[str, SlurmJob] = field(default_factory=dict)
+    left_to_slurm: dict[str, str] = field(default_factory=dict)
     reservations: dict[str, dict[str, tuple[SlurmReservation, ...]]] = field(default_factory=dict)
     app_now: dict[str, dict[str, int]] = field(default_factory=dict)
     notes: list[Note] = field(default_factory=list)
@@ -305,12 +309,16 @@ def build(
         pending.append(j)
     top = max((j.priority for j in pending), default=0)
     gpus_total = len(order) * node_size
+    never: dict[str, str] = {}
+    gpus_ever = _gpus_ever(config, nodes, node_size)
     for job in pending:
         try:
-            entry = _queued(config, job, node_size, gpus_total, now, top)
+            entry = _queued(config, job, node_size, gpus_total, now, top, gpus_ever)
         except UnreadableError as exc:
             notes.append(Note("job", job.id, str(exc)))
             outside[job.id] = job
+            if isinstance(exc, NeverPlannedError):
+                never[job.id] = str(exc)
             continue
         if entry is None:
             outside[job.id] = job
@@ -377,6 +385,7 @@ def build(
         owned=owned,
         running=running,
         owned_outside=outside,
+        left_to_slurm=never,
         reservations=current,
         app_now=app_now,
         notes=notes,
@@ -526,23 +535,45 @@ def _lay_out(
 # ----------------------------------------------------------------------------- pending jobs
 
 
+class NeverPlannedError(UnreadableError):
+    """An owned pending job that no cycle can ever plan, whatever the cluster's state: left to Slurm."""
+
+
 def _queued(
-    config: SlurmConfig, job: SlurmJob, node_size: int, gpus_total: int, now: float, top: int
+    config: SlurmConfig,
+    job: SlurmJob,
+    node_size: int,
+    gpus_total: int,
+    now: float,
+    top: int,
+    gpus_ever: int | None = None,
 ) -> dict[str, Any] | str | None:
     """A scenario entry for an owned pending job, a reason to leave it out of this horizon, or an error.
 
+    ``gpus_ever`` is what the partitions' GPU nodes of the plan's size hold, usable now or not (default
+    ``gpus_total``): a job that asks more can never be planned, one that asks more than ``gpus_total`` only
+    not now.
+
     Raises:
-        UnreadableError: Something no rule lets the allocator read (named in the message).
+        NeverPlannedError: The job's request is one no cycle can plan (GPUs per task, another gres, no time
+            limit, more GPUs than the nodes hold): named in the message.
+        UnreadableError: Something no rule lets the allocator read now (named in the message).
     """
     if job.tres_other:
-        raise UnreadableError(f"asks GPUs per task or socket ({job.tres_other}); only --gres and --gpus are read")
+        raise NeverPlannedError(f"asks GPUs per task or socket ({job.tres_other}); only --gres and --gpus are read")
     if job.dependency:
         return f"has a dependency ({job.dependency}); the allocator cannot tell when it becomes eligible"
-    gpus = _asked_gpus(config, job, node_size)
+    try:
+        gpus = _asked_gpus(config, job, node_size)
+    except UnreadableError as exc:
+        raise NeverPlannedError(str(exc)) from None
+    ever = gpus_total if gpus_ever is None else max(gpus_ever, gpus_total)
+    if gpus > ever:
+        raise NeverPlannedError(f"asks {gpus} GPUs; the partitions' GPU nodes hold {ever}")
     if gpus > gpus_total:
-        raise UnreadableError(f"asks {gpus} GPUs; the usable nodes hold {gpus_total}")
+        raise UnreadableError(f"asks {gpus} GPUs; the usable nodes hold {gpus_total} now")
     if job.time_limit is None:
-        raise UnreadableError("has no time limit; the allocator plans only jobs with one (sbatch --time)")
+        raise NeverPlannedError("has no time limit; the allocator plans only jobs with one (sbatch --time)")
     slot = config.slot_seconds
     duration = max(1, math.ceil(job.time_limit * 60.0 / slot - 1e-9))
     release = 0
@@ -566,6 +597,21 @@ def _queued(
             return "can no longer meet its --deadline inside the rules (start + time limit)"
         entry["deadline"] = min(deadline, MAX_SLOTS)
     return entry
+
+
+def _gpus_ever(config: SlurmConfig, nodes: Sequence[SlurmNode], node_size: int) -> int:
+    """GPUs of every GPU node of the plan's size in the configured partitions, whatever its state now."""
+    total = 0
+    for node in nodes:
+        if config.partitions and node.partitions and not set(node.partitions) & set(config.partitions):
+            continue
+        try:
+            count = sum(g.count for g in parse_gres(node.gres, f"node {node.name}") if g.name == config.gres)
+        except UnreadableError:
+            continue
+        if count == node_size:
+            total += count
+    return total
 
 
 def _asked_gpus(config: SlurmConfig, job: SlurmJob, node_size: int) -> int:
