@@ -61,7 +61,7 @@ from typing import Any
 from agents.rolling.allocator import Decision
 from agents.slurm.errors import CommandError, SlurmError, UnreadableError
 from agents.slurm.jsonread import SlurmJob, SlurmReservation, parse_gres
-from agents.slurm.snapshot import Note, Snapshot, app_pieces, piece_gpus, piece_of, usable_nodes
+from agents.slurm.snapshot import Note, Snapshot, app_pieces, piece_gpus, piece_of, split_of, usable_nodes
 
 CONFIRM_SECONDS = 20.0  # default of slurm.confirm: how long a released job may take to start before it is held again
 RETRY_DELAY = 1.0  # seconds before trying a change again whose answer was lost and that read back as not made
@@ -81,15 +81,19 @@ class Change:
             Slurm's own scheduling: GPUs per task, no time limit, more GPUs than the nodes hold), ``confirm`` (a
             job released before this cycle onto the planned nodes that has not started: nothing to change, but it
             is waited for as the released jobs are, and held again if it does not start) or ``reserve`` (an app's
-            reservations on one node).
-        target: Job id, or the app's first reservation name on the node (``gpualloc-<app>.<node>``).
+            reservations on one node) or ``share`` (the reservations of every app on a node that several apps
+            hold or want, changed together: :func:`share`).
+        target: Job id, the app's first reservation name on the node (``gpualloc-<app>.<node>``), or the node
+            (``share``).
         nodes: The job's planned nodes (``place``, ``confirm``) or the reservation's node (``reserve``).
         gpus: GPUs of the job (``place``, ``confirm``) or of the app (``reserve``, what the plan wants) on each node,
             as (node, count) pairs.
         users: Users allowed into the reservation (``reserve``).
         app: The app (``reserve``).
         pieces: The app's reservations on the node as the snapshot read them, (name, GPUs) each (``reserve``).
-        renew: Those of ``pieces`` that end within a slot (``reserve``): their end is moved on.
+        renew: Those of ``pieces`` that end within a slot (``reserve``, ``share``): their end is moved on.
+        want: GPUs each app involved wants on the node (``share``), in the configuration's order.
+        shares: Per reservation on the node, the GPUs of each app in it (``share``; ``pieces`` has its total).
     """
 
     kind: str
@@ -100,11 +104,22 @@ class Change:
     app: str = ""
     pieces: tuple[tuple[str, int], ...] = ()
     renew: tuple[str, ...] = ()
+    want: tuple[tuple[str, int], ...] = ()
+    shares: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
 
     @property
     def held_now(self) -> int:
         """GPUs the app's reservations hold on the node now (``reserve``)."""
         return sum(g for _, g in self.pieces)
+
+    @property
+    def held_by_app(self) -> dict[str, int]:
+        """GPUs each app holds on the node now (``share``)."""
+        out: dict[str, int] = {}
+        for _, split in self.shares:
+            for a, g in split:
+                out[a] = out.get(a, 0) + g
+        return out
 
     @property
     def wanted(self) -> int:
@@ -116,6 +131,11 @@ class Change:
         if self.kind == "reserve":
             renew = " (renew)" if self.renew and self.wanted == self.held_now else ""
             return f"reserve {self.target} {self.held_now}->{self.wanted}{renew}"
+        if self.kind == "share":
+            held = self.held_by_app
+            moves = ", ".join(f"{a} {held.get(a, 0)}->{g}" for a, g in self.want)
+            renew = " (renew)" if self.renew and all(held.get(a, 0) == g for a, g in self.want) else ""
+            return f"share {self.target} {moves}{renew}"
         return f"{self.kind} {self.target}"
 
 
@@ -237,11 +257,18 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
             holds.append(Change("hold", jid))
     leaves = [Change("leave", jid) for jid in left_to_slurm(snapshot) if snapshot.owned_outside[jid].held]
     layout = app_layout(snapshot, decision)
-    for app in config.apps:
-        want = layout.get(app.name, {})
-        current = snapshot.reservations.get(app.name, {})
-        for node in snapshot.nodes:
-            found = current.get(node, ())
+    for node in snapshot.nodes:
+        together = _shared_change(snapshot, node, layout)
+        if together is not None:  # several apps hold or want GPUs here: changed together
+            held = together.held_by_app
+            keep = all(held.get(a, 0) == g for a, g in together.want) and all(g > 0 for _, g in together.pieces)
+            if keep and not together.renew:
+                continue
+            (shrinks if together.wanted < together.held_now else others).append(together)
+            continue
+        for app in config.apps:
+            want = layout.get(app.name, {})
+            found = snapshot.reservations.get(app.name, {}).get(node, ())
             pieces = tuple((r.name, piece_gpus(config, r, node)) for r in found)
             g = want.get(node, 0)
             renew = tuple(
@@ -262,6 +289,44 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
             )
             (shrinks if g < held else others).append(change)
     return [*holds, *shrinks, *others, *places, *leaves]
+
+
+def node_pieces(
+    snapshot: Snapshot, pieces: Mapping[str, Mapping[str, tuple[SlurmReservation, ...]]], node: str
+) -> list[SlurmReservation]:
+    """Every reservation of the apps on ``node`` once (a shared one is every app's it names), in the apps' order."""
+    out: dict[str, SlurmReservation] = {}
+    for app in snapshot.config.apps:
+        for r in pieces.get(app.name, {}).get(node, ()):
+            out.setdefault(r.name, r)
+    return list(out.values())
+
+
+def _shared_change(snapshot: Snapshot, node: str, layout: Mapping[str, Mapping[str, int]]) -> Change | None:
+    """The ``share`` change of a node where several apps hold or want GPUs, or one holds a shared reservation.
+
+    None where at most one app is involved and every reservation there is an app's own (a ``reserve`` change).
+    """
+    config = snapshot.config
+    found = node_pieces(snapshot, snapshot.reservations, node)
+    splits = {r.name: split_of(config, r, node) for r in found}
+    involved = [
+        a for a in config.apps if layout.get(a.name, {}).get(node, 0) or any(sp.get(a.name) for sp in splits.values())
+    ]
+    if len(involved) <= 1 and not any(config.shared_of(r.name, node) for r in found):
+        return None
+    renew = tuple(r.name for r in found if r.end_time is not None and r.end_time - snapshot.now < config.slot_seconds)
+    return Change(
+        "share",
+        node,
+        nodes=(node,),
+        gpus=((node, sum(layout.get(a.name, {}).get(node, 0) for a in involved)),),
+        users=tuple(dict.fromkeys(u for a in involved for u in a.users)),
+        pieces=tuple((r.name, piece_gpus(config, r, node)) for r in found),
+        renew=renew,
+        want=tuple((a.name, layout.get(a.name, {}).get(node, 0)) for a in involved),
+        shares=tuple((r.name, tuple(splits[r.name].items())) for r in found),
+    )
 
 
 # ----------------------------------------------------------------------------- reading before the first change
@@ -365,6 +430,23 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
     }
     out: list[Change] = []
     for change in planned:
+        if change.kind == "share":
+            node = change.nodes[0]
+            if node in fresh.left_alone:
+                result.failed.append((change, f"not changed: node {node} is left alone now: {fresh.left_alone[node]}"))
+                continue
+            if node in taken and change.wanted > change.held_now:
+                result.failed.append((change, f"not grown: {_stale(node, taken[node])}"))
+                continue
+            now = tuple((r.name, piece_gpus(config, r, node)) for r in node_pieces(snapshot, fresh.pieces, node))
+            if now != change.pieces:
+                result.failed.append(
+                    (change, f"not changed: the apps' reservations on {node} changed since the snapshot "
+                     f"({_pieces_text(change.pieces)} then, {_pieces_text(now)} now); the next cycle plans from them")
+                )  # fmt: skip
+                continue
+            out.append(change)
+            continue
         if change.kind == "reserve":
             node = change.nodes[0]
             if node in fresh.left_alone:
@@ -466,8 +548,8 @@ def apply(
             if change.kind == "hold":
                 client.hold(change.target)
                 result.calls.append(f"hold {change.target}")
-            elif change.kind == "reserve":
-                why = reserve(snapshot, change, made, names)
+            elif change.kind in ("reserve", "share"):
+                why = (reserve if change.kind == "reserve" else share)(snapshot, change, made, names)
                 if why is not None:
                     result.failed.append((change, why))
                     continue
@@ -683,6 +765,133 @@ def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -
             if why is not None:
                 problems.append(f"renew {name}: {why}")
     return "; ".join(problems) or None
+
+
+def share(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -> str | None:
+    """Bring the reservations of the apps on one node from ``change.shares`` to ``change.want``; None when done.
+
+    Several apps hold or want GPUs on the node. In this order of preference:
+
+    1. some of the reservations there hold exactly what each app wants: the others are deleted;
+    2. the most GPUs that some of them hold without giving any app more than it wants are kept, and each app's
+       rest is made beside them (its own reservation, on free cores), then the others go;
+    3. where the node has no room for 2 (a full node: an app shrinks beside another, two apps swap GPUs), one
+       reservation of the plan's total is made over the apps' own cores (``Flags=OVERLAP``: it takes the
+       lowest cores no running job holds, on a full node exactly the apps' own), named by what each app holds
+       in it (``gpualloc-chat:2+search:3.<node>``; an app's own name when only one app wants GPUs there); then
+       every other reservation there goes.
+
+    Every new reservation is made before an old one goes, so no app drops below the smaller of what it held and
+    what the plan wants, and no core is free in between that the plan keeps for an app. A reservation that
+    Slurm will not delete (in use) leaves an app above its plan (``result.above_plan``). Reservations kept that end
+    within a slot are renewed in place. ``names`` (every reservation's name) gets the names made.
+    """
+    config = snapshot.config
+    node = change.nodes[0]
+    want = dict(change.want)
+    split = {name: dict(parts) for name, parts in change.shares}
+    users = {a.name: a.users for a in config.apps}
+
+    def new_name(app: str | None, parts: Sequence[tuple[str, int]]) -> str:
+        k = 1
+        while True:
+            name = config.piece_name(app, node, k) if app is not None else config.shared_name(parts, node, k)
+            if name not in names:
+                names.add(name)
+                return name
+            k += 1
+
+    def create(app: str | None, gpus: int, parts: Sequence[tuple[str, int]], who: Sequence[str], overlap: bool):
+        name = new_name(app, parts)
+        why = made.create(snapshot, name, node, gpus, who, overlap=overlap)
+        if why is not None:
+            names.discard(name)
+            return None, why
+        return name, None
+
+    keep = _subset_split(split, want)
+    extra: list[str] = []  # made by step 2 before it found no room: extra capacity that step 3 lets go
+    if keep is None:
+        base = _below_split(split, want)
+        have = _sums(split, base)
+        why: str | None = None
+        for app, g in want.items():
+            rest = g - have.get(app, 0)
+            if rest <= 0:
+                continue
+            name, why = create(app, rest, [(app, rest)], users[app], overlap=False)
+            if name is None:
+                break
+            extra.append(name)
+            split[name] = {app: rest}
+        else:
+            keep = [*base, *extra]
+        if keep is None:
+            if not _no_room(why):
+                return f"not made: {why}"
+            parts = [(a, g) for a, g in want.items() if g > 0]
+            who = tuple(dict.fromkeys(u for a, _ in parts for u in users[a]))
+            only = parts[0][0] if len(parts) == 1 else None
+            name, over = create(only, sum(g for _, g in parts), parts, who, overlap=True)
+            if name is None:
+                held = _sums(split, list(split))
+                text = ", ".join(f"{a} {held.get(a, 0)}" for a in want)
+                made.result.above_plan[node] = (
+                    f"the apps keep {text} where the plan wants "
+                    f"{', '.join(f'{a} {g}' for a, g in want.items())}: no room beside ({why}), and none over their "
+                    f"own cores ({over}); the next cycle tries again"
+                )
+                return f"not changed: {made.result.above_plan[node]}"
+            split[name] = dict(parts)
+            keep = [name]
+    problems: list[str] = []
+    for old in [n for n in split if n not in keep]:
+        gone = made.delete(old)
+        if gone is not None:
+            problems.append(f"delete {old}: {gone}")
+            keep.append(old)
+    held = _sums(split, keep)
+    over = [f"{a} holds {held.get(a, 0)}, the plan {g}" for a, g in want.items() if held.get(a, 0) > g]
+    if problems and over:
+        made.result.above_plan[node] = "; ".join(over) + ": " + "; ".join(problems)
+    for name in change.renew:
+        if name in keep:
+            why = made.renew(snapshot, name)
+            if why is not None:
+                problems.append(f"renew {name}: {why}")
+    return "; ".join(problems) or None
+
+
+def _sums(split: Mapping[str, Mapping[str, int]], names: Sequence[str]) -> dict[str, int]:
+    """GPUs per app in the reservations ``names``."""
+    out: dict[str, int] = {}
+    for n in names:
+        for a, g in split[n].items():
+            out[a] = out.get(a, 0) + g
+    return out
+
+
+def _subset_split(split: Mapping[str, Mapping[str, int]], want: Mapping[str, int]) -> list[str] | None:
+    """Fewest reservations that hold exactly what each app wants (first ones first); None when none do."""
+    names = [n for n, parts in split.items() if sum(parts.values()) > 0][:SUBSET_MOST]
+    target = {a: g for a, g in want.items() if g}
+    for size in range(len(names) + 1):
+        for combo in itertools.combinations(names, size):
+            if {a: g for a, g in _sums(split, combo).items() if g} == target:
+                return list(combo)
+    return None
+
+
+def _below_split(split: Mapping[str, Mapping[str, int]], want: Mapping[str, int]) -> list[str]:
+    """The reservations to keep that give no app more than it wants: the most GPUs, then the fewest reservations."""
+    names = [n for n, parts in split.items() if sum(parts.values()) > 0][:SUBSET_MOST]
+    best: tuple[int, int, tuple[str, ...]] = (0, 0, ())
+    for size in range(1, len(names) + 1):
+        for combo in itertools.combinations(names, size):
+            sums = _sums(split, combo)
+            if all(g <= want.get(a, 0) for a, g in sums.items()) and (sum(sums.values()), -size) > best[:2]:
+                best = (sum(sums.values()), -size, combo)
+    return list(best[2])
 
 
 NO_ROOM = "nodes are busy"  # Slurm's answer to a reservation whose cores are taken ("Requested nodes are busy")

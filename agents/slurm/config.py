@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,7 @@ from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, JobType
 
 RESERVATION_PREFIX = "gpualloc-"
 PIECE_MARK = "~"  # an app's further reservations on a node: gpualloc-<app>.<node>~2, ~3, ... (docs/slurm.md)
+SHARE_MARK = ":"  # a reservation apps share on a node, GPUs per app: gpualloc-chat:2+search:3.<node> (docs/slurm.md)
 STATE_DIR = "/var/lib/gpualloc"  # default of slurm.state_dir: the writers' lock files
 HISTORY_DAYS = 14  # default of slurm.history_days: past days the live planner reads
 OBSERVE_TIMEOUT = 5.0  # default of realtime[].observed.timeout: seconds one reading of a source may take
@@ -189,6 +190,32 @@ class SlurmConfig:
         """The app's ``k``-th reservation on a node (from 1): ``gpualloc-<app>.<node>``, then ``...~2``, ``~3``."""
         base = self.reservation_name(app, node)
         return base if k == 1 else f"{base}{PIECE_MARK}{k}"
+
+    def shared_name(self, split: Sequence[tuple[str, int]], node: str, k: int) -> str:
+        """A reservation that apps share on a node, their GPUs in it by name: ``gpualloc-chat:2+search:3.<node>``.
+
+        ``~k`` follows from the second one on, as for an app's own (:meth:`piece_name`).
+        """
+        base = f"{self.reservation_prefix}{'+'.join(f'{a}{SHARE_MARK}{g}' for a, g in split)}.{node}"
+        return base if k == 1 else f"{base}{PIECE_MARK}{k}"
+
+    def shared_of(self, name: str, node: str) -> tuple[dict[str, int], int] | None:
+        """The apps' GPUs in a shared reservation on ``node`` and its ``k`` (1, 2, ...), or None when it is none."""
+        head, k = name, 1
+        stem, mark, tail = name.rpartition(PIECE_MARK)
+        if mark and tail.isdigit() and int(tail) >= 2 and str(int(tail)) == tail:
+            head, k = stem, int(tail)
+        suffix = f".{node}"
+        if not head.startswith(self.reservation_prefix) or not head.endswith(suffix):
+            return None
+        apps = {a.name for a in self.apps}
+        split: dict[str, int] = {}
+        for part in head[len(self.reservation_prefix) : -len(suffix)].split("+"):
+            app, mark, gpus = part.partition(SHARE_MARK)
+            if not mark or app not in apps or app in split or not gpus.isdigit() or str(int(gpus)) != gpus:
+                return None
+            split[app] = int(gpus)
+        return (split, k) if len(split) >= 2 else None
 
     def piece_of(self, name: str, app: str, node: str) -> int | None:
         """Which of the app's reservations on the node ``name`` is (1, 2, ...), or None when it is none of them."""

@@ -336,7 +336,7 @@ def build(
     starts: list[tuple[int, str]] = []  # per app: GPUs it holds now, and where that number comes from
     for app in config.apps:
         mine = current[app.name]
-        held = {n: sum(piece_gpus(config, r, n) for r in pieces) for n, pieces in mine.items()}
+        held = {n: sum(split_of(config, r, n).get(app.name, 0) for r in pieces) for n, pieces in mine.items()}
         app_now[app.name] = held
         if slot_start is not None and app.name in slot_start:
             starts.append((slot_start[app.name], "it held at the start of this slot"))
@@ -395,13 +395,39 @@ def build(
 
 
 def piece_of(config: SlurmConfig, name: str, nodes: Sequence[str]) -> tuple[str, str, int] | None:
-    """(app, node, k) when ``name`` is the ``k``-th reservation of one of the configuration's apps on a node."""
+    """(app, node, k) when ``name`` is the ``k``-th reservation of one of the configuration's apps on a node.
+
+    A reservation the apps share (:meth:`SlurmConfig.shared_name`) gives its first app; :func:`split_of` gives all.
+    """
     for app in config.apps:
         for node in nodes:
             k = config.piece_of(name, app.name, node)
             if k is not None:
                 return app.name, node, k
+    for node in nodes:
+        shared = config.shared_of(name, node)
+        if shared is not None:
+            return next(iter(shared[0])), node, shared[1]
     return None
+
+
+def split_of(config: SlurmConfig, reservation: SlurmReservation, node: str) -> dict[str, int]:
+    """GPUs each app holds in one of the allocator's reservations on ``node``.
+
+    An app's own reservation (``gpualloc-<app>.<node>``) is all its own: its cores over ``cpus_per_gpu``. A shared
+    one (``gpualloc-chat:2+search:3.<node>``) is divided as its name says; where its cores hold fewer GPUs than
+    the name (cores read short), the last apps named get fewer, so that no GPU is counted that Slurm does not keep.
+    """
+    gpus = piece_gpus(config, reservation, node)
+    shared = config.shared_of(reservation.name, node)
+    if shared is None:
+        owner = piece_of(config, reservation.name, [node])
+        return {owner[0]: gpus} if owner is not None else {}
+    out: dict[str, int] = {}
+    for app, g in shared[0].items():
+        out[app] = min(g, gpus)
+        gpus -= out[app]
+    return out
 
 
 def app_pieces(
@@ -415,7 +441,9 @@ def app_pieces(
         owner = piece_of(config, r.name, nodes)
         if owner is not None:
             app, node, k = owner
-            found[app].setdefault(node, []).append((k, r))
+            shared = config.shared_of(r.name, node)
+            for a in shared[0] if shared is not None else (app,):  # a shared one is every app's it names
+                found[a].setdefault(node, []).append((k, r))
     return {
         app: {n: tuple(r for _, r in sorted(found[app][n], key=lambda kr: kr[0])) for n in nodes if n in found[app]}
         for app in found
