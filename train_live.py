@@ -25,7 +25,7 @@ Read top to bottom. Usage::
    plans; of the checkpoints PPO has trained (after its first update: the policy shipped as ``live-ppo`` is
    trained by PPO), the one with the best mean ratio to rolling greedy is kept. The days the benchmark scores
    are other seeds again (benchmarks/online_benchmark.py) and are never seen here.
-5. **Export** of the kept checkpoint to ONNX with its card (:func:`agents.rolling.live_ppo.export`): the
+5. **Export** of the kept checkpoint to ONNX with its card (:func:`agents.learned.live_export.export`): the
    validation figures of every evaluation, the one kept, the run's settings and time.
 
 TensorBoard (``run_dir``): SB3's ``rollout/*``, ``train/*`` and ``time/fps``, and ``validation/vs_greedy``,
@@ -49,12 +49,13 @@ ROOT = Path(__file__).resolve().parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from agents.learned.live_export import actor_logits, export, prefer_base  # noqa: E402
 from agents.rolling.allocator import Decision  # noqa: E402
 from agents.rolling.anticipate import LIVE_FORECAST, live_planner  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv  # noqa: E402
 from agents.rolling.live_policy import HEADROOM, MAX_STARTS, SlotView, action_nvec, decide_action, view  # noqa: E402
-from agents.rolling.live_ppo import POLICY, actor_logits, export, masked_argmax, prefer_base  # noqa: E402
+from agents.rolling.live_ppo import POLICY, masked_argmax  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import LiveDay, realized_day  # noqa: E402
 from benchmarks.online_benchmark import past_days  # noqa: E402
@@ -209,7 +210,7 @@ def play(policy_act: Any, env: GpuClusterLiveEnv, day: dict[str, Any]) -> tuple[
     obs, info = env.reset(options=day)
     done = False
     while not done:
-        obs, _, done, _, info = env.step(policy_act(obs, info["action_mask"]))
+        obs, _, done, _, info = env.step(policy_act(obs, env.action_masks()))
     return float(info["objective"]), float(info["greedy_objective"])
 
 

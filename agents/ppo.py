@@ -25,9 +25,9 @@ objectives and the winner. Every plan is valid by construction (the decoder
 keeps SPEC section 2) and is validated again in the tests.
 
 The policy file is an ONNX model written by :mod:`agents.learned.export` with a
-JSON card beside it (``default.onnx`` + ``default.json``); the shipped one is
-package data (``agents/policies/``), so an installed wheel plans without the
-repository.
+JSON card beside it (``default.onnx`` + ``default.json``), read by the learned
+planners' one loader (:mod:`agents.policy_files`); the shipped one is package
+data (``agents/policies/``), so an installed wheel plans without the repository.
 
 >>> from gpu_env.generators import generate
 >>> plan(generate("training-heavy", seed=0)).scheduler
@@ -36,8 +36,6 @@ repository.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import os
 from collections.abc import Callable
@@ -48,8 +46,13 @@ from typing import Any
 
 import numpy as np
 
+from agents import policy_files
 from agents.options import DEFAULT_SAMPLES as DEFAULT_SAMPLES  # re-exported: callers read it here
 from agents.options import Guard, PlanOptions
+from agents.policy_files import PolicyError as PolicyError  # re-exported: the CLIs and servers catch it here
+from agents.policy_files import PolicyFile, PolicyKind, check_names
+from agents.policy_files import card_path as card_path  # re-exported
+from agents.policy_files import onnx_session as onnx_session  # re-exported
 from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode, fifo_replay
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
@@ -68,15 +71,6 @@ PROMOTE_ROUNDS = 2
 # The shipped policy, package data of ``agents`` (pyproject.toml). pip installs a wheel's files on
 # disk, so the resource is a path there; onnxruntime and the card check read it as a file.
 DEFAULT_POLICY = Path(str(resources.files("agents").joinpath("policies", "default.onnx")))
-
-
-class PolicyError(Exception):
-    """The learned planner cannot run here: no usable policy file, or no onnxruntime.
-
-    The policy file is missing, corrupt, or made for another environment, or onnxruntime does not import.
-    Not a ``ValueError``: a handler that falls back on a bad policy file must not also swallow a
-    ``ValueError`` raised by a bug inside the planner.
-    """
 
 
 def observation_spec() -> dict[str, Any]:
@@ -113,12 +107,8 @@ class LoadedPolicy:
     warm: bool = False
 
 
-_CACHE: dict[tuple[str, int, int], LoadedPolicy] = {}
-
-
-def card_path(policy: Path) -> Path:
-    """The card beside a policy file: same name, ``.json``."""
-    return Path(policy).with_suffix(".json")
+_CACHE: dict[policy_files.CacheKey, LoadedPolicy] = {}
+"""Loaded policies by file version (:func:`agents.policy_files.load`)."""
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
@@ -131,18 +121,16 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
         PolicyError: The file or its card is missing or unreadable, or the card's
             observation spec differs from this planner's.
     """
-    onnx_path = Path(path) if path is not None else DEFAULT_POLICY
-    card_file = card_path(onnx_path)
-    for file, what in ((onnx_path, "policy file"), (card_file, "policy card")):
-        if not file.is_file():
-            raise PolicyError(f"{file}: {what} not found (train one with train.py, or pass --policy)")
-    # abspath, not resolve(): no system call per path component (this runs on every plan)
-    key = (os.path.abspath(onnx_path), os.stat(onnx_path).st_mtime_ns, os.stat(card_file).st_mtime_ns)
-    if key in _CACHE:
-        return _CACHE[key]
-    card = _read_card(card_file)
-    _check_spec(card, card_file)
-    temperature = card.get("temperature", DEFAULT_TEMPERATURE)
+    return policy_files.load(path if path is not None else DEFAULT_POLICY, POLICY_FILES, _CACHE, _loaded)
+
+
+def check_temperature(card: dict[str, Any], card_file: Path, default: float | None = None) -> float:
+    """The card's Gumbel temperature (``default`` when absent, if given).
+
+    Raises:
+        PolicyError: It is not a positive finite number.
+    """
+    temperature = card.get("temperature", default)
     if (
         isinstance(temperature, bool)
         or not isinstance(temperature, int | float)
@@ -150,24 +138,12 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> LoadedPolicy:
         or not temperature > 0
     ):
         raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
-    score = _onnx_scores(onnx_path)
-    digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()
-    loaded = LoadedPolicy(onnx_path, card, digest, score, float(temperature))
-    _CACHE[key] = loaded
-    return loaded
+    return float(temperature)
 
 
-def _read_card(card_file: Path) -> dict[str, Any]:
-    try:
-        card = json.loads(card_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyError(f"{card_file}: not a readable JSON policy card ({exc})") from None
-    if not isinstance(card, dict):
-        raise PolicyError(f"{card_file}: expected a JSON object, got {type(card).__name__}")
-    if card.get("format") not in READABLE_CARD_FORMATS:
-        expected = " or ".join(map(repr, READABLE_CARD_FORMATS))
-        raise PolicyError(f"{card_file}: field 'format': expected {expected}, got {card.get('format')!r}")
-    return card
+def _check_card(card: dict[str, Any], card_file: Path) -> None:
+    _check_spec(card, card_file)
+    check_temperature(card, card_file, DEFAULT_TEMPERATURE)
 
 
 def _check_spec(card: dict[str, Any], card_file: Path) -> None:
@@ -190,47 +166,27 @@ def _check_spec(card: dict[str, Any], card_file: Path) -> None:
             )
 
 
-def onnx_session(onnx_path: Path) -> Any:
-    """A one-thread onnxruntime session of a policy file (every learned planner's).
-
-    Raises:
-        PolicyError: onnxruntime does not import, or the file is not a loadable ONNX model.
-    """
-    try:
-        import onnxruntime as ort
-    except ImportError as exc:  # a core dependency, but a broken install is the user's to fix, in one line
-        raise PolicyError(f"{onnx_path}: onnxruntime does not import here ({exc}); pip install onnxruntime") from None
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    try:
-        return ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime raises its own exception types for corrupt files
-        raise PolicyError(f"{onnx_path}: not a loadable ONNX policy ({str(exc).splitlines()[0]})") from None
+POLICY_FILES = PolicyKind("policy", READABLE_CARD_FORMATS, "train one with train.py, or pass --policy", _check_card)
+"""The fast mode's policy files (:func:`agents.policy_files.load`)."""
 
 
-def _onnx_scores(onnx_path: Path) -> ScoreFn:
-    session = onnx_session(onnx_path)
+def _loaded(policy: PolicyFile) -> LoadedPolicy:
+    """The fast mode's policy from its opened file: the scorer's inputs and outputs checked."""
+    session = policy.session
+    check_names(policy, INPUTS, OUTPUTS, prefix=True)
     inputs = session.get_inputs()
-    names = [i.name for i in inputs]
-    outputs = [o.name for o in session.get_outputs()]
-    if names != list(INPUTS) or outputs[: len(OUTPUTS)] != list(OUTPUTS):
-        raise PolicyError(
-            f"{onnx_path}: expected inputs {list(INPUTS)} and outputs {list(OUTPUTS)}, got {names}, {outputs}"
-        )
     for inp, want in ((inputs[0], len(JOB_FEATURES)), (inputs[2], len(CLUSTER_FEATURES))):
         last = inp.shape[-1] if inp.shape else None
         if isinstance(last, int) and last != want:
-            raise PolicyError(f"{onnx_path}: input {inp.name!r} has {last} features, this planner gives {want}")
+            raise PolicyError(f"{policy.path}: input {inp.name!r} has {last} features, this planner gives {want}")
 
     def score(jobs: np.ndarray, mask: np.ndarray, cluster: np.ndarray) -> tuple[np.ndarray, float]:
         feed = {"jobs": jobs[None], "mask": mask[None].astype(np.float32), "cluster": cluster[None]}
         scores, mode = session.run(list(OUTPUTS), feed)
         return scores[0], float(mode[0])
 
-    return score
+    temperature = check_temperature(policy.card, card_path(policy.path), DEFAULT_TEMPERATURE)
+    return LoadedPolicy(policy.path, policy.card, policy.sha256, score, temperature)
 
 
 def warm_up(path: str | os.PathLike[str] | None = None) -> None:
@@ -352,10 +308,11 @@ def candidates(
     return plans
 
 
-def _baseline(
-    scenario: Scenario, inst: ListInstance, guard: Guard, options: PlanOptions
-) -> tuple[Callable[[], Plan], float]:
+def guard_plan(scenario: Scenario, inst: ListInstance, guard: Guard) -> tuple[Callable[[], Plan], float]:
     """The guard's plan (built only when asked for: it is used only when it wins) and its objective (SPEC section 3).
+
+    The baseline both learned planners (``ppo`` and ``ppo-stepwise``) return when it is worth more than every
+    candidate of their policy (``options.guard``; not :attr:`~agents.options.Guard.NONE`).
 
     FIFO's plan is replayed by the decoder (:func:`gpu_env.listsched.fifo_replay`: its peak reservation, its
     arrival order, no trades), one compiled call; the tests hold it to :func:`agents.fifo.plan` placement by
@@ -403,7 +360,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     }
     result: Plan | None = None
     if options.guard is not Guard.NONE:
-        build_baseline, guard_objective = _baseline(scenario, inst, options.guard, options)
+        build_baseline, guard_objective = guard_plan(scenario, inst, options.guard)
         info["guard_objective"] = round(guard_objective, 6)
         if guard_objective > max(objectives) + 1e-9:
             baseline = build_baseline()

@@ -12,14 +12,12 @@ Planning is one onnxruntime call and two compiled calls (``docs/learned-mode.md`
    others (:func:`agents.ppo.candidate_groups`): more candidates never plan worse than the argmax alone.
 
 ``options.guard`` works as in :mod:`agents.ppo` (FIFO by default). The policy is an ONNX file with a JSON card
-(``agents/policies/stepwise.onnx`` + ``.json``, package data), trained by ``train_stepwise.py``.
+(``agents/policies/stepwise.onnx`` + ``.json``, package data), trained by ``train_stepwise.py`` and read by the
+learned planners' one loader (:mod:`agents.policy_files`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import os
 from dataclasses import dataclass
 from importlib import resources
@@ -28,8 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from agents import policy_files
 from agents.options import Guard, PlanOptions
-from agents.ppo import PROMOTE_ROUNDS, PolicyError, _baseline, candidate_groups, onnx_session
+from agents.policy_files import PolicyError, PolicyFile, PolicyKind, check_names
+from agents.ppo import PROMOTE_ROUNDS, candidate_groups, check_temperature, guard_plan
 from gpu_env import stepwise
 from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode
 from gpu_env.plan import Plan
@@ -84,7 +84,27 @@ class StepwisePolicy:
         return np.ascontiguousarray(rows, dtype=np.float64), head
 
 
-_CACHE: dict[tuple[str, int, int], StepwisePolicy] = {}
+def _check_card(card: dict[str, Any], card_file: Path) -> None:
+    if card.get("observation_spec") != observation_spec():
+        raise PolicyError(
+            f"{card_file}: field 'observation_spec': the policy was trained on other inputs than this planner "
+            "gives (features, window or outputs); retrain with train_stepwise.py"
+        )
+    check_temperature(card, card_file)
+
+
+POLICY_FILES = PolicyKind(
+    "stepwise policy", (CARD_FORMAT,), "train one with train_stepwise.py, or pass --policy", _check_card
+)
+"""The stepwise planner's policy files (:func:`agents.policy_files.load`)."""
+_CACHE: dict[policy_files.CacheKey, StepwisePolicy] = {}
+"""Loaded policies by file version."""
+
+
+def _loaded(policy: PolicyFile) -> StepwisePolicy:
+    check_names(policy, INPUTS, OUTPUTS)
+    temperature = check_temperature(policy.card, policy_files.card_path(policy.path))
+    return StepwisePolicy(policy.path, policy.card, policy.sha256, policy.session, temperature)
 
 
 def load_policy(path: str | os.PathLike[str] | None = None) -> StepwisePolicy:
@@ -93,42 +113,7 @@ def load_policy(path: str | os.PathLike[str] | None = None) -> StepwisePolicy:
     Raises:
         PolicyError: The file or its card is missing or unreadable, or made for another planner.
     """
-    onnx_path = Path(path) if path is not None else DEFAULT_POLICY
-    card_file = onnx_path.with_suffix(".json")
-    for file, what in ((onnx_path, "policy file"), (card_file, "policy card")):
-        if not file.is_file():
-            raise PolicyError(f"{file}: stepwise {what} not found (train one with train_stepwise.py, or pass --policy)")
-    key = (os.path.abspath(onnx_path), os.stat(onnx_path).st_mtime_ns, os.stat(card_file).st_mtime_ns)
-    if key in _CACHE:
-        return _CACHE[key]
-    try:
-        card = json.loads(card_file.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise PolicyError(f"{card_file}: not a readable JSON policy card ({exc})") from None
-    if not isinstance(card, dict) or card.get("format") != CARD_FORMAT:
-        got = card.get("format") if isinstance(card, dict) else type(card).__name__
-        raise PolicyError(f"{card_file}: field 'format': expected {CARD_FORMAT!r}, got {got!r}")
-    if card.get("observation_spec") != observation_spec():
-        raise PolicyError(
-            f"{card_file}: field 'observation_spec': the policy was trained on other inputs than this planner "
-            "gives (features, window or outputs); retrain with train_stepwise.py"
-        )
-    temperature = card.get("temperature")
-    if isinstance(temperature, bool) or not isinstance(temperature, int | float) or not math.isfinite(temperature):
-        raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
-    if not temperature > 0:
-        raise PolicyError(f"{card_file}: field 'temperature': expected a positive number, got {temperature!r}")
-    session = onnx_session(onnx_path)
-    names = [i.name for i in session.get_inputs()]
-    outputs = [o.name for o in session.get_outputs()]
-    if names != list(INPUTS) or outputs != list(OUTPUTS):
-        raise PolicyError(
-            f"{onnx_path}: expected inputs {list(INPUTS)} and outputs {list(OUTPUTS)}, got {names}, {outputs}"
-        )
-    digest = hashlib.sha256(onnx_path.read_bytes()).hexdigest()
-    loaded = StepwisePolicy(onnx_path, card, digest, session, float(temperature))
-    _CACHE[key] = loaded
-    return loaded
+    return policy_files.load(path if path is not None else DEFAULT_POLICY, POLICY_FILES, _CACHE, _loaded)
 
 
 def candidate_modes(samples: int) -> tuple[np.ndarray, np.ndarray]:
@@ -204,7 +189,7 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
         "objectives": [round(o, 6) for o in objectives],
     }
     if options.guard is not Guard.NONE:
-        build, guard_objective = _baseline(scenario, inst, options.guard, options)
+        build, guard_objective = guard_plan(scenario, inst, options.guard)
         info["guard_objective"] = round(guard_objective, 6)
         if guard_objective > max(objectives) + 1e-9:
             baseline = build()

@@ -29,20 +29,24 @@ __all__ = [
 
 # The Gymnasium environment, registered on import: gymnasium.make("GpuCluster-v0", scenario=...), and its
 # batched form: gymnasium.make_vec("GpuCluster-v0", num_envs=N, vectorization_mode="vector_entry_point", ...).
+# Without scenario=, a reset draws a day of one of the seven families (gpu_env.env.DEFAULT_SCENARIO).
 import gymnasium as _gymnasium
+
+from gpu_env.generators import FAMILIES as _FAMILIES
 
 if "GpuCluster-v0" not in _gymnasium.registry:
     _gymnasium.register(
         id="GpuCluster-v0",
         entry_point="gpu_env.list_env:make_env",
         vector_entry_point="gpu_env.batch.vector_env:GpuClusterVectorEnv",
+        kwargs={"scenario": tuple(_FAMILIES)},
     )
 # One day played live, a slot a step (agents.rolling.live_env; docs/environment.md, "The live day"): the rules
-# and the objective are gpu_env's, the live loop and its base planner the allocator's; its batched form (N days in
-# one call, optionally over worker processes) is agents.rolling.live_vector_env.
+# and the objective are gpu_env's, the live loop and its base planner the allocator's; make_vec gives Gymnasium's
+# own SyncVectorEnv (AsyncVectorEnv with workers=k) with sb3-contrib's action_masks() (agents.rolling.live_vector_env).
 if "GpuClusterLive-v0" not in _gymnasium.registry:
     _gymnasium.register(
         id="GpuClusterLive-v0",
         entry_point="agents.rolling.live_env:GpuClusterLiveEnv",
-        vector_entry_point="agents.rolling.live_vector_env:GpuClusterLiveVectorEnv",
+        vector_entry_point="agents.rolling.live_vector_env:make_live_vec",
     )

@@ -11,11 +11,15 @@ import numpy as np
 from gymnasium import spaces
 
 from gpu_env.episode import ActionLayout, ActionMode, Episode, InvalidActionError
+from gpu_env.generators import FAMILIES
 from gpu_env.observation import Encoder, Limits, shapes
 from gpu_env.sampler import ScenarioSampler, resolve_source
 from gpu_env.scenario import Scenario
 
 BaseCurvesFn = Callable[[Scenario], np.ndarray]
+
+DEFAULT_SCENARIO: tuple[str, ...] = tuple(FAMILIES)
+"""What ``scenario=`` defaults to: the seven generator families, each equally often, at their own sizes."""
 
 
 class InvalidAction(StrEnum):
@@ -52,8 +56,9 @@ class GpuClusterEnv(gym.Env):
     * ``actions="block"``: ``width = max_gpus``; the option is the block's first
       GPU. Every valid plan is reachable.
 
-    The last action, ``max_jobs * width``, is ADVANCE. ``action_masks()`` (the
-    sb3-contrib contract) and ``info["action_mask"]`` allow an action exactly when
+    The last action, ``max_jobs * width``, is ADVANCE. ``action_masks()`` (bool, the
+    sb3-contrib contract) and ``info["action_mask"]`` (int8, the form
+    ``env.action_space.sample(mask=info["action_mask"])`` takes) allow an action exactly when
     it keeps the plan valid (SPEC section 2) and the episode completable; ADVANCE
     is always allowed until the episode ends. A forbidden action changes nothing,
     earns 0 and sets ``info["invalid_action"]`` to the reason (``invalid_action="raise"``
@@ -99,7 +104,9 @@ class GpuClusterEnv(gym.Env):
     * ``scenario``: a path, a :class:`~gpu_env.scenario.Scenario`, a family name,
       a list of families (or (name, weight) pairs), a mapping
       ``{"families": ..., "gpus": [lo, hi], "jobs": [lo, hi]}`` or a
-      :class:`~gpu_env.sampler.ScenarioSampler`.
+      :class:`~gpu_env.sampler.ScenarioSampler`; default :data:`DEFAULT_SCENARIO`, the seven
+      generator families at their own sizes (``gym.make("GpuCluster-v0")`` draws a day of one of them
+      at each reset, seeded by ``reset(seed=...)``).
     * ``actions``: ``"fit"`` or ``"block"`` (through ``gymnasium.make``, ``"list"`` gives
       :class:`gpu_env.list_env.GpuClusterListEnv`, the learned planner's action space).
     * ``trade_realtime``: placements may lower real-time curves (paying the
@@ -115,15 +122,17 @@ class GpuClusterEnv(gym.Env):
 
     ## Version History
 
-    * v0: initial version.
+    * v0: initial version; ``info["action_mask"]`` int8 (was bool) and a default ``scenario``.
 
     >>> import gymnasium as gym
     >>> import gpu_env
     >>> env = gym.make("GpuCluster-v0", scenario="training-heavy")
     >>> obs, info = env.reset(seed=0)
+    >>> env.action_space.seed(0)
+    0
     >>> done, ret = False, 0.0
     >>> while not done:
-    ...     action = int(np.flatnonzero(info["action_mask"])[0])
+    ...     action = env.action_space.sample(mask=info["action_mask"])
     ...     obs, reward, terminated, truncated, info = env.step(action)
     ...     ret += reward
     ...     done = terminated or truncated
@@ -139,7 +148,7 @@ class GpuClusterEnv(gym.Env):
 
     def __init__(
         self,
-        scenario: Any,
+        scenario: Any = DEFAULT_SCENARIO,
         *,
         actions: str = "fit",
         trade_realtime: bool = True,
@@ -287,7 +296,7 @@ class GpuClusterEnv(gym.Env):
     def _info(self, end: bool = False) -> dict[str, Any]:
         ep = self._require_episode()
         info: dict[str, Any] = {
-            "action_mask": ep.action_mask(),
+            "action_mask": ep.action_mask().astype(np.int8),  # what Discrete.sample(mask=) takes
             "clock": ep.clock,
             "objective": ep.objective,
             "reward_scale": self.reward_scale,

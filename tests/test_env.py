@@ -159,8 +159,50 @@ def test_registered_and_made_from_every_kind_of_source(tmp_path):
         env = gym.make("GpuCluster-v0", scenario=source)
         obs, info = env.reset(seed=0)
         assert env.observation_space.contains(obs)
-        assert info["action_mask"].dtype == bool and info["action_mask"].any()
+        assert info["action_mask"].dtype == np.int8 and info["action_mask"].any()
         env.close()
+
+
+def test_made_without_arguments_it_draws_days_of_the_seven_families_seeded_by_reset():
+    env = gym.make("GpuCluster-v0")
+    drawn = {env.reset(seed=seed)[1]["scenario"] for seed in range(40)}
+    assert drawn == set(FAMILIES)
+    again = gym.make("GpuCluster-v0")
+    for seed in (0, 7):
+        obs_a, info_a = env.reset(seed=seed)
+        obs_b, info_b = again.reset(seed=seed)
+        assert info_a["scenario"] == info_b["scenario"]
+        assert all(np.array_equal(obs_a[key], obs_b[key]) for key in obs_a)
+    assert GpuClusterEnv().source.limits() == resolve_source(list(FAMILIES)).limits()
+
+
+def test_the_info_mask_is_int8_and_action_masks_stays_bool_for_sb3_contrib():
+    env = gym.make("GpuCluster-v0", scenario="training-heavy")
+    _, info = env.reset(seed=0)
+    flat = env.unwrapped.action_masks()
+    assert info["action_mask"].dtype == np.int8 and flat.dtype == bool
+    assert np.array_equal(info["action_mask"].astype(bool), flat)
+
+
+@quiet(12)
+@given(
+    seed=st.integers(0, 10_000),
+    actions=st.sampled_from(["fit", "block"]),
+    family=st.sampled_from(sorted(FAMILIES)),
+)
+def test_every_action_sampled_under_the_info_mask_is_legal(seed, actions, family):
+    """``action_space.sample(mask=info["action_mask"])`` only draws actions the episode accepts; the plan is valid."""
+    env = gym.make("GpuCluster-v0", scenario=family, actions=actions, invalid_action="raise")
+    _, info = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    done = False
+    while not done:
+        action = env.action_space.sample(mask=info["action_mask"])
+        assert env.unwrapped.action_masks()[action]
+        _, _, terminated, truncated, info = env.step(action)  # a forbidden action would raise
+        done = terminated or truncated
+    assert terminated and not truncated
+    assert validate(env.unwrapped.episode.scenario, Plan.from_dict(info["plan"])) == []
 
 
 @pytest.mark.parametrize("actions", ["fit", "block"])
@@ -575,7 +617,7 @@ def test_observation_rows_and_padding():
 def test_invalid_actions_are_rejected_cleanly():
     env = make_env("training-heavy", actions="block")
     obs, info = env.reset(seed=0)
-    masked = int(np.flatnonzero(~info["action_mask"])[0])
+    masked = int(np.flatnonzero(info["action_mask"] == 0)[0])
     obs2, reward, terminated, truncated, info2 = env.step(masked)
     assert reward == 0.0 and not terminated and "invalid_action" in info2
     for key in obs:

@@ -14,11 +14,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpu_env  # noqa: F401  (registers the environments)
+from agents.learned.live_export import actor_logits
+from agents.policy_files import PolicyError
 from agents.rolling.anticipate import LIVE_FORECAST, AnticipatingPlanner, live_planner
 from agents.rolling.forecast import NoiseModel
 from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv, allowed, slot_rewards
 from agents.rolling.live_policy import HEADROOM, MAX_STARTS, action_nvec, decide_action, view
-from agents.rolling.live_ppo import POLICY, LivePolicyError, LivePPOPlanner, actor_logits, masked_argmax
+from agents.rolling.live_ppo import POLICY, LivePPOPlanner, masked_argmax
 from agents.rolling.runtimes import draw_runtimes
 from agents.rolling.simulation import realized_day, rolling
 from gpu_env.generators import FAMILIES, generate
@@ -126,6 +128,44 @@ def test_any_action_gives_a_plan_that_keeps_the_rules(family: str, seed: int, ac
         assert validate(info["result"].actual, info["result"].executed) == []
 
 
+def test_made_without_arguments_a_reset_seeds_the_day() -> None:
+    env = gym.make("GpuClusterLive-v0")
+    _, info = env.reset(seed=4)
+    _, again = gym.make("GpuClusterLive-v0").reset(seed=4)
+    about = ("family", "seed", "sigma", "runtime_model")
+    assert info["family"] in FAMILIES and info["seed"] in TRAIN_SEEDS
+    assert [info[k] for k in about] == [again[k] for k in about]
+    assert {tuple(env.reset(seed=s)[1][k] for k in about) for s in range(4)} != {tuple(info[k] for k in about)}
+
+
+def test_the_info_mask_is_a_tuple_of_int8_masks_and_action_masks_stays_flat() -> None:
+    env = GpuClusterLiveEnv(families=("realtime-diurnal",), baseline=None)
+    _, info = env.reset(seed=0)
+    masks = info["action_mask"]
+    assert isinstance(masks, tuple) and [len(m) for m in masks] == action_nvec().tolist()
+    assert all(m.dtype == np.int8 for m in masks)
+    flat = env.action_masks()
+    assert flat.dtype == bool and flat.shape == (int(action_nvec().sum()),)
+    np.testing.assert_array_equal(np.concatenate(masks).astype(bool), flat)
+
+
+@settings(max_examples=6, deadline=None)
+@given(family=st.sampled_from(sorted(FAMILIES)), seed=st.integers(0, 10_000))
+def test_every_action_sampled_under_the_info_mask_is_legal(family: str, seed: int) -> None:
+    """``action_space.sample(mask=info["action_mask"])`` draws only allowed values, to the day's last slot."""
+    env = gym.make("GpuClusterLive-v0", families=(family,), baseline=None)
+    _, info = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    done = False
+    while not done:
+        action = env.action_space.sample(mask=info["action_mask"])
+        assert all(info["action_mask"][d][v] == 1 for d, v in enumerate(action))
+        decide_action(env.unwrapped._view, action)  # raises on a value the mask forbids
+        _, _, done, _, info = env.step(action)
+        assert info["ignored"] == 0
+    assert validate(env.unwrapped.actual, info["result"].executed) == []
+
+
 def test_a_value_the_mask_forbids_is_read_as_zero_and_counted() -> None:
     env = GpuClusterLiveEnv(baseline=None)
     env.reset(seed=0, options={"family": "uniform-priority", "seed": 1, "sigma": 0.0, "runtime_model": "exact"})
@@ -192,15 +232,15 @@ def test_the_shipped_live_policy_plans_a_day_by_name_and_keeps_the_rules() -> No
 
 
 def test_a_missing_or_mismatched_policy_is_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(LivePolicyError, match="no live policy there"):
+    with pytest.raises(PolicyError, match="live policy file not found"):
         LivePPOPlanner.load(tmp_path / "none.onnx")
     onnx = tmp_path / "p.onnx"
     onnx.write_bytes(b"not onnx")
     (tmp_path / "p.json").write_text(json.dumps({"format": "gpualloc-live-policy/1", "spec": {"observation_size": 3}}))
-    with pytest.raises(LivePolicyError, match=r"spec\.observation_size: the policy was trained for 3"):
+    with pytest.raises(PolicyError, match=r"spec\.observation_size': the policy was trained for 3"):
         LivePPOPlanner.load(onnx)
     (tmp_path / "p.json").write_text("{")
-    with pytest.raises(LivePolicyError, match="card cannot be read"):
+    with pytest.raises(PolicyError, match="not a readable JSON policy card"):
         LivePPOPlanner.load(onnx)
 
 
@@ -234,7 +274,7 @@ def test_an_exported_live_policy_round_trips_into_a_new_model(tmp_path: Path) ->
     """export() then train_live.init_actor(): the new model's actor gives the same logits as the exported file."""
     torch = pytest.importorskip("torch")
     sb3_contrib = pytest.importorskip("sb3_contrib")
-    from agents.rolling.live_ppo import export
+    from agents.learned.live_export import export
     from train_live import init_actor
 
     env = GpuClusterLiveEnv(families=("mixed-control",), baseline=None)
@@ -269,5 +309,5 @@ def test_the_cli_names_a_missing_live_policy_in_one_line(monkeypatch, capsys, tm
     scenario = Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "mixed-control.yaml"
     code = cli.main(["simulate", str(scenario), "--scheduler", "live-ppo"])
     err = capsys.readouterr().err
-    assert code == 2 and "--scheduler live-ppo:" in err and "none.onnx: no live policy there" in err
+    assert code == 2 and "--scheduler live-ppo:" in err and "none.onnx: live policy file not found" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -1,4 +1,4 @@
-"""GpuClusterLive-v0's vector env: sub-days play as the single env, workers change nothing, errors reach the parent."""
+"""GpuClusterLive-v0 vectorized by Gymnasium: sub-days play as the single env, async changes nothing, masks sample."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import gpu_env  # noqa: F401  (registers the environments)
 from agents.rolling.live_env import GpuClusterLiveEnv
 from agents.rolling.live_policy import OBSERVATION_SIZE, action_nvec, action_offsets
-from agents.rolling.live_vector_env import GpuClusterLiveVectorEnv
+from agents.rolling.live_vector_env import LiveAsyncVectorEnv, LiveSyncVectorEnv, make_live_vec
 
 SMALL = {"families": ("mixed-control",), "sigma": 0.3, "runtime_model": "trace"}
 
@@ -22,7 +22,7 @@ def _random_masked(masks: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     )
 
 
-def _play(envs: GpuClusterLiveVectorEnv, seed: int, steps: int) -> list[tuple[np.ndarray, ...]]:
+def _play(envs: gym.vector.VectorEnv, seed: int, steps: int) -> list[tuple[np.ndarray, ...]]:
     """Reset with ``seed`` and take ``steps`` random masked steps: each call's arrays."""
     rng = np.random.default_rng(seed)
     obs, _ = envs.reset(seed=seed)
@@ -33,21 +33,37 @@ def _play(envs: GpuClusterLiveVectorEnv, seed: int, steps: int) -> list[tuple[np
     return out
 
 
-def test_make_vec_builds_it_with_the_single_envs_spaces_batched() -> None:
-    envs = gym.make_vec("GpuClusterLive-v0", num_envs=3, vectorization_mode="vector_entry_point", **SMALL)
-    assert isinstance(envs.unwrapped, GpuClusterLiveVectorEnv)
+def test_make_vec_builds_gymnasiums_own_vector_env_with_the_single_envs_spaces_batched() -> None:
+    envs = gym.make_vec("GpuClusterLive-v0", num_envs=3, **SMALL)
+    assert isinstance(envs.unwrapped, LiveSyncVectorEnv) and isinstance(envs.unwrapped, gym.vector.SyncVectorEnv)
     obs, info = envs.reset(seed=1)
     assert obs.shape == (3, OBSERVATION_SIZE) and obs.dtype == np.float32
     assert envs.action_masks().shape == (3, int(action_nvec().sum())) and envs.action_masks().dtype == bool
-    assert envs.action_space.shape == (3, len(action_nvec()))
-    assert info["action_mask"].shape == (3, int(action_nvec().sum())) and info["_slot"].all()
+    assert envs.single_action_space.shape == (len(action_nvec()),) and info["_slot"].all()
+    for i, day_mask in enumerate(info["action_mask"]):  # each day's tuple of int8 masks, as the single env's
+        assert all(m.dtype == np.int8 for m in day_mask)
+        np.testing.assert_array_equal(np.concatenate(day_mask).astype(bool), envs.action_masks()[i])
+        action = envs.single_action_space.sample(mask=day_mask)
+        assert all(day_mask[d][v] == 1 for d, v in enumerate(action))
     envs.close()
+
+
+def test_gymnasiums_plain_modes_work_and_read_the_masks_by_call() -> None:
+    for mode in ("sync", "async"):
+        envs = gym.make_vec("GpuClusterLive-v0", num_envs=2, vectorization_mode=mode, baseline=None, **SMALL)
+        try:
+            _, info = envs.reset(seed=3)
+            masks = np.stack(envs.call("action_masks"))
+            assert masks.shape == (2, int(action_nvec().sum()))
+            np.testing.assert_array_equal(masks, [np.concatenate(m).astype(bool) for m in info["action_mask"]])
+        finally:
+            envs.close()
 
 
 def test_each_sub_day_plays_as_the_single_env_with_its_seed_across_the_autoreset() -> None:
     """Day i of reset(seed=s) is the single env's reset(seed=s + i); after a day's end the next step restarts it."""
     n, seed = 2, 11
-    envs = GpuClusterLiveVectorEnv(n, baseline="greedy", **SMALL)
+    envs = make_live_vec(n, baseline="greedy", **SMALL)
     singles = [GpuClusterLiveEnv(baseline="greedy", **SMALL) for _ in range(n)]
     obs, _ = envs.reset(seed=seed)
     for i, single in enumerate(singles):
@@ -73,9 +89,10 @@ def test_each_sub_day_plays_as_the_single_env_with_its_seed_across_the_autoreset
     envs.close()
 
 
-def test_workers_give_the_same_arrays_as_in_process() -> None:
-    in_process = GpuClusterLiveVectorEnv(3, baseline="greedy", **SMALL)
-    pooled = GpuClusterLiveVectorEnv(3, baseline="greedy", workers=2, **SMALL)
+def test_async_workers_give_the_same_arrays_as_in_process() -> None:
+    in_process = make_live_vec(3, baseline="greedy", **SMALL)
+    pooled = make_live_vec(3, baseline="greedy", workers=2, **SMALL)
+    assert isinstance(pooled, LiveAsyncVectorEnv)
     try:
         for mine, theirs in zip(_play(in_process, 5, 6), _play(pooled, 5, 6), strict=True):
             for a, b in zip(mine, theirs, strict=True):
@@ -85,22 +102,23 @@ def test_workers_give_the_same_arrays_as_in_process() -> None:
         pooled.close()
 
 
-def test_a_workers_error_is_raised_in_the_parent_with_its_message_and_close_ends_the_workers() -> None:
-    envs = GpuClusterLiveVectorEnv(2, baseline=None, workers=2, **SMALL)
-    envs.reset(seed=0)
-    with pytest.raises(RuntimeError, match=r"live-day worker 0 .*action: expected 11 values, got 10"):
-        envs.step(np.zeros((2, 10), dtype=np.int64))
-    processes = list(envs._processes)
-    envs.close()
-    assert processes and not any(p.is_alive() for p in processes)
-    with pytest.raises(RuntimeError, match="closed"):
-        envs.step(np.zeros((2, 11), dtype=np.int64))
+@pytest.mark.filterwarnings("ignore::UserWarning")  # Gymnasium's own report of the worker's error
+def test_a_workers_error_is_raised_in_the_parent_with_its_message() -> None:
+    envs = make_live_vec(2, baseline=None, workers=1, **SMALL)
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=r"action: expected 11 values, got 10"):
+            envs.step(np.zeros((2, 10), dtype=np.int64))
+    finally:
+        envs.close()
 
 
 def test_the_single_envs_refusals_and_bad_counts_are_refused() -> None:
     with pytest.raises(ValueError, match="families"):
-        GpuClusterLiveVectorEnv(2, families=("no-such-family",))
+        make_live_vec(2, families=("no-such-family",))
     with pytest.raises(ValueError, match="workers"):
-        GpuClusterLiveVectorEnv(2, workers=-1)
+        make_live_vec(2, workers=-1)
     with pytest.raises(ValueError, match="num_envs"):
-        GpuClusterLiveVectorEnv(0)
+        make_live_vec(0)
+    with pytest.raises(RuntimeError, match="reset"):
+        make_live_vec(1, **SMALL).action_masks()

@@ -8,8 +8,10 @@ around the forecast (``NoiseModel(sigma)``), and jobs end at their actual runtim
 
 A step is one slot. The observation and the action are :mod:`agents.rolling.live_policy`'s: what a live
 system knows at the slot, and a hold bit per start-now job of the base plan with a headroom level per app.
-The base planner places everything else, and the masks (``action_masks()``, and ``info["action_mask"]``)
-are the rules: a value a mask forbids is read as 0 (:func:`allowed`). The reward of a step is what its
+The base planner places everything else, and the masks are the rules: ``action_masks()`` (the dimensions'
+bool masks concatenated, sb3-contrib's contract) and ``info["action_mask"]`` (a tuple of one int8 mask per
+dimension, what ``env.action_space.sample(mask=info["action_mask"])`` takes). A value a mask forbids is read
+as 0 (:func:`allowed`). The reward of a step is what its
 slot of the realized day earns (:func:`~agents.rolling.live_policy.slot_reward`): with ``baseline=None``
 the rewards of an episode add up to the executed day's objective. With ``baseline="greedy"`` (the default
 for training) each slot's reward has rolling greedy's reward of the same slot of the same day taken off,
@@ -36,6 +38,7 @@ from agents.rolling.live_policy import (
     action_nvec,
     action_offsets,
     decide_action,
+    dimension_masks,
     inherited_value,
     slot_reward,
     view,
@@ -173,7 +176,7 @@ class GpuClusterLiveEnv(gym.Env):
             if self.baseline == "greedy":
                 info["greedy_objective"] = self.greedy_objective
             obs = np.zeros(OBSERVATION_SIZE, dtype=np.float32)
-            info["action_mask"] = np.ones(int(action_nvec().sum()), dtype=bool)
+            info["action_mask"] = dimension_masks(np.ones(int(action_nvec().sum()), dtype=bool))
         else:
             self._observe()
             obs = self._view.observation.copy()  # type: ignore[union-attr]
@@ -194,7 +197,8 @@ class GpuClusterLiveEnv(gym.Env):
         self._view = view(state, self._live.t, ran, base=self.base)  # type: ignore[union-attr]
 
     def _info(self) -> dict[str, Any]:
-        return {**self._about, "slot": self._live.t, "action_mask": self._view.mask.copy()}  # type: ignore[union-attr]
+        mask = dimension_masks(self._view.mask)  # type: ignore[union-attr]
+        return {**self._about, "slot": self._live.t, "action_mask": mask}  # type: ignore[union-attr]
 
 
 def allowed(slot: SlotView, action: np.ndarray | Sequence[int]) -> tuple[np.ndarray, int]:

@@ -70,6 +70,12 @@ def action_offsets() -> np.ndarray:
     return np.concatenate([[0], np.cumsum(nvec)[:-1]]).astype(np.int64)
 
 
+def dimension_masks(mask: np.ndarray) -> tuple[np.ndarray, ...]:
+    """A concatenated mask split per action dimension, int8: what ``MultiDiscrete.sample(mask=)`` takes."""
+    nvec = action_nvec()
+    return tuple(np.asarray(mask[o : o + n], dtype=np.int8) for o, n in zip(action_offsets(), nvec, strict=True))
+
+
 @dataclass
 class SlotView:
     """One slot as a live policy sees it, and what its decision is built from.
