@@ -100,7 +100,7 @@ error quantile at the newsvendor ratio (:func:`agents.rolling.hedge.newsvendor_f
 LIVE: dict[str, tuple[bool, str, str]] = {
     "anticipate": (True, "auto", "anticipate"),
     "anticipate-nohist": (False, "auto", "anticipate"),
-    "anticipate-corrector": (True, "corrector", "anticipate"),
+    "anticipate-residual": (True, "residual", "anticipate"),
     "anticipate-backtest": (True, "backtest", "anticipate"),
     "anticipate-record": (True, "record", "anticipate"),
     "anticipate-point": (True, "point", "anticipate"),
@@ -108,9 +108,9 @@ LIVE: dict[str, tuple[bool, str, str]] = {
     "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
     "live-ppo": (False, "corrector", "live-ppo"),
 }
-"""The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: the corrected
-forecast one error level above, the level measured from what the correction leaves; ``corrector``: rolling
-greedy's, the level measured from the raw errors; ``backtest``: the forecast and margin that cost least on the past
+"""The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: rolling greedy's,
+the corrected forecast one error level above, the level measured from the raw errors; ``residual``: the same with
+the level measured from what the correction leaves; ``backtest``: the forecast and margin that cost least on the past
 days played as if live; ``record``: the same, updated by today's record; ``point``: the corrected forecast, no
 margin; :func:`agents.rolling.anticipate.forecast_of`), the live planner's name: the expectation rule, or the
 consensus vote it replaced; ``live-ppo`` reads no history at run time: its training days were the families' past,
@@ -121,6 +121,7 @@ LIVE_OPTIONS: dict[str, dict[str, Any]] = {
     "anticipate-fast": {"rollout": "fast"},
     "anticipate-no-hedges": {"margins": ()},
     "anticipate-no-future-plans": {"future_plans": 0},
+    "anticipate-record-fast": {"forecaster": {"prior_cells": 12.0}},
 }
 """Variants of ``anticipate`` that change one setting of its rule, for the ablations of docs/rolling.md:
 ``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-residual-futures`` futures whose spread is what
@@ -128,7 +129,7 @@ the level correction leaves (:class:`agents.rolling.demand.DemandModel`'s ``spre
 one sweep, ``-no-hedges`` no plans at margins around the point forecast among the candidates, ``-no-future-plans``
 no plans of sampled futures among them."""
 for _name in LIVE_OPTIONS:
-    LIVE[_name] = LIVE["anticipate"]
+    LIVE[_name] = LIVE["anticipate-record" if "forecaster" in LIVE_OPTIONS[_name] else "anticipate"]
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
 """The information limit: each live variant told the actual demand of the whole day (``--oracle``), name -> the
 variant. Its forecaster is :class:`ActualDemand`; ``anticipate-histfc-oracle`` differs from ``anticipate-oracle``
@@ -159,7 +160,7 @@ def with_oracles(planners: Sequence[str]) -> tuple[str, ...]:
 DEFAULT_LIVE = (
     "anticipate",
     "anticipate-nohist",
-    "anticipate-corrector",
+    "anticipate-residual",
     "anticipate-backtest",
     "anticipate-histfc",
     "anticipate-consensus",
@@ -352,6 +353,8 @@ def live_scheduler(
         if "spread" in changes and planner.demand is not None:
             planner = replace(planner, demand=replace(planner.demand, spread=changes.pop("spread")))
         changes.pop("spread", None)
+        if "forecaster" in changes:
+            planner = replace(planner, forecaster=replace(planner.forecaster, **changes.pop("forecaster")))
         planner = replace(planner, **changes)
         if name in ORACLE:
             planner = told_the_day(planner, realized)
@@ -1151,9 +1154,8 @@ LIVE_COLOURS = {
     "anticipate-fast": "#7f7f7f",
     "anticipate-no-hedges": "#dbdb8d",
     "anticipate-no-future-plans": "#9edae5",
-    "anticipate-corrector": "#8c564b",
-    "anticipate-point-oracle": "#8a3f74",
-    "anticipate-corrector-oracle": "#4f2f29",
+    "anticipate-record-fast": "#f7b6d2",
+    "anticipate-residual": "#8c564b",
     "anticipate-histfc": "#9467bd",
     "anticipate-consensus": "#ff7f0e",
     "anticipate-oracle": "#7f0000",
@@ -1335,9 +1337,9 @@ def report(
         "among its candidates) fitted from "
         f"{settings.history_days} past days of the same family (other seeds, their demand as it happened at "
         "the same σ); "
-        "`anticipate-nohist`: the same without history; `anticipate-corrector`: with rolling greedy's forecast "
-        "(its margin from the raw errors); `anticipate-backtest`: with the forecast and margin that cost least "
-        "on the past days played as if live; `anticipate-histfc`: with the demand forecaster fitted "
+        "`anticipate-nohist`: the same without history; `anticipate-residual`: with the forecast's margin "
+        "measured from what the level correction leaves; `anticipate-backtest`: with the forecast and margin that "
+        "cost least on the past days played as if live; `anticipate-histfc`: with the demand forecaster fitted "
         "from the past days; `anticipate-consensus`: the former vote over "
         "futures of arrivals, with the history. The live planners see only the time limits, "
         "as shipped (sampling runtimes in the futures measured worse: docs/rolling.md)."

@@ -80,8 +80,8 @@ __all__ = [
 DEFAULT_SAMPLES = 8
 """Futures per cycle as shipped."""
 LARGE_CLUSTER = 128
-"""From this many GPUs the live planner's base is ppo (2-4x faster than greedy there; docs/learned-mode.md)
-and it samples half the futures."""
+"""From this many GPUs the live planner's base is ppo (2-4x faster than greedy there; docs/learned-mode.md),
+it samples half the futures, races them to twice that at most, weighs two hedges and one future's plan."""
 DEFAULT_FILL_Z = 5.0
 """An app is raised into idle GPUs up to its forecast plus this many relative error SDs (docs/rolling.md)."""
 DEFAULT_THRESHOLD = 0.5
@@ -94,6 +94,8 @@ DEFAULT_MIN_GAIN = 0.002
 DEFAULT_MARGINS = (-1.0, 0.0, 1.0, 2.0)
 """Expectation: the hedge both ways: error levels around the point forecast whose plans' starts are candidates
 (-1: about the 16th percentile of the demand paths; docs/rolling.md)."""
+LARGE_MARGINS = (-1.0, 1.0)
+"""Expectation, from :data:`LARGE_CLUSTER` GPUs: the hedges weighed (below and above the point forecast)."""
 DEFAULT_MOST_SAMPLES = 16
 """Expectation: futures a close race may spend (the first ``samples`` for every candidate)."""
 DEFAULT_FUTURE_PLANS = 2
@@ -612,7 +614,7 @@ def forecast_of(
 ) -> Corrector | HistoryForecaster | HedgedForecaster | ChosenForecast:
     """The live planner's demand forecast by name (:func:`live_planner`'s ``forecast``)."""
     if name == "auto":
-        name = "residual"
+        name = "corrector"
     if name == "corrector":
         return LIVE_FORECAST
     if name == "residual":
@@ -681,6 +683,9 @@ def live_planner(
     if day is not None and name != "anticipate-consensus":  # the vote as it was measured: arrivals alone
         demand = DemandModel.fit(history, day) if history else DemandModel.observed_only(len(day.apps))
     rule = "consensus" if name == "anticipate-consensus" else "expectation"
-    return AnticipatingPlanner(
+    planner = AnticipatingPlanner(
         base, arrivals, runtimes, samples, DEFAULT_THRESHOLD, seed, name, forecaster, rule=rule, demand=demand
     )
+    if large:  # a plan costs 50-200 ms there: fewer extra candidates, the race at most twice the first futures
+        planner = replace(planner, most_samples=2 * samples, margins=LARGE_MARGINS, future_plans=1)
+    return planner
