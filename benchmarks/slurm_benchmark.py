@@ -700,6 +700,11 @@ def run_day(
                 failed = [f"{c.kind} {c.target}: {why}" for c, why in result.commit.failed]
                 record |= {"ms": round(result.timings["total"], 1), "plan_ms": round(result.timings["plan"], 1),
                            "started": len(result.decision.start_now)}  # fmt: skip
+                shared = [c.summary() for c in result.changes if c.kind == "share"]
+                if shared:  # apps sharing a node, changed together (docs/slurm.md, real-time capacity)
+                    record["shared"] = shared
+                if result.commit.above_plan:
+                    record["above_plan"] = dict(result.commit.above_plan)
             except SlurmError as exc:  # recorded, and the day goes on (as the loop would)
                 failed = [f"cycle failed: {exc}"]
                 for app in scenario.apps:
