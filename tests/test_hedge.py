@@ -13,8 +13,10 @@ from agents.rolling.anticipate import AnticipatingPlanner, live_planner
 from agents.rolling.demand import DemandModel
 from agents.rolling.forecast import Corrector, observed_error_level, residual_error_level
 from agents.rolling.hedge import (
+    ChosenForecast,
     HedgedForecaster,
     choose_forecast,
+    forecast_by_record,
     hedged_demand,
     newsvendor_forecaster,
     newsvendor_ratio,
@@ -262,9 +264,12 @@ def test_the_backtest_prefers_the_history_where_the_days_follow_it_and_the_forec
 def test_live_planner_forecasts_by_name() -> None:
     days = _days(_noisy_curves(4, 1))
     day = _days([[20] * 12])[0]
-    assert isinstance(live_planner(history=days, day=day).forecaster, HedgedForecaster)
+    assert live_planner(history=days, day=day).forecaster == Corrector()  # the default: rolling greedy's
+    assert live_planner(history=days, day=day, forecast="residual").forecaster == Corrector(spread="residual")
+    assert isinstance(live_planner(history=days, day=day, forecast="backtest").forecaster, HedgedForecaster)
+    assert isinstance(live_planner(history=days, day=day, forecast="record").forecaster, ChosenForecast)
     assert isinstance(live_planner(history=days, day=day, forecast="point").forecaster, HedgedForecaster)
-    assert isinstance(live_planner(day=day).forecaster, Corrector)
+    assert live_planner(day=day).forecaster == Corrector()
     with pytest.raises(ValueError, match="needs past days"):
         live_planner(day=day, forecast="backtest")
     with pytest.raises(ValueError, match="unknown forecast"):
@@ -305,3 +310,32 @@ def test_the_newsvendor_ratio_and_quantile_hand_worked() -> None:
     F = np.array([[20] * 6])
     planned = hedge.forecast(F, np.array([[30, 30]]), 2, 64)
     assert planned.shape == (1, 4) and (planned >= 20).all()
+
+
+def test_todays_record_hands_a_day_on_its_forecast_back_to_the_plain_correction() -> None:
+    """The past days stray from the forecast, so their record favours a margin; today runs exactly on the
+    forecast, and with the past counting as 6 cells, today's record takes the choice to a forecast with no
+    margin within a few slots (the corrected forecast and the blend are both exact here at margin 0)."""
+    days = _days(_noisy_curves(6, 4))
+    day = _days([[20] * 12])[0]
+    chooser = forecast_by_record(days, day, prior_cells=6.0)
+    F = day.demand
+    first = chooser.options[chooser.choose(F, F, 0, 64)]
+    assert first.margin > 0
+    later = chooser.options[chooser.choose(F, F, 8, 64)]
+    assert later.margin == 0
+    chooser.forecast(F, F, 8, 64)
+    assert chooser.label == later.label
+
+
+def test_the_greedy_rollout_is_worth_what_its_plan_scores() -> None:
+    """The futures' rollouts read greedy's own objective: the same number the metrics pass gives its plan."""
+    from agents import greedy
+    from gpu_env.generators import generate
+
+    for family in ("mixed-control", "training-heavy", "priority-inversion"):
+        for seed in range(3):
+            scenario = generate(family, 4100 + seed)
+            assert greedy.solve(scenario).objective == pytest.approx(
+                run_scheduler("greedy", scenario).metrics.objective, rel=1e-9, abs=1e-9
+            )

@@ -417,6 +417,7 @@ def forecast_by_record(
     margins: Sequence[float] = MARGINS,
     leads: int = BACKTEST_LEADS,
     worth: float | None = None,
+    prior_cells: float = 8.0 * BACKTEST_LEADS,
 ) -> ChosenForecast:
     """Every point forecast at every margin with its record on the past days, chosen among by that record and today's.
 
@@ -433,7 +434,7 @@ def forecast_by_record(
         options.append(_fitted(point, float(margin), curves, F, None))
         history.append(loss * record.days / max(record.cells[label], 1))
     penalties = np.array([app.penalty for app in day.apps], dtype=np.float64)
-    return ChosenForecast(tuple(options), np.array(history), penalties, worth, leads)
+    return ChosenForecast(tuple(options), np.array(history), penalties, worth, leads, prior_cells)
 
 
 # ----------------------------------------------------------------------------- the simple hedge
