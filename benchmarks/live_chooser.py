@@ -144,6 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-days", type=int, default=4)
     parser.add_argument("--valid-days", type=int, default=2)
     parser.add_argument("--sigma", type=float, default=0.3)
+    parser.add_argument("--tie", type=float, default=0.002, help="share of the base's value a label must gain")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     started = time.time()
@@ -152,8 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(args.train_days):
             cycles += label_day(family, 60000 + k, args.sigma)
         print(f"labelled {family}: {len(cycles)} cycles ({time.time() - started:.0f} s)", flush=True)
-    targets = [c.target(0.002) for c in cycles]
-    chooser = fit(cycles)
+    targets = [c.target(args.tie) for c in cycles]
+    chooser = fit(cycles, tie=args.tie)
     train_hits = np.mean([chooser.choose(c.features) == t for c, t in zip(cycles, targets, strict=True)])
     rows = []
     for family in FAMILIES:
@@ -167,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         "# A chooser learned from hindsight labels, against the expectation rule",
         "",
         f"- Command: `PYTHONPATH=. .venv/bin/python benchmarks/live_chooser.py --train-days {args.train_days} "
-        f"--valid-days {args.valid_days} --sigma {args.sigma:g}`",
+        f"--valid-days {args.valid_days} --sigma {args.sigma:g} --tie {args.tie:g}`",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}; {time.time() - started:.0f} s",
         "",
         f"Training: {args.train_days} days per family (seeds 60000..), forecast error {args.sigma:g}, exact runtimes, "
