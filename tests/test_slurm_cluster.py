@@ -618,7 +618,8 @@ def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:
         assert manual.returncode == 0, manual.stderr
         _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the job to start (by the cycle or the loop)")
 
-        with Lock(Path(config.state_dir) / WRITER, "the test, as a writer mid-commit"):
+        # the loop may be mid-commit itself (a job's state changed): the test waits its turn as any writer does
+        with Lock(Path(config.state_dir) / WRITER, "the test, as a writer mid-commit", wait=HANG_GUARD):
             held = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
             waiting = subprocess.Popen(
                 [*cli, "cycle", "--config", str(path), "--wait", str(HANG_GUARD)],
