@@ -178,8 +178,8 @@ def with_forecast(
         state,
         apps=apps,
         error_level=tuple(float(x) for x in observed_error_level(F, seen, now)),
-        day_forecast=tuple(tuple(int(x) for x in row) for row in F),
-        observed=tuple(tuple(int(x) for x in row) for row in seen),
+        day_forecast=tuple(map(tuple, F.tolist())),
+        observed=tuple(map(tuple, seen.tolist())),
     )
 
 

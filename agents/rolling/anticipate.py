@@ -119,7 +119,8 @@ class Candidate:
     """One decision for this slot: the plan of the state it comes from (its slot 0 is the decision).
 
     Attributes:
-        label: What it is (``the base plan``, ``holding j``, ``holding all``, ``headroom 1``, ``the fill``).
+        label: What it is (``the base plan``, ``holding j``, ``holding all``, ``margin -1``, ``the plan of future 0``,
+            ``the fill``).
         plan: A valid plan of the state.
         starts: Its slot-0 starts of queued jobs.
         app_gpus: GPUs each app gets now, in the state's app order.
@@ -355,12 +356,12 @@ class AnticipatingPlanner:
 
         Args:
             scenario: The state as a scenario.
-            state: The state (its error level sets the headroom).
+            state: The state (its error level sets the hedges' spread without the day's record).
             now: The slot of the day.
             plain: The base planner's plan of the state.
             filled: The same with its curves raised into idle GPUs (:func:`fill_idle`; ``plain`` without the fill).
             demand: What the demand model reads (:meth:`_demand_inputs`; None: the state's error level sets
-                the headroom).
+                the hedges' spread).
             options: Passed to the base planner.
             elapsed: Slots each running job has run (the futures planned whole draw runtimes from it).
         """

@@ -430,7 +430,7 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
     }
     out: list[Change] = []
     for change in planned:
-        if change.kind == "share":
+        if change.kind in ("share", "reserve"):
             node = change.nodes[0]
             if node in fresh.left_alone:
                 result.failed.append((change, f"not changed: node {node} is left alone now: {fresh.left_alone[node]}"))
@@ -438,27 +438,14 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
             if node in taken and change.wanted > change.held_now:
                 result.failed.append((change, f"not grown: {_stale(node, taken[node])}"))
                 continue
-            now = tuple((r.name, piece_gpus(config, r, node)) for r in node_pieces(snapshot, fresh.pieces, node))
+            if change.kind == "share":
+                pieces, whose = node_pieces(snapshot, fresh.pieces, node), "the apps' reservations"
+            else:
+                pieces, whose = fresh.pieces.get(change.app, {}).get(node, ()), "its reservations"
+            now = tuple((r.name, piece_gpus(config, r, node)) for r in pieces)
             if now != change.pieces:
                 result.failed.append(
-                    (change, f"not changed: the apps' reservations on {node} changed since the snapshot "
-                     f"({_pieces_text(change.pieces)} then, {_pieces_text(now)} now); the next cycle plans from them")
-                )  # fmt: skip
-                continue
-            out.append(change)
-            continue
-        if change.kind == "reserve":
-            node = change.nodes[0]
-            if node in fresh.left_alone:
-                result.failed.append((change, f"not changed: node {node} is left alone now: {fresh.left_alone[node]}"))
-                continue
-            if node in taken and change.wanted > change.held_now:
-                result.failed.append((change, f"not grown: {_stale(node, taken[node])}"))
-                continue
-            now = tuple((r.name, piece_gpus(config, r, node)) for r in fresh.pieces.get(change.app, {}).get(node, ()))
-            if now != change.pieces:
-                result.failed.append(
-                    (change, f"not changed: its reservations on {node} changed since the snapshot "
+                    (change, f"not changed: {whose} on {node} changed since the snapshot "
                      f"({_pieces_text(change.pieces)} then, {_pieces_text(now)} now); the next cycle plans from them")
                 )  # fmt: skip
                 continue
