@@ -470,7 +470,7 @@ def _with_margin(forecaster: Any, args: argparse.Namespace) -> Any:
         return replace(forecaster, margin=args.margin)
     raise CliError(
         f"--correction and --margin set the corrector; --forecast {args.forecast} has its own "
-        "(--forecast point or backtest take --margin)"
+        "(--forecast corrector, residual, point or backtest take --margin)"
     )
 
 
