@@ -52,13 +52,13 @@ if str(ROOT) not in sys.path:
 from agents.learned.live_export import actor_logits, export, prefer_base  # noqa: E402
 from agents.rolling.allocator import Decision  # noqa: E402
 from agents.rolling.anticipate import LIVE_FORECAST, live_planner  # noqa: E402
+from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv  # noqa: E402
 from agents.rolling.live_policy import HEADROOM, MAX_STARTS, SlotView, action_nvec, decide_action, view  # noqa: E402
 from agents.rolling.live_ppo import POLICY, masked_argmax  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import LiveDay, realized_day  # noqa: E402
-from benchmarks.online_benchmark import past_days  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 
 HISTORY_DAYS = 8

@@ -40,10 +40,10 @@ from agents.learned.chooser import Chooser, LabelledCycle, as_decision, candidat
 from agents.registry import run_scheduler  # noqa: E402
 from agents.rolling.allocator import ClusterState, Decision  # noqa: E402
 from agents.rolling.anticipate import AnticipatingPlanner, live_planner  # noqa: E402
+from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import LiveDay, realized_day  # noqa: E402
-from benchmarks.online_benchmark import past_days  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 

@@ -41,6 +41,7 @@ if str(ROOT) not in sys.path:
 
 import agents.rolling.anticipate as anticipate  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
+from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import Corrector, NoiseModel  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
@@ -86,7 +87,7 @@ def play_day(task: tuple[str, int, float, str, dict[str, dict[str, Any]]]) -> di
     family, seed, sigma, model, variants = task
     day = generate(family, seed)
     settings = bench.Settings(sigmas=(sigma,), runtimes=(model,), planners=("greedy",))
-    past = bench.past_days(family, day.gpus, seed, settings.history_days, sigma)
+    past = past_days(family, day.gpus, seed, settings.history_days, sigma)
     runtimes = draw_runtimes(day, model, seed)
     realized = realized_day(day, NoiseModel(sigma).draw(day, seed), runtimes)
     reference = bench.hindsight(realized, settings)["reference"]
@@ -96,7 +97,7 @@ def play_day(task: tuple[str, int, float, str, dict[str, dict[str, Any]]]) -> di
         history = past
         if spec.get("history_from") == "another family":  # the model wrong: the history of another cluster
             other = FAMILIES_ORDER[(FAMILIES_ORDER.index(family) + 1) % len(FAMILIES_ORDER)]
-            history = bench.past_days(other, day.gpus, seed, settings.history_days, sigma)
+            history = past_days(other, day.gpus, seed, settings.history_days, sigma)
             spec = {k: v for k, v in spec.items() if k != "history_from"}
         scheduler: Any = "greedy" if name == "rolling greedy" else planner_for(spec, day, history, seed)
         corrector = Corrector() if name == "rolling greedy" else None

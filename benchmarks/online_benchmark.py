@@ -74,7 +74,8 @@ from agents.registry import SCHEDULERS, available_schedulers, run_scheduler  # n
 from agents.report.statistics import mean_ci  # noqa: E402
 from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER, live_planner  # noqa: E402
 from agents.rolling.decisions import CAUSES, LATE_SLACK, late_starts  # noqa: E402
-from agents.rolling.forecast import Corrector, NoiseModel, with_demand  # noqa: E402
+from agents.rolling.drawn_history import history_seeds, past_days  # noqa: E402
+from agents.rolling.forecast import Corrector, NoiseModel  # noqa: E402
 from agents.rolling.hedge import newsvendor_forecaster  # noqa: E402
 from agents.rolling.hindsight import plan_hindsight  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
@@ -138,9 +139,6 @@ ONE_POINT = 0.01
 """One point of the hindsight optimum: the moonshot's distance to the information limit."""
 LIVE_PLANNER = "anticipate"
 """The live planner the targets are about: jobs at submission, with the history."""
-HISTORY_SEED_OFFSET = 10_000_000
-MAX_HISTORY_DAYS = 100
-"""Past day k of the day with seed s has seed ``HISTORY_SEED_OFFSET + s * MAX_HISTORY_DAYS + k``."""
 TIMING_KEYS = ("cycle_ms", "hindsight_ms", "wall_s")
 """What differs between two runs of the same day: everything else is reproducible."""
 EPS = 1e-9
@@ -215,30 +213,6 @@ class Settings:
 
 
 # ----------------------------------------------------------------------------- one day
-
-
-def history_seeds(seed: int, days: int) -> list[int]:
-    """Seeds of the past days of the day with this seed: never a played seed below ``HISTORY_SEED_OFFSET``."""
-    if not 0 <= days <= MAX_HISTORY_DAYS:
-        raise ValueError(f"history days: expected 0..{MAX_HISTORY_DAYS}, got {days}")
-    return [HISTORY_SEED_OFFSET + seed * MAX_HISTORY_DAYS + k for k in range(days)]
-
-
-def past_days(
-    family: str, gpus: int, seed: int, days: int, sigma: float, num_jobs: int | None = None
-) -> list[Scenario]:
-    """The history of the day with this seed: other days of its family, each with the demand that happened.
-
-    Each past day is drawn as a day of its own (``generate`` with its seed, at ``gpus`` GPUs) and its
-    forecast replaced by its actual demand at the same forecast error (``NoiseModel(sigma).draw`` with its
-    seed): the record of what happened, as a cluster's log would hold it.
-    """
-    out = []
-    for past_seed in history_seeds(seed, days):
-        past = generate(family, past_seed, gpus=gpus, num_jobs=num_jobs)
-        demand = NoiseModel(sigma).draw(past, past_seed)
-        out.append(with_demand(past, demand, f"{past.name}-past-{past_seed}"))
-    return out
 
 
 def hindsight(realized: Scenario, settings: Settings) -> dict[str, Any]:

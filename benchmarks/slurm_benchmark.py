@@ -65,6 +65,7 @@ sys.path.insert(0, str(ROOT))
 
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
+from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day  # noqa: E402
@@ -133,7 +134,7 @@ def part_cycle(
     config = _config([{**app, "initial": 6}])  # served at its demand already (no reservation yet)
     history = root / "cycle-history"  # the live planner's: 8 past days of the family, whose arrivals it samples
     history.mkdir(parents=True, exist_ok=True)
-    for k, past in enumerate(online_benchmark.past_days("mixed-control", 32, 0, HISTORY_DAYS, 0.3)):
+    for k, past in enumerate(past_days("mixed-control", 32, 0, HISTORY_DAYS, 0.3)):
         day = {**past.to_dict(), "realtime": [{**app, "initial": 6}]}  # the configuration's app, its forecast
         save_scenario(scenario_from_dict(day), history / f"2000-01-{k + 1:02d}.yaml")
     live_config = replace(config, history_dir=str(history), history_days=HISTORY_DAYS)
@@ -583,7 +584,7 @@ def run_day(
         actual = NoiseModel(live.sigma).draw(scenario, seed)
         runtimes = draw_runtimes(scenario, live.runtime_model, seed)
         history_dir.mkdir(parents=True, exist_ok=True)
-        past = online_benchmark.past_days(family, scenario.gpus, seed, HISTORY_DAYS, live.sigma)
+        past = past_days(family, scenario.gpus, seed, HISTORY_DAYS, live.sigma)
         for k, day in enumerate(past):
             save_scenario(day, history_dir / f"2000-01-{k + 1:02d}.yaml")
 
@@ -798,7 +799,7 @@ def _score_day(raw: dict[str, Any]) -> dict[str, Any]:
         runtimes = draw_runtimes(forecast, live["runtime_model"], raw["seed"])
         scenario = realized_day(forecast, demand, runtimes)
         if raw["slots"] == forecast.slots:
-            past = online_benchmark.past_days(raw["family"], forecast.gpus, raw["seed"], HISTORY_DAYS, live["sigma"])
+            past = past_days(raw["family"], forecast.gpus, raw["seed"], HISTORY_DAYS, live["sigma"])
             settings = online_benchmark.Settings(planners=(live["scheduler"], "greedy"))
             extra["hindsight"] = online_benchmark.hindsight(scenario, settings)
             for name in dict.fromkeys((live["scheduler"], "greedy")):

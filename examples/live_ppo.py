@@ -48,12 +48,12 @@ if str(ROOT) not in sys.path:
 import gpu_env  # noqa: E402, F401  (registers GpuClusterLive-v0)
 from agents.learned.live_export import actor_logits, prefer_base  # noqa: E402
 from agents.rolling.anticipate import live_planner  # noqa: E402
+from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.live_env import GpuClusterLiveEnv  # noqa: E402
 from agents.rolling.live_ppo import POLICY, masked_argmax  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
-from benchmarks.online_benchmark import past_days  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
 

@@ -199,7 +199,7 @@ def test_the_same_seed_draws_the_same_days_and_the_same_rewards() -> None:
 def test_training_days_are_never_the_days_the_benchmarks_score() -> None:
     """Played days have seeds below 100,000 (the benchmarks' 70,000 on): neither they nor their past days (the
     history seeds online_benchmark draws for them) are ever a training or a validation day."""
-    from benchmarks.online_benchmark import history_seeds
+    from agents.rolling.drawn_history import history_seeds
 
     assert set(TRAIN_SEEDS).isdisjoint(VALIDATION_SEEDS)
     largest_past_day = max(history_seeds(99_999, 100))

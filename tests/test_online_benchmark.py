@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import benchmarks.online_benchmark as bench
+from agents.rolling.drawn_history import history_seeds, past_days
 from agents.rolling.forecast import NoiseModel
 from agents.rolling.runtimes import draw_runtimes
 from agents.rolling.simulation import realized_day
@@ -72,10 +73,10 @@ def test_every_planner_meets_the_same_realized_day(day, rows):
 
 
 def test_history_is_other_days():
-    seeds = bench.history_seeds(70_000, 8)
+    seeds = history_seeds(70_000, 8)
     assert len(set(seeds)) == 8 and min(seeds) > 70_000 + 1_000
-    past = bench.past_days("training-heavy", 8, SEED, 2, 0.3, num_jobs=4)
-    assert [p.seed for p in past] == bench.history_seeds(SEED, 2)
+    past = past_days("training-heavy", 8, SEED, 2, 0.3, num_jobs=4)
+    assert [p.seed for p in past] == history_seeds(SEED, 2)
 
 
 def test_report_and_figure_are_written(rows, tmp_path):
@@ -174,7 +175,7 @@ def test_the_oracle_twin_is_told_the_realized_day(day):
     demand = NoiseModel(0.3).draw(day, SEED)
     runtimes = draw_runtimes(day, "trace", SEED)
     realized = realized_day(day, demand, runtimes)
-    past = bench.past_days("training-heavy", day.gpus, SEED, SETTINGS.history_days, 0.3, num_jobs=4)
+    past = past_days("training-heavy", day.gpus, SEED, SETTINGS.history_days, 0.3, num_jobs=4)
     planner, corrector, _ = bench.live_scheduler("anticipate-oracle", day, realized, past, "trace", SEED, SETTINGS)
     assert planner.name == "anticipate-oracle" and corrector is None  # rolling takes planner.forecaster
     assert isinstance(planner.forecaster, bench.ActualDemand)
