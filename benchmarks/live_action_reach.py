@@ -30,13 +30,13 @@ if str(ROOT) not in sys.path:
 from agents.rolling.anticipate import LIVE_FORECAST, live_planner  # noqa: E402
 from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
+from agents.rolling.live_labels import hindsight_action, play_base  # noqa: E402
 from agents.rolling.live_policy import decide_action, view  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import LiveDay, realized_day, rolling  # noqa: E402
 from benchmarks.online_benchmark import Settings, hindsight  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
-from train_live import hindsight_action, play_base  # noqa: E402
 
 SETTINGS = ((0.0, "exact"), (0.3, "trace"))
 

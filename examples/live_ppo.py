@@ -1,8 +1,8 @@
 """Train a live policy: MaskablePPO on GpuClusterLive-v0, then play fresh days against the shipped live planner.
 
 Read it top to bottom (CleanRL's habit): the arguments, the environment, the model, training with
-TensorBoard, then fresh days played by the trained policy beside rolling greedy, the shipped live planner
-(``anticipate``, fitted from 8 past days of the family) and the shipped live policy (``live-ppo``).
+TensorBoard, then fresh days played by the trained policy beside rolling greedy and the shipped live planner
+(``anticipate``, fitted from 8 past days of the family).
 
     PYTHONPATH=. .venv/bin/python examples/live_ppo.py                       # the defaults (50k timesteps)
     PYTHONPATH=. .venv/bin/python examples/live_ppo.py --timesteps 5000 --families mixed-control --seed 3
@@ -21,8 +21,8 @@ What it does:
 * **Seeds**: the same ``--seed`` gives the same days, the same network and the same numbers (torch on one
   thread, on the CPU).
 * **The model file**: ``RUN_DIR/model.zip`` is SB3's own format (pickled Python objects), for
-  ``MaskablePPO.load`` in your own code; the allocator never unpickles a file. ``train_live.py`` trains the
-  shipped policy the same way and exports it to ONNX with a card, which ``live-ppo`` plans with.
+  ``MaskablePPO.load`` in your own code; the allocator never unpickles a file. (The project's own learned live
+  planner chooses among ``anticipate``'s candidates instead of learning raw actions: ``train_live.py``.)
 * **Evaluation** (``--eval``, the default): ``--days`` fresh days per family (seeds 90,000 on, which no
   training draws), at ``--sigma`` with ``--runtime-model``; each executed day is checked by the validator
   against its realized day.
@@ -46,12 +46,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import gpu_env  # noqa: E402, F401  (registers GpuClusterLive-v0)
-from agents.learned.live_export import actor_logits, prefer_base  # noqa: E402
 from agents.rolling.anticipate import live_planner  # noqa: E402
 from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
 from agents.rolling.live_env import GpuClusterLiveEnv  # noqa: E402
-from agents.rolling.live_ppo import POLICY, masked_argmax  # noqa: E402
+from agents.rolling.live_policy import action_offsets, masked_argmax  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
@@ -136,18 +135,33 @@ def train(args: Args) -> MaskablePPO:
     return model
 
 
+def actor_logits(policy: Any, observation: torch.Tensor) -> torch.Tensor:
+    """The actor's logits of a MaskablePPO policy (flat Box observation, MultiDiscrete action), unmasked."""
+    features = policy.extract_features(observation, policy.pi_features_extractor)
+    return policy.action_net(policy.mlp_extractor.forward_actor(features))
+
+
+def prefer_base(policy: Any, prior: float) -> None:
+    """Raise the logit of each dimension's value 0 (start as planned, no headroom) by ``prior``.
+
+    A policy that starts from the base decision: its values are e^prior times likelier than each other value.
+    """
+    with torch.no_grad():
+        policy.action_net.bias[torch.as_tensor(action_offsets())] += prior
+
+
 # ---------------------------------------------------------------------------------------------- fresh days
 
 
 def act(model: MaskablePPO, obs: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """The policy's action, as ``live-ppo`` takes it: the most likely allowed value of each dimension."""
+    """The policy's action: the most likely allowed value of each dimension."""
     with torch.no_grad():
         logits = actor_logits(model.policy, torch.as_tensor(obs, dtype=torch.float32).reshape(1, -1))
     return masked_argmax(logits.numpy().reshape(-1).astype(np.float64), mask)
 
 
 def fresh_days(model: MaskablePPO, args: Args) -> list[dict[str, Any]]:
-    """Each fresh day played by the trained policy, rolling greedy, ``anticipate`` and ``live-ppo``."""
+    """Each fresh day played by the trained policy, rolling greedy and ``anticipate``."""
     rows = []
     env = GpuClusterLiveEnv(baseline=None)
     for family in (f for f in args.families.split(",") if f):
@@ -175,8 +189,6 @@ def fresh_days(model: MaskablePPO, args: Args) -> list[dict[str, Any]]:
                 "valid": validate(actual, trained.executed) == [],
                 "plan": trained.executed,
             }
-            if POLICY.is_file():
-                row["live-ppo"] = rolling(day, live_planner("live-ppo"), actual, runtimes=runtimes).metrics.objective
             rows.append(row)
     return rows
 
@@ -189,7 +201,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if not args.eval:
         return []
     rows = fresh_days(model, args)
-    columns = ["trained", "greedy", "anticipate"] + (["live-ppo"] if POLICY.is_file() else [])
+    columns = ["trained", "greedy", "anticipate"]
     print(f"\nfresh days at sigma {args.sigma:g}, {args.runtime_model} runtimes (objective; ratio to rolling greedy)")
     print("| family | seed | " + " | ".join(columns) + " |")
     print("| --- | ---: | " + " | ".join("---:" for _ in columns) + " |")

@@ -1,10 +1,8 @@
-"""GpuClusterLive-v0 and the live-ppo planner: the rules as masks, rewards that add up to the day, seeding."""
+"""GpuClusterLive-v0: the rules as masks, rewards that add up to the day, seeding."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -14,13 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpu_env  # noqa: F401  (registers the environments)
-from agents.learned.live_export import actor_logits
-from agents.policy_files import PolicyError
-from agents.rolling.anticipate import LIVE_FORECAST, AnticipatingPlanner, live_planner
+from agents.rolling.anticipate import LIVE_FORECAST, AnticipatingPlanner
 from agents.rolling.forecast import NoiseModel
 from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv, allowed, slot_rewards
-from agents.rolling.live_policy import HEADROOM, MAX_STARTS, action_nvec, decide_action, view
-from agents.rolling.live_ppo import POLICY, LivePPOPlanner, masked_argmax
+from agents.rolling.live_policy import HEADROOM, MAX_STARTS, action_nvec, decide_action, masked_argmax, view
 from agents.rolling.runtimes import draw_runtimes
 from agents.rolling.simulation import realized_day, rolling
 from gpu_env.generators import FAMILIES, generate
@@ -206,7 +201,7 @@ def test_training_days_are_never_the_days_the_benchmarks_score() -> None:
     assert largest_past_day < min(TRAIN_SEEDS) and max(TRAIN_SEEDS) < min(VALIDATION_SEEDS)
 
 
-# ----------------------------------------------------------------------------- the live-ppo planner
+# ----------------------------------------------------------------------------- acting under the mask
 
 
 def test_masked_argmax_takes_the_largest_allowed_value_of_each_dimension() -> None:
@@ -219,95 +214,3 @@ def test_masked_argmax_takes_the_largest_allowed_value_of_each_dimension() -> No
     logits[2 * MAX_STARTS + 2] = 1.0  # the first app's headroom level 2
     action = masked_argmax(logits, mask)
     assert action[0] == 1 and action[1] == 0 and action[MAX_STARTS] == 2
-
-
-@pytest.mark.skipif(not POLICY.is_file(), reason="no shipped live policy (agents/policies/live.onnx)")
-def test_the_shipped_live_policy_plans_a_day_by_name_and_keeps_the_rules() -> None:
-    planner = live_planner("live-ppo")
-    day, actual, runtimes = _day("mixed-control", 70_001, 0.3, "trace")
-    sim = rolling(day, planner, actual, runtimes=runtimes)  # validates every slot's plan
-    assert validate(actual, sim.executed) == [] and len(planner.policy_ms) == day.slots
-    again = rolling(day, live_planner("live-ppo"), actual, runtimes=runtimes)
-    assert again.metrics.objective == sim.metrics.objective
-
-
-def test_a_missing_or_mismatched_policy_is_one_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(PolicyError, match="live policy file not found"):
-        LivePPOPlanner.load(tmp_path / "none.onnx")
-    onnx = tmp_path / "p.onnx"
-    onnx.write_bytes(b"not onnx")
-    (tmp_path / "p.json").write_text(json.dumps({"format": "gpualloc-live-policy/1", "spec": {"observation_size": 3}}))
-    with pytest.raises(PolicyError, match=r"spec\.observation_size': the policy was trained for 3"):
-        LivePPOPlanner.load(onnx)
-    (tmp_path / "p.json").write_text("{")
-    with pytest.raises(PolicyError, match="not a readable JSON policy card"):
-        LivePPOPlanner.load(onnx)
-
-
-def test_the_experts_decision_becomes_the_action_that_stands_for_it() -> None:
-    """anticipate's chosen candidate as the live action: its holds as hold bits, its headroom as every app's level."""
-    from dataclasses import replace
-
-    from train_live import expert_action
-
-    env = GpuClusterLiveEnv(baseline=None)
-    env.reset(seed=0, options={"family": "mixed-control", "seed": 3, "sigma": 0.3, "runtime_model": "trace"})
-    slot = env._view
-    while len(slot.starts) < 2:  # a slot with two start-now jobs
-        env.step(np.zeros(len(action_nvec()), dtype=np.int64))
-        slot = env._view
-    base = decide_action(slot, np.zeros(len(action_nvec()), dtype=np.int64))
-    first, second = slot.starts[0].job, slot.starts[1].job
-    assert expert_action(slot, base).tolist() == [0] * len(action_nvec())
-    held = expert_action(slot, replace(base, chosen=f"holding {second}"))
-    assert held[:2].tolist() == [0, 1] and held[2:].sum() == 0
-    every = expert_action(slot, replace(base, chosen="holding all"))
-    assert every[: len(slot.starts)].tolist() == [1] * len(slot.starts)
-    level = expert_action(slot, replace(base, chosen="headroom 2"))
-    assert level[MAX_STARTS : MAX_STARTS + len(slot.state.apps)].tolist() == [HEADROOM.index(2.0)] * len(
-        slot.state.apps
-    )
-    assert first != second
-
-
-def test_an_exported_live_policy_round_trips_into_a_new_model(tmp_path: Path) -> None:
-    """export() then train_live.init_actor(): the new model's actor gives the same logits as the exported file."""
-    torch = pytest.importorskip("torch")
-    sb3_contrib = pytest.importorskip("sb3_contrib")
-    from agents.learned.live_export import export
-    from train_live import init_actor
-
-    env = GpuClusterLiveEnv(families=("mixed-control",), baseline=None)
-    first = sb3_contrib.MaskablePPO("MlpPolicy", env, seed=0, device="cpu")
-    with torch.no_grad():  # distinct biases (fresh ones are all zero, and the exporter merges equal constants)
-        for name, value in first.policy.named_parameters():
-            if name.endswith("bias"):
-                value.uniform_(-0.1, 0.1)
-    export(first.policy, tmp_path / "p.onnx", {"note": "test"})
-    second = sb3_contrib.MaskablePPO("MlpPolicy", env, seed=1, device="cpu")
-    init_actor(second.policy, tmp_path / "p.onnx")
-    obs, _ = env.reset(seed=0, options={"seed": 1, "sigma": 0.3, "runtime_model": "trace"})
-    x = torch.as_tensor(obs).reshape(1, -1)
-
-    def logits(policy):
-        with torch.no_grad():
-            return actor_logits(policy, x).numpy()
-
-    assert np.allclose(logits(first.policy), logits(second.policy))
-    planner = LivePPOPlanner.load(tmp_path / "p.onnx")
-    assert planner.card["note"] == "test"
-    (onnx_logits,) = planner._session.run(None, {"observation": obs.reshape(1, -1)})
-    assert np.allclose(onnx_logits, logits(first.policy), atol=1e-5)
-
-
-def test_the_cli_names_a_missing_live_policy_in_one_line(monkeypatch, capsys, tmp_path: Path) -> None:
-    """``gpualloc simulate --scheduler live-ppo`` without a policy file: one line naming the file, exit 2."""
-    from agents import cli
-    from agents.rolling import live_ppo
-
-    monkeypatch.setattr(live_ppo, "POLICY", tmp_path / "none.onnx")
-    scenario = Path(__file__).resolve().parents[1] / "configs" / "scenarios" / "mixed-control.yaml"
-    code = cli.main(["simulate", str(scenario), "--scheduler", "live-ppo"])
-    err = capsys.readouterr().err
-    assert code == 2 and "--scheduler live-ppo:" in err and "none.onnx: live policy file not found" in err
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

@@ -13,7 +13,7 @@ import pytest
 
 from agents import policy_files, ppo, stepwise
 from agents.policy_files import PolicyError, PolicyFile, PolicyKind
-from agents.rolling import live_ppo
+from agents.rolling import chooser
 from gpu_env.generators import generate
 from gpu_env.scenario import save_scenario
 
@@ -32,11 +32,11 @@ KINDS: dict[str, tuple[str, Callable[[Any], Any], Callable[[dict[str, Any]], Non
         lambda card: card["observation_spec"].update(window=1),
         "observation_spec",
     ),
-    "live-ppo": (
-        "live.onnx",
-        live_ppo.load_policy,
-        lambda card: card["spec"].update(max_starts=2),
-        "spec.max_starts",
+    "live-chooser": (
+        "live_chooser.onnx",
+        chooser.load_policy,
+        lambda card: card["spec"]["features"].pop(),
+        "spec.features",
     ),
 }
 
@@ -116,7 +116,7 @@ def test_a_second_load_of_the_same_file_version_is_a_cache_hit(kind, monkeypatch
 
 
 def test_the_shared_loader_checks_in_order_and_caches_what_the_planner_builds(tmp_path: Path) -> None:
-    shutil.copy(SHIPPED / "live.onnx", tmp_path / "p.onnx")
+    shutil.copy(SHIPPED / "default.onnx", tmp_path / "p.onnx")
     card = tmp_path / "p.json"
     card.write_text(json.dumps({"format": "test/1", "ok": True}))
     checked, built = [], []

@@ -346,16 +346,30 @@ def test_history_days_are_read_newest_last(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(
-    not (Path(__file__).resolve().parents[1] / "agents" / "policies" / "live.onnx").is_file(),
-    reason="no shipped live policy",
+    not (Path(__file__).resolve().parents[1] / "agents" / "policies" / "live_chooser.onnx").is_file(),
+    reason="no shipped live chooser",
 )
-def test_the_live_policy_trained_by_ppo_runs_the_loop_by_name(tmp_path: Path) -> None:
-    """``--scheduler live-ppo``: the loop's cycle plans with the trained live policy, validated like any plan."""
-    config = config_from_dict(_app_config(tmp_path))
+def test_the_learned_chooser_runs_the_loop_by_name_with_four_apps(tmp_path: Path, monkeypatch) -> None:
+    """``--scheduler live-ppo`` with four real-time apps: the loop's cycle plans with the shipped chooser, every
+    plan validated; the chooser reads the slot of the day as the simulator does (``now`` of ``day_slots``)."""
+    from agents.rolling import chooser
+
+    apps = [{"name": f"app{i}", "demand": [1] * 8, "ramp": 8, "penalty": 10, "anchor": "day"} for i in range(4)]
+    config = config_from_dict({**_config(tmp_path), "realtime": apps})
     fake = FakeSlurm()
     fake.queue = [pending("1", 2), pending("2", 4)]
     begins = DayClock.of(config).day_begins(NOW)
-    result = loop.cycle(config, fake, LiveSetup(name="live-ppo"), now=begins + 60, observe=lambda _c: ({"chat": 3}, []))
+    seen: list[tuple[int, int]] = []
+    real = chooser.ChooserPlanner.decide
+
+    def spy(self, state, now, elapsed=None, options=None):  # type: ignore[no-untyped-def]
+        seen.append((now, self.day_slots))
+        return real(self, state, now, elapsed, options)
+
+    monkeypatch.setattr(chooser.ChooserPlanner, "decide", spy)
+    observe = lambda _c: ({f"app{i}": 1 for i in range(4)}, [])  # noqa: E731
+    result = loop.cycle(config, fake, LiveSetup(name="live-ppo"), now=begins + 2 * HOUR + 60, observe=observe)
     summary = result.lines[-1]
-    assert summary["scheduler"] == "live-ppo" and summary["observed"] == {"chat": 3} and result.failed == 0
+    assert summary["scheduler"] == "live-ppo" and result.failed == 0
     assert validate(result.decision.scenario, result.decision.plan) == []
+    assert seen == [(2, config.day_slots)]

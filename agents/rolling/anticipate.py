@@ -57,7 +57,7 @@ from agents.rolling.hedge import (
     today_level,
 )
 from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
-from agents.rolling.race import choose, race
+from agents.rolling.race import RaceResult, choose, race
 from agents.rolling.runtimes import RuntimeSampler
 from gpu_env.objective import shortfall_penalty
 from gpu_env.plan import Placement, Plan
@@ -110,8 +110,8 @@ defaults, no prior), so that its base decision is rolling greedy's; the uncertai
 drawn into the futures (:class:`DemandModel`) and hedged by the expectation rule (docs/rolling.md)."""
 LIVE_PLANNERS = ("anticipate", "anticipate-ppo", "anticipate-consensus", "live-ppo")
 """The live planners by name: expectation over sampled futures with greedy, or with ppo, as the base planner;
-the consensus vote with greedy; ``live-ppo``, the slot decisions of a policy trained by PPO on
-GpuClusterLive-v0 (:mod:`agents.rolling.live_ppo`)."""
+the consensus vote with greedy; ``live-ppo``, ``anticipate``'s candidates ranked by the chooser network trained
+by ``train_live.py`` (:mod:`agents.rolling.chooser`)."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +143,71 @@ class Candidate:
     def key(self) -> tuple[frozenset[tuple[str, tuple[int, ...]]], tuple[int, ...]]:
         """The decision itself: which jobs start now on which GPUs, and each app's GPUs now."""
         return frozenset((p.job, tuple(p.gpus)) for p in self.starts), self.app_gpus
+
+
+@dataclass
+class Weighing:
+    """One cycle of the expectation rule: the candidates and what the sampled futures said of them.
+
+    Attributes:
+        scenario: The state as a scenario.
+        expired: Jobs whose deadline passed (as :meth:`ClusterState.to_scenario` gives them).
+        base: The base decision (greedy with the fill, as shipped).
+        candidates: The decisions weighed, the base decision first (empty: nothing was sampled).
+        race: What the race over the futures decided (None: one candidate or none, no race).
+    """
+
+    scenario: Scenario
+    expired: tuple[str, ...]
+    base: Decision
+    candidates: list[Candidate]
+    race: RaceResult | None
+
+    @property
+    def pick(self) -> int:
+        """The race's pick: the candidate the expectation rule commits (0: the base decision)."""
+        return 0 if self.race is None else self.race.best
+
+    def gain(self, pick: int) -> tuple[float, float, int]:
+        """A candidate's mean paired gain over the base decision, its standard error, and the futures compared.
+
+        The race's own figures for its pick; for another candidate, over the futures both were scored in.
+        """
+        if self.race is None or pick == 0:
+            return 0.0, 0.0, 0 if self.race is None else self.race.futures
+        if pick == self.race.best:
+            return self.race.gain, self.race.se, self.race.futures
+        values = self.race.values
+        both = ~np.isnan(values[pick]) & ~np.isnan(values[0])
+        diff = values[pick, both] - values[0, both]
+        n = int(diff.size)
+        se = float(diff.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+        return (float(diff.mean()) if n else 0.0), se, n
+
+    def decision(self, pick: int | None = None) -> Decision:
+        """The decision of candidate ``pick`` (None: the race's pick), with the why of a departure."""
+        pick = self.pick if pick is None else pick
+        decision = self.base
+        if self.race is not None:
+            decision.futures = self.race.futures
+        if pick == 0:
+            return decision
+        chosen = self.candidates[pick]
+        gain, se, futures = self.gain(pick)
+        out = decision_from_plan(self.scenario, chosen.plan, self.expired)
+        out.chosen = chosen.label
+        out.futures = futures
+        out.margin = chosen.label if chosen.label.startswith("margin ") else decision.margin
+        base_jobs = {p.job for p in decision.start_now}
+        new_jobs = {p.job for p in chosen.starts}
+        note = f"over {futures} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
+        out.why = {job: f"held: {note}" for job in sorted(base_jobs - new_jobs)}
+        out.why.update({job: f"started: {note}" for job in sorted(new_jobs - base_jobs)})
+        apps = zip(self.scenario.apps, self.candidates[0].app_gpus, chosen.app_gpus, strict=True)
+        for app, before, after in apps:
+            if before != after:
+                out.why[app.name] = f"{after} GPUs now instead of {before}: {note}"
+        return out
 
 
 @dataclass(frozen=True)
@@ -242,23 +307,48 @@ class AnticipatingPlanner:
             elapsed: Slots each running job has run so far (job id -> slots; missing: 0).
             options: Passed to the base planner.
         """
+        if self.rule == "expectation":
+            return self.weigh(state, now, elapsed, options).decision()
         scenario, expired = state.to_scenario()
         plain = run_scheduler(self.base, scenario, options)
-        filled = self._filled(scenario, plain, state, now)
-        plan = filled if self.base_fill else plain
+        plan = self._filled(scenario, plain, state, now) if self.base_fill else plain
         decision = decision_from_plan(scenario, plan, expired)
         decision.margin = self.margin_label
         demand = self._demand_inputs(state, now, scenario)
-        if not self.anticipates and demand is None:
+        if (not self.anticipates and demand is None) or not decision.start_now:
             return decision
-        if self.rule == "consensus":
-            if not decision.start_now:
-                return decision
-            futures = [self._future(scenario, now, elapsed or {}, demand, k) for k in range(self.samples)]
-            return self._consensus(scenario, plan, decision, futures, expired, options)
+        futures = [self._future(scenario, now, elapsed or {}, demand, k) for k in range(self.samples)]
+        return self._consensus(scenario, plan, decision, futures, expired, options)
+
+    def weigh(
+        self,
+        state: ClusterState,
+        now: int,
+        elapsed: Mapping[str, int] | None = None,
+        options: PlanOptions | None = None,
+    ) -> Weighing:
+        """The expectation rule's candidates for the state, raced over the sampled futures (:func:`race`).
+
+        What :meth:`decide` commits is :meth:`Weighing.decision` of the race's pick; a chooser may commit
+        another candidate of the same weighing (:mod:`agents.rolling.chooser`).
+
+        Args:
+            state: The cluster now.
+            now: The slot of the day.
+            elapsed: Slots each running job has run so far.
+            options: Passed to the base planner.
+        """
+        scenario, expired = state.to_scenario()
+        plain = run_scheduler(self.base, scenario, options)
+        filled = self._filled(scenario, plain, state, now)
+        decision = decision_from_plan(scenario, filled if self.base_fill else plain, expired)
+        decision.margin = self.margin_label
+        demand = self._demand_inputs(state, now, scenario)
+        if not self.anticipates and demand is None:
+            return Weighing(scenario, expired, decision, [], None)
         candidates = self.candidates(scenario, state, now, plain, filled, demand, options, elapsed or {})
         if len(candidates) == 1:
-            return decision
+            return Weighing(scenario, expired, decision, candidates, None)
         futures: list[Scenario] = []
 
         def value(c: int, k: int) -> float:
@@ -266,7 +356,17 @@ class AnticipatingPlanner:
                 futures.append(self._future(scenario, now, elapsed or {}, demand, len(futures)))
             return self.value(futures[k], candidates[c], options)
 
-        return self._expectation(scenario, decision, candidates, value, expired)
+        result = race(
+            value,
+            len(candidates),
+            first=self.samples,
+            most=max(self.samples, self.most_samples),
+            confidence=self.confidence,
+            min_gain=self.min_gain,
+            min_share=self.min_share,
+            corrected=self.corrected,
+        )
+        return Weighing(scenario, expired, decision, candidates, result)
 
     # ------------------------------------------------------------------------- the two rules
 
@@ -303,43 +403,6 @@ class AnticipatingPlanner:
         if isinstance(f, Corrector):
             return f"corrected + {f.margin:g}" + (" (raw)" if f.spread == "raw" and f.margin else "")
         return type(f).__name__
-
-    def _expectation(
-        self,
-        scenario: Scenario,
-        decision: Decision,
-        candidates: Sequence[Candidate],
-        value: Any,
-        expired: tuple[str, ...],
-    ) -> Decision:
-        result = race(
-            value,
-            len(candidates),
-            first=self.samples,
-            most=max(self.samples, self.most_samples),
-            confidence=self.confidence,
-            min_gain=self.min_gain,
-            min_share=self.min_share,
-            corrected=self.corrected,
-        )
-        decision.futures = result.futures
-        if result.best == 0:
-            return decision
-        best, gain, se = result.best, result.gain, result.se
-        chosen = candidates[best]
-        out = decision_from_plan(scenario, chosen.plan, expired)
-        out.chosen = chosen.label
-        out.futures = result.futures
-        out.margin = chosen.label if chosen.label.startswith("margin ") else decision.margin
-        base_jobs = {p.job for p in decision.start_now}
-        new_jobs = {p.job for p in chosen.starts}
-        note = f"over {result.futures} futures, {chosen.label} earns {gain:.4g} more (± {se:.2g}) than the base plan"
-        out.why = {job: f"held: {note}" for job in sorted(base_jobs - new_jobs)}
-        out.why.update({job: f"started: {note}" for job in sorted(new_jobs - base_jobs)})
-        for app, before, after in zip(scenario.apps, candidates[0].app_gpus, chosen.app_gpus, strict=True):
-            if before != after:
-                out.why[app.name] = f"{after} GPUs now instead of {before}: {note}"
-        return out
 
     def candidates(
         self,
@@ -670,10 +733,13 @@ def live_planner(
     """
     if name not in LIVE_PLANNERS:
         raise ValueError(f"unknown live planner {name!r} (expected one of: {', '.join(LIVE_PLANNERS)})")
-    if name == "live-ppo":  # the policy trained by PPO on GpuClusterLive-v0 (its training days were its history)
-        from agents.rolling.live_ppo import LivePPOPlanner
+    if name == "live-ppo":  # anticipate's candidates, ranked by the shipped chooser network
+        from agents.rolling.chooser import ChooserPlanner
 
-        return LivePPOPlanner.load()  # type: ignore[return-value]
+        inner = live_planner(
+            "anticipate", history=history, day=day, runtimes=runtimes, samples=samples, seed=seed, forecast=forecast
+        )
+        return ChooserPlanner.load(inner, day.slots if day is not None else 24, name=name)  # type: ignore[return-value]
     large = day is not None and day.gpus >= LARGE_CLUSTER
     base = "ppo" if name == "anticipate-ppo" or large else "greedy"
     if large:

@@ -282,3 +282,15 @@ def _features(
         sum(len(r.gpus) for r in state.running if r.remaining == 1) / G,
     ]
     return np.clip(np.asarray(out, dtype=np.float32), LOW, HIGH)
+
+
+def masked_argmax(logits: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Per action dimension, the index of the largest logit among the values the (flat) mask allows."""
+    nvec = action_nvec()
+    out = np.zeros(len(nvec), dtype=np.int64)
+    at = 0
+    for i, n in enumerate(nvec):
+        part = np.where(mask[at : at + n], logits[at : at + n], -np.inf)
+        out[i] = int(np.argmax(part))
+        at += n
+    return out
