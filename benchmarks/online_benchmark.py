@@ -107,15 +107,15 @@ LIVE: dict[str, tuple[bool, str, str]] = {
     "anticipate-point": (True, "point", "anticipate"),
     "anticipate-histfc": (True, "history", "anticipate"),
     "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
-    "live-ppo": (False, "corrector", "live-ppo"),
+    "live-ppo": (True, "auto", "live-ppo"),
 }
 """The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: rolling greedy's,
 the corrected forecast one error level above, the level measured from the raw errors; ``residual``: the same with
 the level measured from what the correction leaves; ``backtest``: the forecast and margin that cost least on the past
 days played as if live; ``record``: the same, updated by today's record; ``point``: the corrected forecast, no
 margin; :func:`agents.rolling.anticipate.forecast_of`), the live planner's name: the expectation rule, or the
-consensus vote it replaced; ``live-ppo`` reads no history at run time: its training days were the families' past,
-GpuClusterLive-v0's seeds)."""
+consensus vote it replaced; ``live-ppo``: ``anticipate``'s candidates and race, the learned chooser's pick
+committed, :mod:`agents.rolling.chooser`)."""
 LIVE_OPTIONS: dict[str, dict[str, Any]] = {
     "anticipate-fixed": {"most_samples": 8, "corrected": False},
     "anticipate-residual-futures": {"spread": "residual"},
