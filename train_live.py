@@ -16,9 +16,10 @@ network from what the sampled futures say of each. Read top to bottom. Usage::
    labelled and added, and the network is fitted again on all of it.
 4. **PPO**: ``--ppo-rounds`` times, the chooser draws its choices from its softmax on the training days, each
    choice's realized gain over the race's pick is its advantage (:func:`agents.learned.chooser.ppo_update`).
-5. **Selection.** Every stage's network (the imitated one included) plays the validation days; the one with the
-   best mean ratio to ``anticipate`` on the same days is kept, and the card records every stage's figures and
-   departure rate.
+5. **Selection.** Every stage's network (the imitated one included) plays the validation days at each margin of
+   :data:`MARGINS` (the score by which its top candidate must beat the race's pick to be committed); the pair
+   with the best mean ratio to ``anticipate`` on the same days is kept, and the card records every pair's
+   figures and departure rate.
 6. **Export** of the kept network to ONNX with its card (:func:`agents.learned.chooser.export_onnx`).
 
 Days are played where ``--parallel`` / ``--ray`` say (:mod:`agents.fanout`); progress is printed per stage.
@@ -53,12 +54,17 @@ VALID_SEED = 61000
 """First seed of the training and the validation days (the live benchmark plays 70000.. and 98000..)."""
 
 
+MARGINS = (0.0, 1.0, 2.0, 4.0)
+"""The margins over the race's pick (in score) each stage's network is validated with (:class:`ChooserPlanner`)."""
+
+
 @dataclass
 class Stage:
-    """One stage's network and what it scored on the validation days."""
+    """One stage's network, a margin, and what they scored on the validation days."""
 
     name: str
     scorer: NumpyScorer
+    margin: float = 0.0
     ratio: float = 0.0
     worst: float = 0.0
     departures: float = 0.0
@@ -78,9 +84,16 @@ def play(
     *,
     label: bool = False,
     draw_seed: int = 0,
+    margin: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Each day played by ``mode`` where the backend runs it: objective, departures and (labelled) cycles."""
-    params = {"mode": mode, "label": label, "draw_seed": draw_seed, "scorer": scorer.to_dict() if scorer else None}
+    params = {
+        "mode": mode,
+        "label": label,
+        "draw_seed": draw_seed,
+        "margin": margin,
+        "scorer": scorer.to_dict() if scorer else None,
+    }
     tasks = [
         Task(f"{f}-{s}", "live-chooser", s, params={"family": f, "sigma": sigma, "runtime": r, **params})
         for f, s, sigma, r in specs
@@ -97,8 +110,8 @@ def cycles_of(rows: Sequence[dict[str, Any]]) -> list[Cycle]:
 
 
 def validate_stage(stage: Stage, specs: Sequence[Any], anticipate: np.ndarray, backend: Any) -> None:
-    """The stage's network plays the validation days; its ratio to ``anticipate`` on each, and departures."""
-    rows = play(specs, "argmax", stage.scorer, backend)
+    """The stage's network plays the validation days at its margin; its ratio to ``anticipate``, and departures."""
+    rows = play(specs, "argmax", stage.scorer, backend, margin=stage.margin)
     ratio = np.array([r["objective"] for r in rows]) / np.maximum(anticipate, 1e-9)
     cycles = sum(len(r["cycles"]) for r in rows)
     stage.ratio, stage.worst = float(ratio.mean()), float(ratio.min())
@@ -183,16 +196,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"PPO round {k + 1}: {len(drawn)} drawn choices, {info['departures']:.1%} not the race's pick, "
             f"mean realized gain over it {info['mean_gain']:+.4f}"
         )
+    stages = [Stage(s.name, s.scorer, margin) for s in stages for margin in MARGINS]
     for stage in stages:
         validate_stage(stage, valid, anticipate, backend)
         say(
-            f"{stage.name}: {stage.ratio:.4f} of anticipate (worst day {stage.worst:.3f}), "
+            f"{stage.name}, margin {stage.margin:g}: {stage.ratio:.4f} of anticipate (worst day {stage.worst:.3f}), "
             f"departs {stage.departures:.1%}"
         )
     best = max(stages, key=lambda s: s.ratio)
-    say(f"kept: {best.name}")
+    say(f"kept: {best.name}, margin {best.margin:g}")
     card = {
         "kept": best.name,
+        "margin": best.margin,
         "validation": [vars(s) | {"scorer": None} for s in stages],
         "base_on_validation": float(np.mean(base / anticipate)),
         "settings": {k: (shown(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},

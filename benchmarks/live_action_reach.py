@@ -30,11 +30,11 @@ if str(ROOT) not in sys.path:
 from agents.rolling.anticipate import LIVE_FORECAST, live_planner  # noqa: E402
 from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
+from agents.rolling.hindsight import benchmark_reference  # noqa: E402
 from agents.rolling.live_labels import hindsight_action, play_base  # noqa: E402
 from agents.rolling.live_policy import decide_action, view  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import LiveDay, realized_day, rolling  # noqa: E402
-from benchmarks.online_benchmark import Settings, hindsight  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
 
@@ -68,7 +68,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed-base", type=int, default=95_000)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    settings = Settings()
     rows = []
     began = time.perf_counter()
     for sigma, model in SETTINGS:
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                 day = generate(family, seed)
                 runtimes = draw_runtimes(day, model, seed)
                 actual = realized_day(day, NoiseModel(sigma).draw(day, seed), runtimes)
-                best = hindsight(actual, settings)["reference"]
+                best = benchmark_reference(actual)
                 planner = live_planner(
                     "anticipate", history=past_days(family, day.gpus, seed, 8, sigma), day=day, seed=seed
                 )

@@ -41,9 +41,8 @@ if str(ROOT) not in sys.path:
 from agents.arguments import add_fanout_options, fanout_backend  # noqa: E402
 from agents.fanout import Task, TaskResult, run_tasks  # noqa: E402
 from agents.learned.chooser import DaySpec, day_planner, play_day  # noqa: E402
-from agents.options import PlanOptions  # noqa: E402
 from agents.rolling.chooser import POLICY, ChooserPlanner  # noqa: E402
-from agents.rolling.hindsight import plan_hindsight  # noqa: E402
+from agents.rolling.hindsight import benchmark_reference  # noqa: E402
 from agents.rolling.simulation import rolling  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES  # noqa: E402
@@ -59,17 +58,12 @@ def play_one(task: Task) -> TaskResult:
     p = task.params
     spec = DaySpec(p["family"], task.seed, p["sigma"], p["runtime"])
     day, realized, runtimes, planner = day_planner(spec)
-    best = plan_hindsight(
-        realized,
-        PlanOptions(time_limit=10.0, workers=1, seed=0, deterministic_time=2.0),
-        scheduler="cpsat",
-        floor="greedy",
-    ).reference
+    best = benchmark_reference(realized)
     greedy = rolling(day, "greedy", realized, runtimes=runtimes).metrics.objective
     base = play_day(spec, "base")
     race = play_day(spec, "race")
     chooser = ChooserPlanner.load(planner, day.slots, p["policy"])
-    learned = play_day(spec, "argmax", chooser.scorer, gains=True)
+    learned = play_day(spec, "argmax", chooser.scorer, gains=True, margin=chooser.margin)
     row = {
         "family": spec.family,
         "seed": spec.seed,

@@ -433,6 +433,7 @@ def play_day(
     label: bool = False,
     draw_seed: int = 0,
     gains: bool = False,
+    margin: float = 0.0,
 ) -> DayPlay:
     """Play one day live: each raced cycle commits what ``mode`` says (:data:`MODES`).
 
@@ -443,6 +444,7 @@ def play_day(
         label: Label every raced cycle by rollouts of the realized day (:func:`label_cycle`).
         draw_seed: Seed of the draws of ``sample``.
         gains: Measure each departure's realized gain over the race's pick (:attr:`DayPlay.departure_gains`).
+        margin: ``argmax``: the chooser's margin over the race's pick (:class:`ChooserPlanner`).
     """
     if mode not in MODES:
         raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
@@ -451,7 +453,7 @@ def play_day(
     day, realized, runtimes, planner = day_planner(spec)
     live = LiveDay(day, realized, corrector=planner.forecaster, runtimes=runtimes)
     base = base_decider(planner)
-    chooser = ChooserPlanner(planner, scorer or (lambda f: np.zeros(len(f))), day.slots)
+    chooser = ChooserPlanner(planner, scorer or (lambda f: np.zeros(len(f))), day.slots, margin=margin)
     rng = np.random.default_rng([draw_seed, spec.seed])
     out = DayPlay(0.0)
     while not live.done:
@@ -498,8 +500,9 @@ def play_day(
 def day_task(task: Task) -> TaskResult:
     """:func:`play_day` where the task landed (a task function of :mod:`agents.fanout`).
 
-    ``params``: ``family``, ``sigma``, ``runtime``, ``mode``, ``label``, ``draw_seed``, ``gains``, and the network:
-    ``scorer`` (:meth:`NumpyScorer.to_dict`) or ``policy`` (an exported file's path); the day's seed is the task's.
+    ``params``: ``family``, ``sigma``, ``runtime``, ``mode``, ``label``, ``draw_seed``, ``gains``, ``margin``, and
+    the network: ``scorer`` (:meth:`NumpyScorer.to_dict`) or ``policy`` (an exported file's path); the day's seed is
+    the task's.
     """
     p = task.params
     spec = DaySpec(p["family"], task.seed, p["sigma"], p["runtime"])
@@ -509,7 +512,13 @@ def day_task(task: Task) -> TaskResult:
     elif p.get("policy"):
         scorer = onnx_scorer(load_policy(p["policy"]))
     played = play_day(
-        spec, p["mode"], scorer, label=p["label"], draw_seed=p.get("draw_seed", 0), gains=p.get("gains", False)
+        spec,
+        p["mode"],
+        scorer,
+        label=p["label"],
+        draw_seed=p.get("draw_seed", 0),
+        gains=p.get("gains", False),
+        margin=p.get("margin", 0.0),
     )
     values = {
         "objective": played.objective,

@@ -238,6 +238,8 @@ class ChooserPlanner:
         scorer: The network (:func:`onnx_scorer`, or a training network's).
         day_slots: Slots in the day (the horizon convention).
         name: How the planner is reported.
+        margin: How far (in score) the top candidate must rank above the race's pick to be committed instead of
+            it (0: the top candidate always; chosen on validation days with the network, read from its card).
         departures: What it did so far (:class:`Departures`).
     """
 
@@ -245,6 +247,7 @@ class ChooserPlanner:
     scorer: Scorer
     day_slots: int = 24
     name: str = "live-chooser"
+    margin: float = 0.0
     departures: Departures = field(default_factory=Departures)
 
     @property
@@ -253,11 +256,17 @@ class ChooserPlanner:
         return self.planner.forecaster
 
     def choose(self, weighing: Weighing, state: ClusterState, now: int) -> int:
-        """The candidate to commit: the top-scored one (0, the base, where nothing was raced)."""
+        """The candidate to commit: the top-scored one, or the race's pick where the top one is not ``margin`` above it.
+
+        Where nothing was raced: 0, the base decision.
+        """
         if weighing.race is None:
             return 0
         features = weighing_features(weighing, self.planner.samples, state, now, self.day_slots)
-        pick = int(np.argmax(self.scorer(features)))
+        scores = self.scorer(features)
+        pick = int(np.argmax(scores))
+        if scores[pick] - scores[weighing.pick] < self.margin:
+            pick = weighing.pick
         self.departures.cycles += 1
         self.departures.from_base += pick != 0
         if pick not in (0, weighing.pick):
@@ -280,9 +289,10 @@ class ChooserPlanner:
     def load(
         cls, planner: AnticipatingPlanner, day_slots: int, path: str | Path | None = None, name: str = "live-chooser"
     ) -> ChooserPlanner:
-        """The planner with the shipped chooser (or the one at ``path``).
+        """The planner with the shipped chooser (or the one at ``path``) and its card's ``margin``.
 
         Raises:
             PolicyError: The file or its card cannot be used.
         """
-        return cls(planner, onnx_scorer(load_policy(path)), day_slots, name)
+        policy = load_policy(path)
+        return cls(planner, onnx_scorer(policy), day_slots, name, float(policy.card.get("margin", 0.0)))
