@@ -217,3 +217,23 @@ def test_the_networks_train_on_cuda_where_there_is_one() -> None:
     ppo_update(net, drawn, epochs=2)
     score = net.scorer()
     assert all(int(np.argmax(score(c.features))) == int(np.argmax(c.realized)) for c in cycles)
+
+
+def test_the_shipped_chooser_departs_on_its_validation_days() -> None:
+    """The policy shipped as ``live-ppo`` takes, on a validation day it was chosen on, a candidate that is neither
+    the base decision nor ``anticipate``'s (the retired raw-action policy never did)."""
+    from agents.rolling.chooser import POLICY, onnx_scorer
+
+    if not POLICY.is_file():
+        pytest.skip("no shipped live chooser")
+    policy = load_policy(POLICY)
+    first, last_seed = policy.card["valid_seeds"]
+    runtimes = policy.card["settings"]["runtimes"]
+    scorer, margin = onnx_scorer(policy), float(policy.card.get("margin", 0.0))
+    for seed in range(first, last_seed + 1):
+        for family in ("mixed-control", "priority-inversion", "training-heavy"):
+            for runtime in runtimes:
+                spec = DaySpec(family, seed, policy.card["settings"]["sigma"], runtime)
+                if play_day(spec, "argmax", scorer, margin=margin).departures:
+                    return
+    pytest.fail("the shipped chooser never departs from the base decision and anticipate's pick")
