@@ -149,3 +149,16 @@ def fanout_backend(args: argparse.Namespace) -> Backend:
         return Backend.ray(args.ray)
     check_cpu_budget(args.parallel, getattr(args, "workers", 1))
     return Backend.pool(args.parallel)
+
+
+def parse_floats(text: str) -> tuple[float, ...]:
+    """Comma-separated numbers >= 0 (``0,0.3``), for ``--sigmas`` and the like."""
+    values = tuple(float(x) for x in text.split(",") if x.strip())
+    if not values or any(not math.isfinite(x) or x < 0 for x in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers >= 0, got {text!r}")
+    return values
+
+
+def parse_names(text: str) -> tuple[str, ...]:
+    """Comma-separated names (``exact,trace``), blanks dropped."""
+    return tuple(x.strip() for x in text.split(",") if x.strip())

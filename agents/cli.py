@@ -265,8 +265,8 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
         "--scheduler",
         "-s",
         metavar="NAME",
-        help="the live planner anticipate (default), anticipate-ppo, anticipate-consensus or live-ppo "
-        "(trained by PPO), or any scheduler rolled as it is: " + ", ".join(SCHEDULERS),
+        help="the live planner anticipate (default), anticipate-ppo or anticipate-consensus, "
+        "or any scheduler rolled as it is: " + ", ".join(SCHEDULERS),
     )
     p.add_argument(
         "--history",

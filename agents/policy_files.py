@@ -1,8 +1,8 @@
 """Exported policy files: an ONNX network with a JSON card beside it, checked and opened once per file version.
 
 Every learned planner runs a policy exported by its trainer: ``ppo`` (:mod:`agents.ppo`, ``default.onnx``),
-``ppo-stepwise`` (:mod:`agents.stepwise`, ``stepwise.onnx``) and ``live-ppo`` (:mod:`agents.rolling.live_ppo`,
-``live.onnx``). Each reads it through :func:`load`, which does what they share, in this order:
+``ppo-stepwise`` (:mod:`agents.stepwise`, ``stepwise.onnx``) and the live chooser (:mod:`agents.rolling.chooser`,
+``live_chooser.onnx``). Each reads it through :func:`load`, which does what they share, in this order:
 
 1. both files exist (``<name>.onnx`` and its card ``<name>.json``);
 2. a loaded policy of the same path and the same file versions (modification times) comes from the planner's

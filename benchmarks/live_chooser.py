@@ -1,4 +1,4 @@
-"""Does the learned chooser (``live-ppo``) beat ``anticipate`` on days it never saw, and where does it depart?
+"""Does the learned chooser (``live-chooser``) beat ``anticipate`` on days it never saw, and where does it depart?
 
 Each day (``--days`` per family, seeds ``--seed-base``.., at forecast error ``--sigma`` with every runtime model
 of ``--runtimes``; the chooser trained on seeds 60000.. and was chosen on 61000..) is played live by:
@@ -6,7 +6,7 @@ of ``--runtimes``; the chooser trained on seeds 60000.. and was chosen on 61000.
 - ``greedy``: rolling greedy (the corrected forecast, no futures);
 - ``base``: the live planner's base decision, greedy with the fill, at every cycle;
 - ``anticipate``: the expectation rule (the race's pick);
-- ``live-ppo``: the same candidates and race, the shipped chooser's top-ranked candidate committed
+- ``live-chooser``: the same candidates and race, the shipped chooser's top-ranked candidate committed
   (:class:`agents.rolling.chooser.ChooserPlanner`, the ONNX file as the allocator loads it).
 
 Every figure is a ratio to the hindsight optimum of the same realized day (CP-SAT under deterministic time,
@@ -48,7 +48,7 @@ from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "live_chooser.md"
-ARMS = ("greedy", "base", "anticipate", "live-ppo")
+ARMS = ("greedy", "base", "anticipate", "live-chooser")
 DAY_MARGIN = 0.02
 """A day is lost to rolling greedy where it is more than this share of the hindsight optimum below it."""
 
@@ -73,12 +73,12 @@ def play_one(task: Task) -> TaskResult:
         "greedy": greedy / best,
         "base": base.objective / best,
         "anticipate": race.objective / best,
-        "live-ppo": learned.objective / best,
+        "live-chooser": learned.objective / best,
         "cycles": len(learned.cycles),
         "departures": learned.departures,
         "departure_gains": learned.departure_gains,
         "anticipate_departures": sum(c.pick != 0 for c in race.cycles),
-        "cycle_ms": {"anticipate": race.cycle_ms, "live-ppo": learned.cycle_ms},
+        "cycle_ms": {"anticipate": race.cycle_ms, "live-chooser": learned.cycle_ms},
     }
     return TaskResult(f"{spec.family}-{spec.seed}", "live-chooser", spec.seed, values=row)
 
@@ -88,7 +88,7 @@ def family_table(rows: Sequence[dict[str, Any]], runtime: str) -> list[str]:
     lines = [
         f"### σ {rows[0]['sigma']:g}, {runtime} runtimes",
         "",
-        "| family | days | greedy | base | anticipate | live-ppo | live-ppo − anticipate "
+        "| family | days | greedy | base | anticipate | live-chooser | live-chooser − anticipate "
         "| departures / cycles | net gain of the departures |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -102,7 +102,7 @@ def family_table(rows: Sequence[dict[str, Any]], runtime: str) -> list[str]:
         name = f"**{family}**" if family == "all" else family
         lines.append(
             f"| {name} | {len(fam)} | {mean['greedy']:.3f} | {mean['base']:.3f} | {mean['anticipate']:.3f} "
-            f"| {mean['live-ppo']:.3f} | {mean['live-ppo'] - mean['anticipate']:+.3f} "
+            f"| {mean['live-chooser']:.3f} | {mean['live-chooser'] - mean['anticipate']:+.3f} "
             f"| {sum(r['departures'] for r in fam)} / {sum(r['cycles'] for r in fam)} "
             f"| {sum(gains):+.4f} ({sum(g > 0 for g in gains)} won, {sum(g < 0 for g in gains)} lost) |"
         )
@@ -114,10 +114,10 @@ def summary(rows: Sequence[dict[str, Any]], runtimes: Sequence[str]) -> list[str
     lines = ["## Targets", ""]
     for runtime in runtimes:
         sel = [r for r in rows if r["runtime"] == runtime]
-        diff = np.mean([r["live-ppo"] for r in sel]) - np.mean([r["anticipate"] for r in sel])
+        diff = np.mean([r["live-chooser"] for r in sel]) - np.mean([r["anticipate"] for r in sel])
         fams = [f for f in FAMILIES if any(r["family"] == f for r in sel)]
         above = sum(
-            np.mean([r["live-ppo"] for r in sel if r["family"] == f])
+            np.mean([r["live-chooser"] for r in sel if r["family"] == f])
             > np.mean([r["anticipate"] for r in sel if r["family"] == f])
             for f in fams
         )
@@ -126,11 +126,11 @@ def summary(rows: Sequence[dict[str, Any]], runtimes: Sequence[str]) -> list[str
             f"{'met' if diff >= 0.02 else 'missed'}); above anticipate on {above} of {len(fams)} families "
             f"(target 5 of 7: {'met' if above >= 5 else 'missed'})."
         )
-    lost = [r for r in rows if r["live-ppo"] < r["greedy"] - DAY_MARGIN]
-    worst = min(rows, key=lambda r: r["live-ppo"] - r["greedy"])
+    lost = [r for r in rows if r["live-chooser"] < r["greedy"] - DAY_MARGIN]
+    worst = min(rows, key=lambda r: r["live-chooser"] - r["greedy"])
     lines.append(
         f"- Days more than {DAY_MARGIN} below rolling greedy: {len(lost)} of {len(rows)} (target 0: "
-        f"{'met' if not lost else 'missed'}); the worst {worst['live-ppo'] - worst['greedy']:+.3f} "
+        f"{'met' if not lost else 'missed'}); the worst {worst['live-chooser'] - worst['greedy']:+.3f} "
         f"({worst['family']} seed {worst['seed']}, {worst['runtime']}). anticipate: "
         f"{sum(r['anticipate'] < r['greedy'] - DAY_MARGIN for r in rows)}."
     )
@@ -142,9 +142,9 @@ def summary(rows: Sequence[dict[str, Any]], runtimes: Sequence[str]) -> list[str
         f"{'met' if gains and sum(gains) > 0 else 'missed'})."
     )
     a = np.concatenate([r["cycle_ms"]["anticipate"] for r in rows])
-    b = np.concatenate([r["cycle_ms"]["live-ppo"] for r in rows])
+    b = np.concatenate([r["cycle_ms"]["live-chooser"] for r in rows])
     lines.append(
-        f"- Cycle: live-ppo median {np.median(b):.1f} ms, max {b.max():.1f} ms; anticipate median "
+        f"- Cycle: live-chooser median {np.median(b):.1f} ms, max {b.max():.1f} ms; anticipate median "
         f"{np.median(a):.1f} ms, max {a.max():.1f} ms; the median difference {np.median(b) - np.median(a):+.1f} ms "
         f"(target ≤ +10 ms: {'met' if np.median(b) - np.median(a) <= 10 else 'missed'}; same process, same day, "
         "so the difference is the network and the noise of a shared machine)."
@@ -183,7 +183,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = [r.values for r in run.results]
     card = json.loads(args.policy.with_suffix(".json").read_text())
     lines = [
-        "# The learned chooser (live-ppo) against anticipate, on days it never saw",
+        "# The learned chooser (live-chooser) against anticipate, on days it never saw",
         "",
         f"- Command: `PYTHONPATH=. .venv/bin/python benchmarks/live_chooser.py --days {args.days} "
         f"--seed-base {args.seed_base} --sigma {args.sigma:g} --runtimes {' '.join(args.runtimes)}`",

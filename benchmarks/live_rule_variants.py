@@ -40,12 +40,13 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import agents.rolling.anticipate as anticipate  # noqa: E402
+from agents.arguments import parse_floats, parse_names  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import Corrector, NoiseModel  # noqa: E402
+from agents.rolling.live_arms import Settings, hindsight  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day, rolling  # noqa: E402
-from benchmarks import online_benchmark as bench  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 
 FAMILIES_ORDER = sorted(FAMILIES)
@@ -86,11 +87,11 @@ def play_day(task: tuple[str, int, float, str, dict[str, dict[str, Any]]]) -> di
     anticipate.choose = _counting_choose  # in the worker process
     family, seed, sigma, model, variants = task
     day = generate(family, seed)
-    settings = bench.Settings(sigmas=(sigma,), runtimes=(model,), planners=("greedy",))
+    settings = Settings(sigmas=(sigma,), runtimes=(model,), planners=("greedy",))
     past = past_days(family, day.gpus, seed, settings.history_days, sigma)
     runtimes = draw_runtimes(day, model, seed)
     realized = realized_day(day, NoiseModel(sigma).draw(day, seed), runtimes)
-    reference = bench.hindsight(realized, settings)["reference"]
+    reference = hindsight(realized, settings)["reference"]
     out: dict[str, Any] = {"family": family, "seed": seed, "sigma": sigma, "runtime": model, "planners": {}}
     for name in ("rolling greedy", *variants):
         spec = variants.get(name, {})
@@ -152,8 +153,8 @@ def parse_seeds(text: str) -> list[int]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=parse_seeds, default=parse_seeds("93000-93004"), help="days' seeds")
-    parser.add_argument("--sigmas", type=bench.parse_floats, default=(0.0, 0.3), help="forecast errors (0,0.3)")
-    parser.add_argument("--runtimes", type=bench.parse_names, default=("exact", "trace"), help="runtime models")
+    parser.add_argument("--sigmas", type=parse_floats, default=(0.0, 0.3), help="forecast errors (0,0.3)")
+    parser.add_argument("--runtimes", type=parse_names, default=("exact", "trace"), help="runtime models")
     parser.add_argument("--variants", type=json.loads, default={"expectation": {}}, help="JSON: name -> fields")
     parser.add_argument("--parallel", type=int, default=2, metavar="N", help="processes (2)")
     args = parser.parse_args(argv)

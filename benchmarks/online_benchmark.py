@@ -45,7 +45,6 @@ plays only the days it had not finished.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import math
 import os
@@ -54,10 +53,9 @@ import shlex
 import sys
 import tempfile
 import time
-import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,350 +65,46 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from agents.arguments import add_fanout_options, fanout_backend, int_at_least  # noqa: E402
+from agents.arguments import add_fanout_options, fanout_backend, int_at_least, parse_floats, parse_names  # noqa: E402
 from agents.fanout import FanoutError, Task, TaskResult, run_tasks, warm_up_learned  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
-from agents.registry import SCHEDULERS, available_schedulers, run_scheduler  # noqa: E402
+from agents.registry import available_schedulers, run_scheduler  # noqa: E402
 from agents.report.statistics import mean_ci  # noqa: E402
-from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER, live_planner  # noqa: E402
-from agents.rolling.decisions import CAUSES, LATE_SLACK, late_starts  # noqa: E402
+from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER  # noqa: E402
+from agents.rolling.decisions import CAUSES, LATE_SLACK  # noqa: E402
 from agents.rolling.drawn_history import history_seeds, past_days  # noqa: E402
-from agents.rolling.forecast import Corrector, NoiseModel  # noqa: E402
-from agents.rolling.hedge import newsvendor_forecaster  # noqa: E402
-from agents.rolling.hindsight import plan_hindsight  # noqa: E402
+from agents.rolling.forecast import NoiseModel  # noqa: E402
+from agents.rolling.live_arms import (  # noqa: E402
+    EPS,
+    LIVE,
+    LIVE_PLANNER,
+    NEWSVENDOR,
+    ONE_POINT,
+    ORACLE,
+    PLAIN,
+    RUNTIMES,
+    SIGMAS,
+    TIMING_KEYS,
+    Settings,
+    default_planners,
+    hindsight,
+    is_live,
+    play,
+    share_of,
+    with_oracles,
+)
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
-from agents.rolling.simulation import realized_day, rolling  # noqa: E402
+from agents.rolling.simulation import realized_day  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 from gpu_env.render import pyplot, save_figure, scheduler_colours  # noqa: E402
 from gpu_env.scenario import Scenario  # noqa: E402
-from gpu_env.validation import validate  # noqa: E402
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 OUT = ROOT / "benchmarks" / "results" / "online"
 """Where the results go: ``online.md``, ``online.json``, ``online.png``."""
-SIGMAS = (0.0, 0.2, 0.3, 0.4)
-RUNTIMES = ("exact", "trace")
-PLAIN = ("fifo", "backfill", "greedy", "ppo", "full")
-"""Schedulers rolled as they are, with today's ``Corrector()``."""
-NEWSVENDOR = "greedy-newsvendor"
-"""The simple hedge as a baseline: rolling greedy planning each app at the corrected forecast plus the history's
-error quantile at the newsvendor ratio (:func:`agents.rolling.hedge.newsvendor_forecaster`)."""
-LIVE: dict[str, tuple[bool, str, str]] = {
-    "anticipate": (True, "auto", "anticipate"),
-    "anticipate-nohist": (False, "auto", "anticipate"),
-    "anticipate-residual": (True, "residual", "anticipate"),
-    "anticipate-backtest": (True, "backtest", "anticipate"),
-    "anticipate-record": (True, "record", "anticipate"),
-    "anticipate-point": (True, "point", "anticipate"),
-    "anticipate-histfc": (True, "history", "anticipate"),
-    "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
-    "live-ppo": (True, "auto", "live-ppo"),
-}
-"""The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: rolling greedy's,
-the corrected forecast one error level above, the level measured from the raw errors; ``residual``: the same with
-the level measured from what the correction leaves; ``backtest``: the forecast and margin that cost least on the past
-days played as if live; ``record``: the same, updated by today's record; ``point``: the corrected forecast, no
-margin; :func:`agents.rolling.anticipate.forecast_of`), the live planner's name: the expectation rule, or the
-consensus vote it replaced; ``live-ppo``: ``anticipate``'s candidates and race, the learned chooser's pick
-committed, :mod:`agents.rolling.chooser`)."""
-LIVE_OPTIONS: dict[str, dict[str, Any]] = {
-    "anticipate-fixed": {"most_samples": 8, "corrected": False},
-    "anticipate-residual-futures": {"spread": "residual"},
-    "anticipate-fast": {"rollout": "fast"},
-    "anticipate-no-hedges": {"margins": ()},
-    "anticipate-no-future-plans": {"future_plans": 0},
-    "anticipate-record-fast": {"forecaster": {"prior_cells": 12.0}},
-}
-"""Variants of ``anticipate`` that change one setting of its rule, for the ablations of docs/rolling.md:
-``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-residual-futures`` futures whose spread is what
-the level correction leaves (:class:`agents.rolling.demand.DemandModel`'s ``spread``), ``-fast`` rollouts by greedy's
-one sweep, ``-no-hedges`` no plans at margins around the point forecast among the candidates, ``-no-future-plans``
-no plans of sampled futures among them."""
-for _name in LIVE_OPTIONS:
-    LIVE[_name] = LIVE["anticipate-record" if "forecaster" in LIVE_OPTIONS[_name] else "anticipate"]
-ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
-"""The information limit: each live variant told the actual demand of the whole day (``--oracle``), name -> the
-variant. Its forecaster is :class:`ActualDemand`; ``anticipate-histfc-oracle`` differs from ``anticipate-oracle``
-only where the planner reads more of its forecast kind than its forecaster."""
-ONE_POINT = 0.01
-"""One point of the hindsight optimum: the moonshot's distance to the information limit."""
-LIVE_PLANNER = "anticipate"
-"""The live planner the targets are about: jobs at submission, with the history."""
-TIMING_KEYS = ("cycle_ms", "hindsight_ms", "wall_s")
-"""What differs between two runs of the same day: everything else is reproducible."""
-EPS = 1e-9
-
-
-def is_live(name: str) -> bool:
-    """Whether ``name`` is a live planner's variant (:data:`LIVE`) or its oracle twin (:data:`ORACLE`)."""
-    return name in LIVE or name in ORACLE
-
-
-def with_oracles(planners: Sequence[str]) -> tuple[str, ...]:
-    """The planners and, after them, the ``-oracle`` twin of each live variant among them (``--oracle``)."""
-    twins = [f"{p}-oracle" for p in planners if p in LIVE and f"{p}-oracle" not in planners]
-    return (*planners, *dict.fromkeys(twins))
-
-
-DEFAULT_LIVE = (
-    "anticipate",
-    "anticipate-nohist",
-    "anticipate-residual",
-    "anticipate-backtest",
-    "anticipate-histfc",
-    "anticipate-consensus",
-    "live-ppo",
-)
-"""The live variants a run plays unless ``--planners`` says (the ablations of :data:`LIVE_OPTIONS` on request)."""
-
-
-def default_planners() -> tuple[str, ...]:
-    """fifo, backfill (where the registry has it), greedy, ppo (where it imports), and the live variants."""
-    here = set(available_schedulers())
-    plain = (p for p in ("fifo", "backfill", "greedy", "ppo") if p in SCHEDULERS and p in here)
-    return (*plain, NEWSVENDOR, *DEFAULT_LIVE)
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What one day is played with (the same for every day of a run).
-
-    Attributes:
-        sigmas: Forecast errors.
-        runtimes: Runtime models (``exact``, ``trace``).
-        planners: Plain scheduler names, live variants (:data:`LIVE`) and their oracle twins (:data:`ORACLE`).
-        history_days: Past days per played day.
-        samples: Futures per cycle of the live planner.
-        hindsight_time_limit: Wall-clock seconds of the hindsight CP-SAT (a guard).
-        hindsight_dtime: Its deterministic-time limit (None: none; the result then depends on the machine).
-        full_time_limit: Seconds per re-plan of ``full`` when it is among the planners.
-    """
-
-    sigmas: tuple[float, ...] = SIGMAS
-    runtimes: tuple[str, ...] = RUNTIMES
-    planners: tuple[str, ...] = ("fifo", "greedy", *LIVE)
-    history_days: int = 8
-    samples: int = DEFAULT_SAMPLES
-    hindsight_time_limit: float = 10.0
-    hindsight_dtime: float | None = 2.0
-    full_time_limit: float = 0.3
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Settings:
-        """The inverse of ``asdict`` (lists back to tuples)."""
-        return cls(
-            **{f.name: tuple(data[f.name]) if isinstance(data[f.name], list) else data[f.name] for f in fields(cls)}
-        )
-
-    def hindsight_options(self) -> PlanOptions:
-        """CP-SAT for the hindsight optimum: one worker, seed 0, the deterministic limit."""
-        return PlanOptions(
-            time_limit=self.hindsight_time_limit, workers=1, seed=0, deterministic_time=self.hindsight_dtime
-        )
-
-
-# ----------------------------------------------------------------------------- one day
-
-
-def hindsight(realized: Scenario, settings: Settings) -> dict[str, Any]:
-    """The hindsight optimum of the realized day: CP-SAT's plan, its status and bound, and the reference.
-
-    The reference is CP-SAT's objective, or greedy's with hindsight where that is worth more (CP-SAT may
-    find no plan in time at large sizes); ``proven`` when CP-SAT proved its plan optimal.
-    """
-    started = time.perf_counter()
-    best = plan_hindsight(realized, settings.hindsight_options(), scheduler="cpsat", floor="greedy")
-    elapsed_ms = (time.perf_counter() - started) * 1000.0
-    if best.violations:  # a bug of the exact mode: no reference can come from it
-        raise RuntimeError(f"the hindsight CP-SAT plan of {realized.name} breaks a rule: {best.violations[0]}")
-    greedy = float(best.greedy or 0.0)
-    return {
-        "hindsight": round(best.objective, 6),
-        "hindsight_status": best.status,
-        "hindsight_bound": None if best.bound is None else round(best.bound, 6),
-        "hindsight_greedy": round(greedy, 6),
-        "reference": round(best.reference, 6),
-        "proven": best.optimal and best.objective >= greedy - EPS,
-        "hindsight_ms": round(elapsed_ms, 1),
-        "hindsight_starts": {p.job: p.start for p in best.plan.placements},
-    }
-
-
-def _ratio(value: float, over: float | None) -> float | None:
-    return None if over is None or over <= EPS else round(value / over, 6)
-
-
-def realized_digest(realized: Scenario, runtimes: Mapping[str, int]) -> str:
-    """A fingerprint of the day a planner played: the actual demand and every job's actual runtime.
-
-    Computed in :func:`play` from what it hands to :func:`rolling` (the realized scenario and the
-    runtimes), so that two rows with the same digest met the same day.
-    """
-    digest = hashlib.sha256()
-    demand = np.ascontiguousarray(realized.demand, dtype=np.int64)
-    digest.update(repr(demand.shape).encode())
-    digest.update(demand.tobytes())
-    jobs = sorted((job.id, int(job.duration), int(runtimes.get(job.id, job.duration))) for job in realized.jobs)
-    digest.update(json.dumps(jobs, separators=(",", ":")).encode())
-    return digest.hexdigest()[:16]
-
-
-@dataclass(frozen=True, eq=False)  # eq=False: an array field does not compare as a dataclass field would
-class ActualDemand:
-    """An oracle forecaster: the actual demand of the realized day's slots ahead (the information limit).
-
-    It answers from the demand it was told alone, never from the ``actual`` the rolling loop hands it
-    (which may come to hold only the slots observed so far).
-
-    Attributes:
-        demand: The realized day's actual demand, shape (apps, T) (kept as a read-only int64 copy).
-    """
-
-    demand: np.ndarray
-
-    def __post_init__(self) -> None:
-        demand = np.array(self.demand, dtype=np.int64)
-        if demand.ndim != 2:
-            raise ValueError(f"demand: expected shape (apps, T), got {demand.shape}")
-        demand.setflags(write=False)
-        object.__setattr__(self, "demand", demand)
-
-    def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
-        """Slots ``now..T-1`` of the told demand, shape (apps, T - now), clipped to ``[0, gpus]``.
-
-        ``forecast`` and ``actual`` are not read.
-        """
-        return np.clip(self.demand[:, now:], 0, gpus).astype(np.int64)
-
-
-def told_the_day(planner: Any, realized: Scenario) -> Any:
-    """The live planner told the realized day's actual demand: the information limit of its forecast.
-
-    Its forecaster becomes :class:`ActualDemand`; where the planner has a ``demand`` field (the demand
-    error of its sampled futures) it is set to None, so that the futures use the told demand as it is.
-    """
-    changes: dict[str, Any] = {"forecaster": ActualDemand(realized.demand)}
-    if any(f.name == "demand" for f in fields(planner)):
-        changes["demand"] = None
-    return replace(planner, **changes)
-
-
-def live_scheduler(
-    name: str,
-    day: Scenario,
-    realized: Scenario,
-    past: Sequence[Scenario],
-    model: str,
-    seed: int,
-    settings: Settings,
-) -> tuple[Any, Corrector | None, PlanOptions]:
-    """What :func:`rolling` is given for a planner: the scheduler (a name or a live planner), its forecast, options.
-
-    An oracle twin (:data:`ORACLE`) is its live variant :func:`told_the_day` of ``realized``.
-    """
-    variant = ORACLE.get(name, name)
-    if variant in LIVE:
-        with_history, forecast, kind = LIVE[variant]
-        planner = live_planner(
-            kind,
-            history=past if with_history else (),
-            day=day,
-            samples=settings.samples,
-            seed=seed,
-            forecast=forecast,
-        )
-        planner = replace(planner, name=name)
-        changes = dict(LIVE_OPTIONS.get(variant, {}))
-        if "spread" in changes and planner.demand is not None:
-            planner = replace(planner, demand=replace(planner.demand, spread=changes.pop("spread")))
-        changes.pop("spread", None)
-        if "forecaster" in changes:
-            planner = replace(planner, forecaster=replace(planner.forecaster, **changes.pop("forecaster")))
-        planner = replace(planner, **changes)
-        if name in ORACLE:
-            planner = told_the_day(planner, realized)
-        return planner, None, PlanOptions(seed=0)  # None: rolling takes planner.forecaster
-    if name == NEWSVENDOR:
-        return "greedy", newsvendor_forecaster(past, day) if past else Corrector(), PlanOptions(seed=0)
-    if name == "full":
-        return name, Corrector(), PlanOptions(time_limit=settings.full_time_limit, seed=0, workers=1)
-    return name, Corrector(), PlanOptions(seed=0)
-
-
-def play(
-    name: str,
-    day: Scenario,
-    realized: Scenario,
-    runtimes: Mapping[str, int],
-    past: Sequence[Scenario],
-    model: str,
-    seed: int,
-    settings: Settings,
-    hindsight_starts: Mapping[str, int] | None = None,
-) -> dict[str, Any]:
-    """One planner live on one realized day: its executed objective, validation, re-plans and cycle times.
-
-    The row's ``realized_digest`` (:func:`realized_digest`) fingerprints the day handed to :func:`rolling`.
-    With ``hindsight_starts`` (the hindsight plan's start of each job), ``late`` lists the jobs that started
-    more than :data:`agents.rolling.decisions.LATE_SLACK` slots after it, or never, each with its cause
-    (:func:`agents.rolling.decisions.late_starts`); ``departures`` counts the cycles whose decision departed
-    from the planner's base decision, ``margins`` the margins the cycles planned the apps at.
-
-    An exception (a planner's plan that breaks a rule for its state raises ``RollingError``) is recorded
-    in ``error``, not raised: the day's other planners still run.
-    """
-    started = time.perf_counter()
-    digest = realized_digest(realized, runtimes)
-    try:
-        scheduler, corrector, options = live_scheduler(name, day, realized, past, model, seed, settings)
-        sim = rolling(
-            day,
-            scheduler,
-            realized,
-            replan_every=1,
-            options=options,
-            corrector=corrector,
-            reveal="release",
-            runtimes=runtimes,
-        )
-    except Exception as exc:  # a bug in a planner: recorded and reported loudly, the others go on
-        return {
-            "planner": name,
-            "realized_digest": digest,
-            "objective": None,
-            "valid": False,
-            "violations": [],
-            "error": f"{type(exc).__name__}: {exc}",
-            "traceback": traceback.format_exc(),
-            "cycle_ms": [],
-            "replans": 0,
-            "wall_s": round(time.perf_counter() - started, 3),
-        }
-    problems = [str(v) for v in validate(realized, sim.executed)]
-    m = sim.metrics
-    late = [] if hindsight_starts is None else late_starts(sim.slots, sim.executed, hindsight_starts)
-    cycles = [r for r in sim.slots if r.replanned]
-    return {
-        "planner": name,
-        "realized_digest": digest,
-        "objective": round(m.objective, 6),
-        "shortfall": m.shortfall,
-        "utilization": round(m.utilization, 6),
-        "placed": m.placed,
-        "completed": m.completed,
-        "valid": not problems,
-        "violations": problems[:5],
-        "error": None,
-        "replans": sim.replans,
-        "departures": sum(bool(r.chosen) for r in cycles),
-        "margins": dict(Counter(r.margin for r in cycles if r.margin)),
-        "late": [{"job": x.job, "cause": x.cause, "line": x.describe()} for x in late],
-        "cycle_ms": [round(float(x), 3) for x in sim.solve_ms],
-        "wall_s": round(time.perf_counter() - started, 3),
-    }
 
 
 def warm_up(day: Scenario, planners: Sequence[str]) -> None:
@@ -466,8 +160,8 @@ def play_day(
                         "runtime": model,
                         **result,
                         **best,
-                        "ratio": None if objective is None else _ratio(objective, best["reference"]),
-                        "ratio_to_bound": None if objective is None else _ratio(objective, best["hindsight_bound"]),
+                        "ratio": None if objective is None else share_of(objective, best["reference"]),
+                        "ratio_to_bound": None if objective is None else share_of(objective, best["hindsight_bound"]),
                     }
                 )
     return rows
@@ -1136,8 +830,6 @@ LIVE_COLOURS = {
     "anticipate-nohist-oracle": "#c76b6b",
     "anticipate-histfc-oracle": "#4b2a6b",
     "anticipate-consensus-oracle": "#a65200",
-    "live-ppo": "#2ca02c",
-    "live-ppo-oracle": "#145214",
     NEWSVENDOR: "#17becf",
 }
 """The live variants: the live planner in strong red, without history pale, with the history's forecaster purple,
@@ -1394,17 +1086,6 @@ def report(
 
 
 # ----------------------------------------------------------------------------- command line
-
-
-def parse_floats(text: str) -> tuple[float, ...]:
-    values = tuple(float(x) for x in text.split(",") if x.strip())
-    if not values or any(not math.isfinite(x) or x < 0 for x in values):
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers >= 0, got {text!r}")
-    return values
-
-
-def parse_names(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
 
 
 def parse_sizes(text: str) -> tuple[int, ...]:

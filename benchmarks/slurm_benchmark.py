@@ -67,6 +67,8 @@ from agents.options import PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from agents.rolling.drawn_history import past_days  # noqa: E402
 from agents.rolling.forecast import NoiseModel  # noqa: E402
+from agents.rolling.live_arms import Settings, hindsight  # noqa: E402
+from agents.rolling.live_arms import play as play_live  # noqa: E402
 from agents.rolling.runtimes import draw_runtimes  # noqa: E402
 from agents.rolling.simulation import realized_day  # noqa: E402
 from agents.slurm import jsonread  # noqa: E402
@@ -81,9 +83,6 @@ from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.metrics import Metrics, compute_metrics  # noqa: E402
 from gpu_env.plan import Placement, Plan  # noqa: E402
 from gpu_env.scenario import Job, Scenario, save_scenario, scenario_from_dict  # noqa: E402
-
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import online_benchmark  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "slurm.md"
 TYPES = ("training", "batch_inference", "quantization")
@@ -800,10 +799,10 @@ def _score_day(raw: dict[str, Any]) -> dict[str, Any]:
         scenario = realized_day(forecast, demand, runtimes)
         if raw["slots"] == forecast.slots:
             past = past_days(raw["family"], forecast.gpus, raw["seed"], HISTORY_DAYS, live["sigma"])
-            settings = online_benchmark.Settings(planners=(live["scheduler"], "greedy"))
-            extra["hindsight"] = online_benchmark.hindsight(scenario, settings)
+            settings = Settings(planners=(live["scheduler"], "greedy"))
+            extra["hindsight"] = hindsight(scenario, settings)
             for name in dict.fromkeys((live["scheduler"], "greedy")):
-                row = online_benchmark.play(name, forecast, scenario, runtimes, past, live["runtime_model"],
+                row = play_live(name, forecast, scenario, runtimes, past, live["runtime_model"],
                                             raw["seed"], settings)  # fmt: skip
                 extra[f"simulated_{name}"] = row["objective"]
     T = scenario.slots
@@ -931,7 +930,7 @@ def _live_section(scored: list[tuple[dict[str, Any], dict[str, Any]]], seed: int
         "scored against the same actual demand, with each app's forecast peak reserved all day.",
         "",
         "Each column is a share of the hindsight optimum of the day's realized day (CP-SAT with every job, its "
-        "actual runtime and the actual demand known; online_benchmark's `hindsight`). `simulated` is the "
+        "actual runtime and the actual demand known; `agents.rolling.live_arms.hindsight`). `simulated` is the "
         "simulator's prediction, `gpualloc simulate`'s loop with the same planner, history, seed and realized "
         "day; `real - sim` is the real day's objective minus the simulated one, as a share of the simulated.",
         "",

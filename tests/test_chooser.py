@@ -220,7 +220,7 @@ def test_the_networks_train_on_cuda_where_there_is_one() -> None:
 
 
 def test_the_shipped_chooser_departs_on_its_validation_days() -> None:
-    """The policy shipped as ``live-ppo`` takes, on a validation day it was chosen on, a candidate that is neither
+    """The shipped chooser takes, on a validation day it was chosen on, a candidate that is neither
     the base decision nor ``anticipate``'s (the retired raw-action policy never did)."""
     from agents.rolling.chooser import POLICY, onnx_scorer
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
+import agents.rolling.live_arms as arms
 import benchmarks.online_benchmark as bench
 from agents.rolling.drawn_history import history_seeds, past_days
 from agents.rolling.forecast import NoiseModel
@@ -63,7 +64,7 @@ def test_every_planner_meets_the_same_realized_day(day, rows):
         demand = NoiseModel(sigma).draw(day, SEED)
         for model in SETTINGS.runtimes:
             runtimes = draw_runtimes(day, model, SEED)
-            expected = bench.realized_digest(realized_day(day, demand, runtimes), runtimes)
+            expected = arms.realized_digest(realized_day(day, demand, runtimes), runtimes)
             cell = [r for r in rows if r["sigma"] == sigma and r["runtime"] == model]
             assert {r["planner"] for r in cell} == set(SETTINGS.planners)
             assert {r["realized_digest"] for r in cell} == {expected}
@@ -161,7 +162,7 @@ def test_the_day_by_day_target_is_missed_on_one_bad_day():
 
 def test_actual_demand_returns_exactly_the_realized_demand_ahead():
     told = np.array([[0, 3, 9, 2], [5, 5, 1, 0]])
-    oracle = bench.ActualDemand(told)
+    oracle = arms.ActualDemand(told)
     told[0, 0] = 7  # the oracle keeps its own copy
     for now in range(4):
         ahead = oracle.forecast(np.zeros((2, 4)), None, now, 8)  # the forecast and the observed are not read
@@ -176,12 +177,12 @@ def test_the_oracle_twin_is_told_the_realized_day(day):
     runtimes = draw_runtimes(day, "trace", SEED)
     realized = realized_day(day, demand, runtimes)
     past = past_days("training-heavy", day.gpus, SEED, SETTINGS.history_days, 0.3, num_jobs=4)
-    planner, corrector, _ = bench.live_scheduler("anticipate-oracle", day, realized, past, "trace", SEED, SETTINGS)
+    planner, corrector, _ = arms.live_scheduler("anticipate-oracle", day, realized, past, "trace", SEED, SETTINGS)
     assert planner.name == "anticipate-oracle" and corrector is None  # rolling takes planner.forecaster
-    assert isinstance(planner.forecaster, bench.ActualDemand)
+    assert isinstance(planner.forecaster, arms.ActualDemand)
     assert np.array_equal(planner.forecaster.forecast(day.demand, None, 5, day.gpus), demand[:, 5:])
-    plain, _, _ = bench.live_scheduler("anticipate", day, realized, past, "trace", SEED, SETTINGS)
-    assert not isinstance(plain.forecaster, bench.ActualDemand)
+    plain, _, _ = arms.live_scheduler("anticipate", day, realized, past, "trace", SEED, SETTINGS)
+    assert not isinstance(plain.forecaster, arms.ActualDemand)
 
 
 def test_told_the_day_turns_off_a_demand_error_of_the_futures(day):
@@ -190,7 +191,7 @@ def test_told_the_day_turns_off_a_demand_error_of_the_futures(day):
         forecaster: object = None
         demand: object = "noise"
 
-    told = bench.told_the_day(WithDemandError(), day)
+    told = arms.told_the_day(WithDemandError(), day)
     assert told.demand is None and np.array_equal(told.forecaster.demand, day.demand)
 
 

@@ -349,10 +349,19 @@ def test_history_days_are_read_newest_last(tmp_path: Path) -> None:
     not (Path(__file__).resolve().parents[1] / "agents" / "policies" / "live_chooser.onnx").is_file(),
     reason="no shipped live chooser",
 )
-def test_the_learned_chooser_runs_the_loop_by_name_with_four_apps(tmp_path: Path, monkeypatch) -> None:
-    """``--scheduler live-ppo`` with four real-time apps: the loop's cycle plans with the shipped chooser, every
-    plan validated; the chooser reads the slot of the day as the simulator does (``now`` of ``day_slots``)."""
+def test_the_learned_chooser_runs_the_loop_with_four_apps(tmp_path: Path, monkeypatch) -> None:
+    """The loop's cycle with the shipped chooser (not offered by name: the loop is handed it) and four real-time
+    apps: every plan validated; the chooser reads the slot of the day as the simulator does (``now`` of the
+    configured ``day_slots``), though the Slurm state's window runs past the day's end."""
     from agents.rolling import chooser
+
+    plain = LiveSetup.planner
+
+    def with_chooser(self, config, gpus, recorded=()):  # type: ignore[no-untyped-def]
+        inner = plain(self, config, gpus, recorded)
+        return chooser.ChooserPlanner.load(inner, config.day_slots, name="live-chooser")
+
+    monkeypatch.setattr(LiveSetup, "planner", with_chooser)
 
     apps = [{"name": f"app{i}", "demand": [1] * 8, "ramp": 8, "penalty": 10, "anchor": "day"} for i in range(4)]
     config = config_from_dict({**_config(tmp_path), "realtime": apps})
@@ -368,8 +377,8 @@ def test_the_learned_chooser_runs_the_loop_by_name_with_four_apps(tmp_path: Path
 
     monkeypatch.setattr(chooser.ChooserPlanner, "decide", spy)
     observe = lambda _c: ({f"app{i}": 1 for i in range(4)}, [])  # noqa: E731
-    result = loop.cycle(config, fake, LiveSetup(name="live-ppo"), now=begins + 2 * HOUR + 60, observe=observe)
+    result = loop.cycle(config, fake, LiveSetup(), now=begins + 2 * HOUR + 60, observe=observe)
     summary = result.lines[-1]
-    assert summary["scheduler"] == "live-ppo" and result.failed == 0
+    assert result.failed == 0 and summary["scheduler"] == "anticipate"  # the setup's name; the chooser decided
     assert validate(result.decision.scenario, result.decision.plan) == []
     assert seen == [(2, config.day_slots)]

@@ -108,10 +108,10 @@ LIVE_FORECAST = Corrector()
 """The live planner's demand forecast: the day's forecast corrected as rolling does (:class:`Corrector`'s
 defaults, no prior), so that its base decision is rolling greedy's; the uncertainty the history shows is
 drawn into the futures (:class:`DemandModel`) and hedged by the expectation rule (docs/rolling.md)."""
-LIVE_PLANNERS = ("anticipate", "anticipate-ppo", "anticipate-consensus", "live-ppo")
+LIVE_PLANNERS = ("anticipate", "anticipate-ppo", "anticipate-consensus")
 """The live planners by name: expectation over sampled futures with greedy, or with ppo, as the base planner;
-the consensus vote with greedy; ``live-ppo``, ``anticipate``'s candidates ranked by the chooser network trained
-by ``train_live.py`` (:mod:`agents.rolling.chooser`)."""
+the consensus vote with greedy. (The learned chooser of :mod:`agents.rolling.chooser` is not offered: it loses
+to ``anticipate`` on days it never saw, docs/learned-mode.md.)"""
 
 
 @dataclass(frozen=True)
@@ -733,13 +733,6 @@ def live_planner(
     """
     if name not in LIVE_PLANNERS:
         raise ValueError(f"unknown live planner {name!r} (expected one of: {', '.join(LIVE_PLANNERS)})")
-    if name == "live-ppo":  # anticipate's candidates, ranked by the shipped chooser network
-        from agents.rolling.chooser import ChooserPlanner
-
-        inner = live_planner(
-            "anticipate", history=history, day=day, runtimes=runtimes, samples=samples, seed=seed, forecast=forecast
-        )
-        return ChooserPlanner.load(inner, day.slots if day is not None else 24, name=name)  # type: ignore[return-value]
     large = day is not None and day.gpus >= LARGE_CLUSTER
     base = "ppo" if name == "anticipate-ppo" or large else "greedy"
     if large:

@@ -1,4 +1,4 @@
-"""What a live policy sees at a slot, and the decision its action makes (GpuClusterLive-v0, ``live-ppo``).
+"""What a live policy sees at a slot, and the decision its action makes (GpuClusterLive-v0).
 
 A policy trained by PPO runs the live day one slot at a time. At slot ``t`` it sees what a live system knows
 (:func:`view`): the slot of the day; the grid ahead (the GPUs the running jobs hold, and the base planner's

@@ -80,8 +80,8 @@ def arguments(p: argparse.ArgumentParser) -> None:
             "-s",
             default=None,
             metavar="NAME",
-            help="the live planner anticipate (default), anticipate-ppo, anticipate-consensus or live-ppo "
-            "(trained by PPO), or any registry scheduler rolled on the configured forecast (greedy, full, ...)",
+            help="the live planner anticipate (default), anticipate-ppo or anticipate-consensus, "
+            "or any registry scheduler rolled on the configured forecast (greedy, full, ...)",
         )
         q.add_argument(
             "--history",
