@@ -162,3 +162,25 @@ def parse_floats(text: str) -> tuple[float, ...]:
 def parse_names(text: str) -> tuple[str, ...]:
     """Comma-separated names (``exact,trace``), blanks dropped."""
     return tuple(x.strip() for x in text.split(",") if x.strip())
+
+
+def family_names(text: str) -> list[str]:
+    """Comma-separated generator families (:data:`gpu_env.generators.FAMILIES`), at least one, each known."""
+    from gpu_env.generators import FAMILIES
+
+    names = [n for n in text.split(",") if n]
+    unknown = [n for n in names if n not in FAMILIES]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected family names ({', '.join(FAMILIES)}), got {text!r}")
+    return names
+
+
+def gpu_counts(text: str) -> list[int]:
+    """Comma-separated GPU counts, at least one, each at least 1."""
+    try:
+        sizes = [int(x) for x in text.split(",") if x]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated GPU counts, got {text!r}") from None
+    if not sizes or min(sizes) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated GPU counts >= 1, got {text!r}")
+    return sizes

@@ -75,13 +75,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shlex
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,26 +90,35 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # full (OR-Tools) imported here, where a fan-out worker starts, not inside a task's timeout alarm
-from agents import full, greedy, ppo  # noqa: E402
-from agents.arguments import add_fanout_options, fanout_backend  # noqa: E402
+from agents import ppo  # noqa: E402
+from agents.arguments import add_fanout_options, family_names, fanout_backend, gpu_counts  # noqa: E402
+from agents.benchmarking import EPS, best_known, checked, machine, one_core  # noqa: E402
+from agents.equal_time import (  # noqa: E402
+    CALIBRATION_ROUNDS,
+    DECODE_RESTARTS,
+    GREEDY_ORDERS,
+    RESTART_TEMPERATURE,
+    calibrate_restarts,
+    calibration_table,
+    one_options,
+    restarts_config,
+    restarts_plan,
+    shipped_options,
+)
 from agents.fanout import Backend, FanoutError, Task, TaskFunction, TaskResult, run_tasks  # noqa: E402
-from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, Guard, PlanOptions  # noqa: E402
+from agents.learned.fresh_draws import FRESH_SEED, TRAIN_CONFIG, check_fresh, fresh  # noqa: E402
+from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
-from gpu_env.generators import FAMILIES, generate  # noqa: E402
-from gpu_env.metrics import compute_metrics  # noqa: E402
+from gpu_env.generators import FAMILIES  # noqa: E402
 from gpu_env.plan import Plan  # noqa: E402
 from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
-from gpu_env.validation import validate  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ppo.md"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "ppo_quick.md"
-TRAIN_CONFIG = ROOT / "configs" / "train" / "default.yaml"
 SCENARIOS = ROOT / "configs" / "scenarios"
-FRESH_SEED = 20_000  # (a)
 TIME_SEED = 25_000  # (b)'s large instances
 SCALE_SEED = 30_000  # (c)
-EPS = 1e-6
 # The targets of the learned fast mode.
 SHIPPED_TARGET = 0.99  # as shipped: mean objective / best known over every fresh instance of (a)
 SHIPPED_MOONSHOT = 0.995
@@ -122,44 +129,6 @@ MOONSHOT_SCENARIO, MOONSHOT_MS = "scale-64x30", 1.0  # as shipped, median plan t
 def seven_scenarios() -> list[Path]:
     """The seven benchmark scenarios: one file per generator family in ``configs/scenarios`` (no ``trace-*``)."""
     return [SCENARIOS / f"{family}.yaml" for family in FAMILIES]
-
-
-# ----------------------------------------------------------------------------- fresh seeds
-
-
-def training_draws(config: Path = TRAIN_CONFIG) -> set[tuple[str, int, int]]:
-    """Every (family, generator seed, GPUs) that training with ``config`` drew, labelled or evaluated on.
-
-    ``train.py``'s four draws (``TrainConfig.draws``: the two stages and the two held-out sets) are listed by
-    :func:`~agents.learned.training.draw_specs`, the function ``draw_scenarios`` generates from, without
-    generating them. The optima cache's records (:mod:`agents.learned.optima`,
-    seeds 50000-56999) are read from the cache file the config names.
-    """
-    from agents.learned.config import load_config
-    from agents.learned.training import draw_specs
-
-    cfg = load_config(config)
-    draws = {d for call in cfg.draws().values() for d in draw_specs(cfg.families, *call)}
-    if cfg.optima:
-        from agents.learned.optima import read_document
-
-        path = Path(cfg.optima) if Path(cfg.optima).is_absolute() else ROOT / cfg.optima
-        draws.update((r["family"], int(r["seed"]), int(r["gpus"])) for r in read_document(path)["records"])
-    return draws
-
-
-def check_fresh(instances: list[Scenario]) -> None:
-    """Raise ``SystemExit`` if any instance's (family, seed, GPUs) is among :func:`training_draws`."""
-    used = training_draws()
-    clash = sorted({(sc.family, sc.seed, sc.gpus) for sc in instances} & used)
-    if clash:
-        raise SystemExit(f"benchmark instances drawn in training: {clash[:5]}; pick other seeds")
-
-
-def fresh(family: str, seed: int, gpus: int | None = None) -> Scenario:
-    """A fresh instance (the family's own size when ``gpus`` is None), named after its family, size and seed."""
-    size = gpus if gpus is not None else FAMILIES[family].gpus
-    return generate(family, seed, gpus=gpus, name=f"{family}-{size}-{seed}")
 
 
 # ----------------------------------------------------------------------------- fan-out
@@ -195,153 +164,10 @@ class Fanout:
 # ----------------------------------------------------------------------------- planners
 
 
-def _checked(sc: Scenario, plan: Plan) -> Plan:
-    problems = validate(sc, plan)
-    if problems:
-        raise RuntimeError(f"{plan.scheduler} plan invalid on {sc.name}: {problems[0]}")
-    return plan
-
-
-def shipped_options(policy: Path) -> PlanOptions:
-    """ppo as shipped: the default candidates and guard."""
-    return PlanOptions(policy=policy)
-
-
-def one_options(policy: Path) -> PlanOptions:
-    """The policy alone: one candidate (the argmax order, promoted), no guard."""
-    return PlanOptions(policy=policy, samples=1, guard=Guard.NONE)
-
-
 def one_without_promotion(sc: Scenario, policy: Path) -> float:
     """The objective of the argmax order as it decodes, without the promotion pass."""
     (plan,) = ppo.candidates(sc, ppo.load_policy(policy), 1, promote_rounds=0)
-    return _checked(sc, plan).metrics.objective
-
-
-def best_known(
-    sc: Scenario, policy: Path, values: list[float], time_limit: float, deterministic_time: float | None
-) -> tuple[float, float | None, str, bool]:
-    """(best known, full mode's objective, its status, proven): full mode's and ``values``' best.
-
-    Proven: CP-SAT proved its plan optimal and no planner beat it. ``time_limit`` 0: no full mode.
-    """
-    best = max(values)
-    if time_limit <= 0:
-        return best, None, "not run", False
-    options = PlanOptions(time_limit=time_limit, policy=policy, deterministic_time=deterministic_time)
-    result = full.solve(sc, time_limit=time_limit, options=options, deterministic_time=deterministic_time)
-    if result.plan is not None:
-        _checked(sc, result.plan)
-    status = result.status.value
-    if result.objective is None:
-        return best, None, status, False
-    proven = status == "optimal" and result.objective >= best - EPS
-    return max(best, result.objective), result.objective, status, proven
-
-
-# ----------------------------------------------------------------------------- greedy with restarts
-
-GREEDY_ORDERS = len(greedy.DEFAULT.orderings) * len(greedy.DEFAULT.trades) + int(greedy.DEFAULT.fifo_seed)
-"""Orders plain greedy decodes before promotion: each ordering in each trade mode, and the FIFO seed (5)."""
-DECODE_RESTARTS = DEFAULT_SAMPLES - GREEDY_ORDERS
-"""Restarts that give greedy the shipped learned planner's decode count: 5 + 7 = 12 orders."""
-RESTART_TEMPERATURE = 0.1
-"""The restarts' Gumbel temperature here: the one ``benchmarks/ppo_equal_time.py`` chose on its tuning draws
-(results/ppo_equal_time.md: 1.0072 of greedy's objective with 7 restarts, 0.3, ``GreedyConfig``'s default, 1.0071)."""
-RESTART_GRID = (0, 1, 2, 4, 7, 10, 14, 20, 28, 40, 56, 80)
-"""Restart counts the equal-time calibration (:func:`calibrate_restarts`) times."""
-CALIBRATION_ROUNDS = 5
-
-
-def restarts_config(restarts: int, temperature: float = RESTART_TEMPERATURE) -> greedy.GreedyConfig:
-    """Greedy as shipped (:data:`agents.greedy.DEFAULT`) plus ``restarts`` Gumbel restarts of its own key."""
-    return replace(greedy.DEFAULT, restarts=restarts, restart_temperature=temperature)
-
-
-def restarts_plan(sc: Scenario, config: greedy.GreedyConfig, seed: int = 0) -> Plan:
-    """Greedy's plan under ``config`` (restarts seeded by ``seed``), timed and with metrics, as ``run_scheduler``."""
-    started = time.perf_counter()
-    plan = greedy.solve(sc, config, seed=seed).plan
-    plan.solve_ms = (time.perf_counter() - started) * 1000.0
-    plan.scheduler = "greedy"
-    plan.metrics = compute_metrics(sc, plan)
-    return plan
-
-
-@dataclass
-class Calibration:
-    """The equal-time restarts of one size class: the most whose median plan time is at most the shipped planner's.
-
-    Attributes:
-        label: The size class.
-        instances: Instances timed.
-        rounds: Timed rounds per instance (after one warm-up call of each planner).
-        shipped_ms: The shipped learned planner's median plan time (ms) over every instance and round.
-        greedy_ms: Greedy's median plan time with each restart count of the grid.
-        chosen: The largest restart count whose median is at most ``shipped_ms`` (the grid's least when none is).
-    """
-
-    label: str
-    instances: int
-    rounds: int
-    shipped_ms: float
-    greedy_ms: dict[int, float]
-    chosen: int
-
-
-def calibrate_restarts(
-    instances: list[Scenario],
-    policy: Path,
-    label: str,
-    rounds: int = CALIBRATION_ROUNDS,
-    grid: tuple[int, ...] = RESTART_GRID,
-    temperature: float = RESTART_TEMPERATURE,
-) -> Calibration:
-    """Time greedy with each restart count of ``grid`` against ppo as shipped, interleaved per instance.
-
-    Each instance: one warm-up call of every planner, then ``rounds`` rounds (round r: seed r, the planners in
-    an order rotated by r), each call timed with ``time.perf_counter`` around the planner (``ppo.plan``,
-    ``greedy.solve``). Medians over every instance and round. The caller warms the policy up and pins the process.
-    """
-    options = shipped_options(policy)
-    calls: list[tuple[str | int, Callable[[Scenario, int], object]]] = [
-        ("shipped", lambda sc, s: ppo.plan(sc, replace(options, seed=s)))
-    ]
-    for restarts in grid:
-        config = restarts_config(restarts, temperature)
-        calls.append((restarts, lambda sc, s, c=config: greedy.solve(sc, c, seed=s)))
-    times: dict[str | int, list[float]] = {key: [] for key, _ in calls}
-    for sc in instances:
-        for _, call in calls:
-            call(sc, 0)
-        for r in range(rounds):
-            k = r % len(calls)
-            for key, call in calls[k:] + calls[:k]:
-                started = time.perf_counter()
-                call(sc, r)
-                times[key].append((time.perf_counter() - started) * 1000.0)
-    shipped = float(np.median(times["shipped"]))
-    medians = {restarts: float(np.median(times[restarts])) for restarts in grid}
-    chosen = max((restarts for restarts in grid if medians[restarts] <= shipped), default=min(grid))
-    return Calibration(label, len(instances), rounds, shipped, medians, chosen)
-
-
-def calibration_table(calibrations: list[Calibration]) -> list[str]:
-    """One row per size class: the shipped planner's median, greedy's at each restart count, the chosen count."""
-    grid = list(dict.fromkeys(r for c in calibrations for r in c.greedy_ms))
-    lines = [
-        "| size class | instances x rounds | shipped ms | "
-        + " | ".join(f"greedy + {r} ms" for r in grid)
-        + " | **chosen restarts** |",
-        "| --- | ---: | ---: | " + " | ".join("---:" for _ in grid) + " | ---: |",
-    ]
-    for c in calibrations:
-        cells = " | ".join(
-            (f"**{c.greedy_ms[r]:.2f}**" if r == c.chosen else f"{c.greedy_ms[r]:.2f}") if r in c.greedy_ms else "–"
-            for r in grid
-        )
-        lines.append(f"| {c.label} | {c.instances} x {c.rounds} | {c.shipped_ms:.2f} | {cells} | **{c.chosen}** |")
-    return lines
+    return checked(sc, plan).metrics.objective
 
 
 # ----------------------------------------------------------------------------- (a) quality
@@ -384,14 +210,14 @@ def measure(
     Greedy with restarts (seed 0): :data:`DECODE_RESTARTS`, and ``restarts_time`` when given (the equal-time count).
     """
     plans = {
-        "fifo": _checked(sc, run_scheduler("fifo", sc)),
-        "greedy": _checked(sc, run_scheduler("greedy", sc)),
-        "one": _checked(sc, run_scheduler("ppo", sc, one_options(policy))),
-        "shipped": _checked(sc, run_scheduler("ppo", sc, shipped_options(policy))),
-        "restarts": _checked(sc, restarts_plan(sc, restarts_config(DECODE_RESTARTS, temperature))),
+        "fifo": checked(sc, run_scheduler("fifo", sc)),
+        "greedy": checked(sc, run_scheduler("greedy", sc)),
+        "one": checked(sc, run_scheduler("ppo", sc, one_options(policy))),
+        "shipped": checked(sc, run_scheduler("ppo", sc, shipped_options(policy))),
+        "restarts": checked(sc, restarts_plan(sc, restarts_config(DECODE_RESTARTS, temperature))),
     }
     if restarts_time is not None:
-        plans["restarts_time"] = _checked(sc, restarts_plan(sc, restarts_config(restarts_time, temperature)))
+        plans["restarts_time"] = checked(sc, restarts_plan(sc, restarts_config(restarts_time, temperature)))
     objective = {key: plan.metrics.objective for key, plan in plans.items()}
     one_raw = one_without_promotion(sc, policy)
     shipped = plans["shipped"]
@@ -564,19 +390,6 @@ def fifo_target(rows: list[Row], scale: list[dict[str, Any]]) -> list[str]:
 # ----------------------------------------------------------------------------- (b) plan time
 
 
-@contextmanager
-def _one_core() -> Iterator[None]:
-    """Pinned to one CPU core inside; the process's CPUs given back afterwards (later sections fan out again)."""
-    cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    if cpus is not None:
-        os.sched_setaffinity(0, {sorted(cpus)[0]})
-    try:
-        yield
-    finally:
-        if cpus is not None:
-            os.sched_setaffinity(0, cpus)
-
-
 def _cell(t: dict[str, np.ndarray], key: str) -> str:
     return f"{np.median(t[key]):.2f} ({np.percentile(t[key], 90):.2f})"
 
@@ -610,7 +423,7 @@ def plan_time(
     afterwards.
     """
     ppo.warm_up(policy)
-    with _one_core():
+    with one_core():
         return _plan_time(policy, rounds, large, restarts_time or {}, temperature)
 
 
@@ -709,10 +522,10 @@ def scale_task(task: Task) -> TaskResult:
     policy, time_limit = Path(task.policy or ppo.DEFAULT_POLICY), task.params["time_limit"]
     ppo.warm_up(policy)
     plans = {
-        "fifo": _checked(sc, run_scheduler("fifo", sc)),
-        "greedy": _checked(sc, run_scheduler("greedy", sc)),
-        "one": _checked(sc, run_scheduler("ppo", sc, one_options(policy))),
-        "shipped": _checked(sc, run_scheduler("ppo", sc, shipped_options(policy))),
+        "fifo": checked(sc, run_scheduler("fifo", sc)),
+        "greedy": checked(sc, run_scheduler("greedy", sc)),
+        "one": checked(sc, run_scheduler("ppo", sc, one_options(policy))),
+        "shipped": checked(sc, run_scheduler("ppo", sc, shipped_options(policy))),
     }
     values: dict[str, Any] = {"family": task.params["family"], "name": sc.name, "gpus": sc.gpus, "jobs": len(sc.jobs)}
     for key, plan in plans.items():
@@ -831,7 +644,7 @@ def equal_time_restarts(
     if plan_times:
         for gpus in dict.fromkeys(sc.gpus for sc in timed):
             groups[f"{gpus} GPUs ((b)'s instances)"] = [sc for sc in timed if sc.gpus == gpus]
-    with _one_core():
+    with one_core():
         calibrations = [
             calibrate_restarts(g, policy, label, rounds, temperature=temperature) for label, g in groups.items()
         ]
@@ -846,24 +659,6 @@ def equal_time_restarts(
     return calibrations[0].chosen, per_name if plan_times else {}, lines
 
 
-def _names(text: str) -> list[str]:
-    names = [n for n in text.split(",") if n]
-    unknown = [n for n in names if n not in FAMILIES]
-    if unknown or not names:
-        raise argparse.ArgumentTypeError(f"expected family names ({', '.join(FAMILIES)}), got {text!r}")
-    return names
-
-
-def _sizes(text: str) -> list[int]:
-    try:
-        sizes = [int(x) for x in text.split(",") if x]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated GPU counts, got {text!r}") from None
-    if not sizes or min(sizes) < 1:
-        raise argparse.ArgumentTypeError(f"expected comma-separated GPU counts >= 1, got {text!r}")
-    return sizes
-
-
 def build_parser() -> argparse.ArgumentParser:
     from agents.arguments import int_at_least, positive_float
 
@@ -875,10 +670,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seven-time-limit", type=float, help="full-mode seconds on the seven scenarios (30; quick 5)")
     parser.add_argument("--seven-only", action="store_true", help="only the seven scenarios' table (stdout)")
     parser.add_argument("--rounds", type=int_at_least(1), help="(b): interleaved rounds per instance (50; quick 10)")
-    parser.add_argument("--time-sizes", type=_sizes, default=[256, 1024], help="(b): large GPU counts (256,1024)")
+    parser.add_argument("--time-sizes", type=gpu_counts, default=[256, 1024], help="(b): large GPU counts (256,1024)")
     parser.add_argument("--time-instances", type=int_at_least(0), help="(b): instances per large size (2; quick 1)")
-    parser.add_argument("--scale-families", type=_names, help="(c): families (all)")
-    parser.add_argument("--scale-sizes", type=_sizes, help="(c): GPU counts (128,256,1024; quick 128,256)")
+    parser.add_argument("--scale-families", type=family_names, help="(c): families (all)")
+    parser.add_argument("--scale-sizes", type=gpu_counts, help="(c): GPU counts (128,256,1024; quick 128,256)")
     parser.add_argument("--scale-instances", type=int_at_least(1), default=1, help="(c): per family and size (1)")
     parser.add_argument("--scale-time-limit", type=float, help="(c): full-mode seconds (30; quick 5)")
     parser.add_argument(
@@ -909,11 +704,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, help="output file (default: results/ppo.md; quick: results/ppo_quick.md)")
     add_fanout_options(parser)  # --parallel N, --ray [ADDRESS], --task-timeout S: where (a) and (c) run
     return parser
-
-
-def _machine() -> str:
-    load = "n/a" if not hasattr(os, "getloadavg") else ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -954,7 +744,7 @@ def main(argv: list[str] | None = None) -> int:
     if quick and args.scale_sizes is None and "scale" not in skip:
         scaled.append(fresh("scale-64x30", SCALE_SEED, 1024))
     check_fresh(fresh_rows + timed + scaled)
-    machine = _machine()
+    header = machine()
     loaded = ppo.load_policy(policy)
     rel = policy.relative_to(ROOT) if policy.is_relative_to(ROOT) else policy
     exe = Path(sys.executable)
@@ -966,7 +756,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- Command: `{command}`",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Machine: {machine} (at the start)",
+        f"- Machine: {header} (at the start)",
         f"- Policy: `{rel}` ({loaded.path.name}), SHA-256 `{loaded.sha256}`, "
         f"{network.get('parameters', 'n/a')} parameters, temperature {loaded.temperature:g}",
         f"- Tasks of (a) and (c): `agents.fanout`, one per instance, on {fan.backend.describe()}"
@@ -1065,7 +855,7 @@ def main(argv: list[str] | None = None) -> int:
     out += ["", "## Targets", "", *targets]
     if fan.failed:
         out += ["", "## Failed tasks", "", "Left out of the tables above:", "", *(f"- {line}" for line in fan.failed)]
-    out += ["", f"Total benchmark time {time.perf_counter() - started:.0f} s; at the end: {_machine()}.", ""]
+    out += ["", f"Total benchmark time {time.perf_counter() - started:.0f} s; at the end: {machine()}.", ""]
     write_text_atomic(args.out or (QUICK_RESULTS if quick else RESULTS), "\n".join(out))
     print("\n".join(out))
     return fan.exit_status()

@@ -11,7 +11,7 @@
 Greedy gains restarts (``GreedyConfig(restarts=R)``: R orders drawn from its own priority key plus Gumbel noise,
 seeded, a promotion group of their own, so never below plain greedy). Is the learned planner better than that
 cheap baseline given the same budget? Two budgets: the planner's decode count (12 orders: greedy's 5 sweeps + 7
-restarts, :data:`benchmarks.ppo_benchmarks.DECODE_RESTARTS`) and its time (the most restarts whose median plan time
+restarts, :data:`agents.equal_time.DECODE_RESTARTS`) and its time (the most restarts whose median plan time
 is at most the shipped planner's, calibrated per size class in the same run).
 
 **Instances.** (i) The seed's sizes: ``--per-family`` fresh instances of every family of
@@ -19,7 +19,7 @@ is at most the shipped planner's, calibrated per size class in the same run).
 full mode (:func:`agents.full.solve`) with ``--best-time-limit`` seconds, the proven optimum where CP-SAT proves it.
 (ii) Large clusters: one fresh instance per family and size of ``--large-sizes`` (``fresh(family, 20000, gpus=G)``);
 best known: the best of every arm's runs and of full mode with ``--large-time-limit`` seconds (0: the arms only).
-Every instance is checked against training's draws (:func:`benchmarks.ppo_benchmarks.check_fresh`).
+Every instance is checked against training's draws (:func:`agents.learned.fresh_draws.check_fresh`).
 
 **Arms.** greedy (deterministic); greedy + 7 restarts (the decode count); greedy + R restarts (equal time); the
 learned planner alone, one decode (``samples=1, guard="none"``); 12 candidates unguarded (``guard="none"``); as
@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import sys
 import time
@@ -62,26 +61,22 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents import greedy, ppo  # noqa: E402
-from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, Guard, PlanOptions  # noqa: E402
-from agents.registry import SCHEDULERS, SchedulerUnavailableError, get_scheduler  # noqa: E402
-from benchmarks.ppo_benchmarks import (  # noqa: E402
+from agents.benchmarking import EPS, best_known, machine, one_core  # noqa: E402
+from agents.equal_time import (  # noqa: E402
     CALIBRATION_ROUNDS,
     DECODE_RESTARTS,
-    EPS,
-    FRESH_SEED,
     GREEDY_ORDERS,
     RESTART_GRID,
     Calibration,
-    _one_core,
-    best_known,
     calibrate_restarts,
     calibration_table,
-    check_fresh,
-    fresh,
     one_options,
     restarts_config,
     shipped_options,
 )
+from agents.learned.fresh_draws import FRESH_SEED, check_fresh, fresh  # noqa: E402
+from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, Guard, PlanOptions  # noqa: E402
+from agents.registry import SCHEDULERS, SchedulerUnavailableError, get_scheduler  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES  # noqa: E402
 from gpu_env.metrics import compute_metrics  # noqa: E402
@@ -445,17 +440,16 @@ def _restarts(text: str) -> dict[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from agents.arguments import int_at_least, positive_float
-    from benchmarks.ppo_benchmarks import _names, _sizes
+    from agents.arguments import family_names, gpu_counts, int_at_least, positive_float
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few instances and seeds: a smoke run (~1 min)")
     parser.add_argument("--policy", type=Path, default=ppo.DEFAULT_POLICY)
     parser.add_argument("--seeds", type=int_at_least(1), help="planner seeds 0..N-1 per instance (20; quick 3)")
     parser.add_argument("--large-seeds", type=int_at_least(1), help="planner seeds on large clusters (--seeds)")
-    parser.add_argument("--families", type=_names, help="families (all; quick: 3 small ones)")
+    parser.add_argument("--families", type=family_names, help="families (all; quick: 3 small ones)")
     parser.add_argument("--per-family", type=int_at_least(0), help="instances per family at its size (3; quick 1)")
-    parser.add_argument("--large-sizes", type=_sizes, help="large GPU counts, one instance per family (128,1024)")
+    parser.add_argument("--large-sizes", type=gpu_counts, help="large GPU counts, one instance per family (128,1024)")
     parser.add_argument("--best-time-limit", type=float, help="full-mode seconds at the seed's sizes (10; quick 2)")
     parser.add_argument("--large-time-limit", type=float, help="full-mode seconds on large clusters, 0: none (30)")
     parser.add_argument(
@@ -493,11 +487,6 @@ def _dumps(document: dict[str, Any]) -> str:
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
-def _machine() -> str:
-    load = "n/a" if not hasattr(os, "getloadavg") else ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    return f"{platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs, load average {load}"
-
-
 def _progress(started: float) -> Callable[[str], None]:
     def say(text: str) -> None:
         print(f"[{time.perf_counter() - started:6.0f} s] {text}", file=sys.stderr, flush=True)
@@ -531,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     assert not clash, clash  # distinct seeds by construction
     check_fresh([i.scenario for i in evaluation + tuning])
     classes = list(dict.fromkeys(i.size_class for i in evaluation))
-    machine = _machine()
+    header = machine()
     loaded = ppo.load_policy(policy)
     ppo.warm_up(policy)
     stepwise, stepwise_note = stepwise_scheduler()
@@ -544,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
             stepwise, stepwise_note = None, f"`{STEPWISE}` is registered but failed to plan ({exc!r}): left out"
     say(stepwise_note.replace("`", ""))
 
-    with _one_core():
+    with one_core():
         # the restart temperature, on the tuning instances
         tuning_rows: list[dict[str, Any]] = []
         if args.temperature is not None:
@@ -604,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- Command: `{command}`",
         f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Machine: {machine} (at the start)",
+        f"- Machine: {header} (at the start)",
         f"- Policy: `{rel}`, SHA-256 `{loaded.sha256}`, temperature {loaded.temperature:g}",
         f"- {stepwise_note}.",
         f"- Restart temperature: **{temperature:g}**"
@@ -692,7 +681,7 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *calibration_table(calibrations),
         ]
-    out += ["", f"Total benchmark time {time.perf_counter() - started:.0f} s; at the end: {_machine()}.", ""]
+    out += ["", f"Total benchmark time {time.perf_counter() - started:.0f} s; at the end: {machine()}.", ""]
     text = "\n".join(out)
     write_text_atomic(args.out or (QUICK_RESULTS if quick else RESULTS), text)
     if args.json is not None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import agents.learned.fresh_draws as fresh_draws
 import benchmarks.ppo_benchmarks as bench
 from agents.fanout import available_cpus
 from agents.learned.config import load_config
@@ -46,18 +47,18 @@ def run_script(*args: str, code: str | None = None) -> subprocess.CompletedProce
 
 
 def test_the_replay_holds_every_training_draw_and_the_benchmark_instances_are_fresh():
-    used = bench.training_draws()
-    cfg = load_config(bench.TRAIN_CONFIG)
+    used = fresh_draws.training_draws()
+    cfg = load_config(fresh_draws.TRAIN_CONFIG)
     for sizes, seed in ((cfg.small.sizes, cfg.seed), (cfg.eval.large_sizes, cfg.eval.seed + 1)):
         for sc in draw_scenarios(cfg.families, sizes, 4, seed):
             assert (sc.family, sc.seed, sc.gpus) in used
     assert any(50_000 <= seed < 57_000 for _, seed, _ in used)  # the optima cache's records
-    instances = [bench.fresh(f, bench.FRESH_SEED + i) for f in FAMILIES for i in range(30)]
+    instances = [fresh_draws.fresh(f, fresh_draws.FRESH_SEED + i) for f in FAMILIES for i in range(30)]
     instances += bench.time_instances([256, 1024], 2) + bench.scale_instances(list(FAMILIES), [128, 256, 1024], 1)
-    bench.check_fresh(instances)  # raises on a clash
+    fresh_draws.check_fresh(instances)  # raises on a clash
     family, seed, gpus = sorted(used)[0]
     with pytest.raises(SystemExit, match="drawn in training"):
-        bench.check_fresh([generate(family, seed, gpus=gpus)])
+        fresh_draws.check_fresh([generate(family, seed, gpus=gpus)])
 
 
 @pytest.mark.skipif(available_cpus() < 2, reason="--parallel 2 needs 2 CPUs")
