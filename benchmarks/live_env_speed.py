@@ -1,6 +1,7 @@
 """Steps per second of GpuClusterLive-v0: the single env and the vector env, random actions under the mask.
 
     PYTHONPATH=. .venv/bin/python benchmarks/live_env_speed.py [--episodes 7] [--rounds 24] [--seed 0]
+        [--single-only] [--profile 15]
 
 A step is one slot of one day: the slot's state, the base plan (compiled greedy), the features, the decision
 (a second greedy plan when a headroom is chosen, the fill) and the commit. ``baseline="greedy"`` adds one
@@ -8,14 +9,17 @@ rolling greedy day per reset (24 greedy plans). The single env plays ``--episode
 the vector env (:mod:`agents.rolling.live_vector_env`, N days, ``workers`` processes) takes ``--rounds`` steps
 from a reset (its days drawn from all the families), and its rate is the sub-days' slot steps per second
 (the reset included in the time, the workers started before it). Wall time on this machine, one run: an
-indication, not a controlled figure.
+indication, not a controlled figure. ``--profile N`` adds where a single-env step's time goes: cProfile of
+``--episodes`` days (baseline None), the N project functions (``agents/``, ``gpu_env/``) with the most
+cumulative time, per step (profiling adds its own overhead; nested functions' times are inside their callers').
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
-import platform
+import pstats
 import sys
 import time
 from pathlib import Path
@@ -26,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from agents.benchmarking import machine  # noqa: E402
 from agents.rolling.live_env import GpuClusterLiveEnv  # noqa: E402
 from agents.rolling.live_policy import action_nvec, action_offsets  # noqa: E402
 from agents.rolling.live_vector_env import GpuClusterLiveVectorEnv  # noqa: E402
@@ -79,6 +84,30 @@ def vector_steps_per_second(
     return rate, steps
 
 
+def profile_table(episodes: int, seed: int, top: int) -> list[str]:
+    """Markdown rows: the ``top`` project functions by cumulative time per single-env step (baseline None)."""
+    profiler = cProfile.Profile()
+    profiler.enable()
+    _, steps = steps_per_second(None, episodes, seed)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    rows = []
+    for (file, _, name), (_, calls, _, cumulative, _) in stats.stats.items():  # type: ignore[attr-defined]
+        path = Path(file)
+        if path.is_relative_to(ROOT) and path.parts[len(ROOT.parts)] in ("agents", "gpu_env"):
+            rows.append((cumulative, calls, f"`{path.relative_to(ROOT)}` `{name}`"))
+    total = stats.total_tt  # type: ignore[attr-defined]
+    lines = [
+        f"cProfile of {episodes} days, {steps} steps (baseline None): {1000 * total / steps:.2f} ms a step in all",
+        "",
+        "| function | calls per step | cumulative ms per step |",
+        "| --- | ---: | ---: |",
+    ]
+    for cumulative, calls, label in sorted(rows, reverse=True)[:top]:
+        lines.append(f"| {label} | {calls / steps:.2f} | {1000 * cumulative / steps:.2f} |")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the steps per second of the single env and the vector env, with and without the greedy baseline."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -86,10 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--single-only", action="store_true", help="only the single env's rows")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="the N costliest functions of a step")
     args = parser.parse_args(argv)
     GpuClusterLiveEnv(baseline=None).reset(seed=0)  # compile and load outside the measurement
-    print(f"machine: {platform.platform()}, Python {platform.python_version()}, {os.cpu_count()} CPUs")
-    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"machine: {machine()} (before)")
     print("| env | baseline | days | workers | steps | steps/s |\n| --- | --- | ---: | ---: | ---: | ---: |")
     for baseline in (None, "greedy"):
         rate, steps = steps_per_second(baseline, args.episodes, args.seed)
@@ -102,6 +131,8 @@ def main(argv: list[str] | None = None) -> int:
                     f"| GpuClusterLiveVectorEnv | {baseline} | {num_envs} | {workers} | {steps} | {rate:.0f} |",
                     flush=True,
                 )
+    if args.profile:
+        print("\n".join(["", *profile_table(args.episodes, args.seed, args.profile)]), flush=True)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

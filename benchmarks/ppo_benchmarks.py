@@ -6,7 +6,6 @@
         [--rounds 50] [--time-sizes 256,1024] [--time-instances 2]
         [--scale-families ...] [--scale-sizes 128,256,1024] [--scale-instances 1] [--scale-time-limit 30]
         [--deterministic-time D] [--skip quality,seven,time,scale]   # full mode also stops after D work units
-        [--restart-temperature 0.1] [--restarts-at-time R] [--calibration-rounds 5]  # greedy's restarts
     PYTHONPATH=. .venv/bin/python benchmarks/ppo_benchmarks.py --seven-only  # the seven scenarios' table only
         [--parallel N | --ray [ADDRESS]] [--task-timeout S]               # any of them, fanned out
 
@@ -22,16 +21,14 @@ per task (the policy loaded once):
   evaluation draws included, and the optima cache's records). Per instance:
   FIFO, greedy, the policy alone with one candidate (``samples=1, guard="none"``)
   with and without the promotion pass, and ppo as shipped (12 candidates and the
-  FIFO guard), and greedy with restarts (below) at the shipped planner's decode
-  count and at its time. Best known: the best of those and of full mode
+  FIFO guard). Best known: the best of those and of full mode
   (:func:`agents.full.solve`) with ``--best-time-limit`` seconds, flagged where
   CP-SAT proved it optimal (elsewhere a ratio to it is an upper bound). A second
   table puts each planner's quality and plan time (its one run in the task) side
   by side. The seven benchmark scenarios (``configs/scenarios/``, no ``trace-*``)
   get their own table, full mode with ``--seven-time-limit``.
 * **(b) Plan time.** Greedy, ppo as shipped (the guard's FIFO plan counts), the
-  policy alone with one candidate, FIFO and greedy with restarts at the decode
-  count and at equal time, interleaved in that order for ``--rounds`` rounds
+  policy alone with one candidate and FIFO, interleaved in that order for ``--rounds`` rounds
   after 2 warm-up rounds, on each of the seven scenarios and on
   ``--time-instances`` fresh instances per size of ``--time-sizes``, pinned to
   one CPU core: median and p90 of each, and of the per-round ratio to greedy;
@@ -43,13 +40,8 @@ per task (the policy loaded once):
   ``--scale-time-limit`` seconds as best known (or the best planner where full
   mode is worse); ratios and plan times (one run each, after a warm-up).
 
-**Greedy with restarts** (issue 34's fair baseline): greedy as shipped plus R orders drawn from its own priority
-key with Gumbel noise (``GreedyConfig(restarts=R)``, temperature ``--restart-temperature``, restart seed 0), never
-below plain greedy. At the decode count, R = :data:`DECODE_RESTARTS` (greedy's 5 sweeps + 7 = the shipped planner's
-12 orders); at equal time, R is calibrated in the run (:func:`calibrate_restarts`, pinned to one core before (a)): the
-largest R of :data:`RESTART_GRID` whose median plan time is at most the shipped planner's, on the seven scenarios
-for the seed's sizes ((a), and the seven of (b)) and on (b)'s instances for each of its sizes; ``--restarts-at-time
-R`` fixes it instead. ``benchmarks/ppo_equal_time.py`` has the full equal-time table (planner seeds, tuning).
+Greedy with restarts, the fair baseline at the shipped planner's decode count and at its time, is measured
+side by side with the learned planners by ``benchmarks/ppo_equal_time.py`` (results/ppo_equal_time.md), not here.
 
 The targets are marked met or missed in the report, with the measured numbers.
 Times are wall clock on a shared machine: noisy; the report's header gives the
@@ -64,8 +56,7 @@ still running after S seconds as failed (keep S above the full-mode limits).
 Every planner here is deterministic, so the quality tables are those of a serial
 run wherever full mode proves the optimum (``--seven-only`` is byte-identical),
 and everywhere when full mode stops at ``--deterministic-time D`` before any time
-limit (the equal-time restart count is measured, so its column repeats with
-``--restarts-at-time R``); (c)'s plan times are then measured beside other tasks. (b) always runs
+limit; (c)'s plan times are then measured beside other tasks. (b) always runs
 serially in this process, pinned to one core. A failed task is named (scenario,
 planner, seed) on stderr and in the report, the others complete, and the exit
 status is 1.
@@ -94,15 +85,7 @@ from agents import ppo  # noqa: E402
 from agents.arguments import add_fanout_options, family_names, fanout_backend, gpu_counts  # noqa: E402
 from agents.benchmarking import EPS, best_known, checked, machine, one_core  # noqa: E402
 from agents.equal_time import (  # noqa: E402
-    CALIBRATION_ROUNDS,
-    DECODE_RESTARTS,
-    GREEDY_ORDERS,
-    RESTART_TEMPERATURE,
-    calibrate_restarts,
-    calibration_table,
     one_options,
-    restarts_config,
-    restarts_plan,
     shipped_options,
 )
 from agents.fanout import Backend, FanoutError, Task, TaskFunction, TaskResult, run_tasks  # noqa: E402
@@ -190,9 +173,6 @@ class Row:
     best: float
     proven: bool
     winner: int | str
-    restarts: float | None = None  # greedy + DECODE_RESTARTS restarts (seed 0): the shipped planner's decode count
-    restarts_time: float | None = None  # greedy + the equal-time restarts (seed 0); None: not run
-    restarts_r: int | None = None  # the equal-time restart count
     ms: dict[str, float] = field(default_factory=dict)  # each planner's plan time in its task (one run, ms)
 
 
@@ -202,22 +182,14 @@ def measure(
     policy: Path,
     best_time: float,
     deterministic_time: float | None = None,
-    restarts_time: int | None = None,
-    temperature: float = RESTART_TEMPERATURE,
 ) -> Row:
-    """Every planner on one instance, and the best known (full mode for ``best_time`` s, 0: none).
-
-    Greedy with restarts (seed 0): :data:`DECODE_RESTARTS`, and ``restarts_time`` when given (the equal-time count).
-    """
+    """Every planner on one instance, and the best known (full mode for ``best_time`` s, 0: none)."""
     plans = {
         "fifo": checked(sc, run_scheduler("fifo", sc)),
         "greedy": checked(sc, run_scheduler("greedy", sc)),
         "one": checked(sc, run_scheduler("ppo", sc, one_options(policy))),
         "shipped": checked(sc, run_scheduler("ppo", sc, shipped_options(policy))),
-        "restarts": checked(sc, restarts_plan(sc, restarts_config(DECODE_RESTARTS, temperature))),
     }
-    if restarts_time is not None:
-        plans["restarts_time"] = checked(sc, restarts_plan(sc, restarts_config(restarts_time, temperature)))
     objective = {key: plan.metrics.objective for key, plan in plans.items()}
     one_raw = one_without_promotion(sc, policy)
     shipped = plans["shipped"]
@@ -226,25 +198,22 @@ def measure(
     best, _, _, proven = best_known(sc, policy, values, best_time, deterministic_time)
     return Row(
         family, sc.name, sc.gpus, len(sc.jobs), objective["fifo"], objective["greedy"], objective["one"], one_raw,
-        alone, objective["shipped"], best, proven, shipped.info["winner"], objective["restarts"],
-        objective.get("restarts_time"), restarts_time, {key: plan.solve_ms for key, plan in plans.items()},
+        alone, objective["shipped"], best, proven, shipped.info["winner"],
+        {key: plan.solve_ms for key, plan in plans.items()},
     )  # fmt: skip
 
 
 def measure_task(task: Task) -> TaskResult:
     """:func:`measure` on one instance where the task landed (a task function of :mod:`agents.fanout`).
 
-    The task: the instance, ``policy`` and ``deterministic_time``; ``params``: ``family``, ``best_time`` and, when
-    greedy's equal-time restarts run, ``restarts_time`` and ``temperature``. The policy is warmed up first.
+    The task: the instance, ``policy`` and ``deterministic_time``; ``params``: ``family`` and ``best_time``. The
+    policy is warmed up first.
     """
     sc = task.load()
     policy = Path(task.policy or ppo.DEFAULT_POLICY)
     ppo.warm_up(policy)
     params = task.params
-    row = measure(
-        sc, params["family"], policy, params["best_time"], task.deterministic_time, params.get("restarts_time"),
-        params.get("temperature", RESTART_TEMPERATURE),
-    )  # fmt: skip
+    row = measure(sc, params["family"], policy, params["best_time"], task.deterministic_time)
     return TaskResult(sc.name, task.planner, task.seed, values=asdict(row))
 
 
@@ -254,15 +223,10 @@ def measure_all(
     fan: Fanout,
     label: str,
     deterministic_time: float | None = None,
-    restarts_time: int | None = None,
-    temperature: float = RESTART_TEMPERATURE,
 ) -> list[Row]:
     """:func:`measure` on every (scenario, family, full-mode seconds), one task each; failed tasks left out."""
     options = PlanOptions(policy=policy, deterministic_time=deterministic_time)
-    extra: dict[str, Any] = {} if restarts_time is None else {"restarts_time": restarts_time}
-    tasks = [
-        Task.make(sc, "ppo", options, family=f, best_time=t, temperature=temperature, **extra) for sc, f, t in instances
-    ]
+    tasks = [Task.make(sc, "ppo", options, family=f, best_time=t) for sc, f, t in instances]
     return [Row(**v) for v in fan.run(tasks, measure_task, label) if v is not None]
 
 
@@ -273,32 +237,21 @@ def _mean(rows: list[Row], key: str, over: str = "best") -> float:
 COLUMNS = (("fifo", "FIFO"), ("greedy", "greedy"), ("one_raw", "one, no promotion"), ("one", "one"))
 
 
-def _restarts_count(rows: list[Row]) -> str:
-    """The equal-time restart count of ``rows`` as text ("R" when none ran)."""
-    counts = sorted({r.restarts_r for r in rows if r.restarts_r is not None})
-    return "/".join(map(str, counts)) or "R"
-
-
 def quality_table(rows: list[Row]) -> list[str]:
     """Per family and over all: mean objective / best known and / greedy, and counts."""
-    timed = any(r.restarts_time is not None for r in rows)
-    restarts_head = f"| greedy + {DECODE_RESTARTS} / best " + (
-        f"| greedy + {_restarts_count(rows)} (equal time) / best " if timed else ""
-    )
     lines = [
-        f"| family | GPUs x jobs | n | proven | FIFO / best | greedy / best {restarts_head}| one, no promotion / best "
+        f"| family | GPUs x jobs | n | proven | FIFO / best | greedy / best | one, no promotion / best "
         f"| one / best | {DEFAULT_SAMPLES} unguarded / best | **shipped / best** | one / greedy | **shipped / greedy** "
         f"| one < greedy | shipped < greedy | shipped < FIFO | won by the {DEFAULT_GUARD.value} guard |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-        "| ---: | ---: |" + (" ---: |" if timed else ""),
+        "| ---: | ---: |",
     ]
     for family in [*dict.fromkeys(r.family for r in rows), "all"]:
         rs = [r for r in rows if family in ("all", r.family)]
         size = "–" if family == "all" else f"{rs[0].gpus} x {rs[0].jobs}"
-        restarts = f"| {_mean(rs, 'restarts'):.4f} " + (f"| {_mean(rs, 'restarts_time'):.4f} " if timed else "")
         lines.append(
             f"| {family} | {size} | {len(rs)} | {sum(r.proven for r in rs)} | {_mean(rs, 'fifo'):.4f} "
-            f"| {_mean(rs, 'greedy'):.4f} {restarts}| {_mean(rs, 'one_raw'):.4f} | {_mean(rs, 'one'):.4f} "
+            f"| {_mean(rs, 'greedy'):.4f} | {_mean(rs, 'one_raw'):.4f} | {_mean(rs, 'one'):.4f} "
             f"| {_mean(rs, 'alone'):.4f} | **{_mean(rs, 'shipped'):.4f}** | {_mean(rs, 'one', 'greedy'):.4f} "
             f"| **{_mean(rs, 'shipped', 'greedy'):.4f}** | {sum(r.one < r.greedy - EPS for r in rs)} "
             f"| {sum(r.shipped < r.greedy - EPS for r in rs)} | {sum(r.shipped < r.fifo - EPS for r in rs)} "
@@ -312,8 +265,6 @@ def arms_table(rows: list[Row]) -> list[str]:
     arms = [
         ("fifo", "FIFO", "fifo"),
         ("greedy", "greedy", "greedy"),
-        ("restarts", f"greedy + {DECODE_RESTARTS} restarts ({DEFAULT_SAMPLES} orders)", "restarts"),
-        ("restarts_time", f"greedy + {_restarts_count(rows)} restarts (equal time)", "restarts_time"),
         ("one", "one (policy alone)", "one"),
         ("shipped", f"shipped ({DEFAULT_SAMPLES} candidates, {DEFAULT_GUARD.value} guard)", "shipped"),
     ]
@@ -413,34 +364,22 @@ def plan_time(
     policy: Path,
     rounds: int,
     large: list[Scenario],
-    restarts_time: dict[str, int] | None = None,
-    temperature: float = RESTART_TEMPERATURE,
 ) -> tuple[list[str], list[str]]:
     """The planners interleaved on the seven scenarios and ``large``: the table and the target lines.
 
-    Greedy with restarts: :data:`DECODE_RESTARTS`, and the equal-time count ``restarts_time[sc.name]`` where
-    given. Always serial in this process, pinned to one core after the policy's warm-up; the CPUs are given back
+    Always serial in this process, pinned to one core after the policy's warm-up; the CPUs are given back
     afterwards.
     """
     ppo.warm_up(policy)
     with one_core():
-        return _plan_time(policy, rounds, large, restarts_time or {}, temperature)
+        return _plan_time(policy, rounds, large)
 
 
-def _plan_time(
-    policy: Path, rounds: int, large: list[Scenario], restarts_time: dict[str, int], temperature: float
-) -> tuple[list[str], list[str]]:
-    decode_count = restarts_config(DECODE_RESTARTS, temperature)
-    timed = bool(restarts_time)
+def _plan_time(policy: Path, rounds: int, large: list[Scenario]) -> tuple[list[str], list[str]]:
     lines = [
         "| scenario | GPUs x jobs | greedy ms | shipped ms | **shipped / greedy** | one ms | one / greedy "
-        f"| FIFO ms | FIFO / greedy | greedy + {DECODE_RESTARTS} ms | greedy + {DECODE_RESTARTS} / greedy "
-        + ("| equal-time restarts | greedy + R ms | greedy + R / greedy " if timed else "")
-        + f"| objective / greedy's: shipped, one, greedy + {DECODE_RESTARTS}"
-        + (", greedy + R |" if timed else " |"),
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
-        + (" ---: | ---: | ---: |" if timed else "")
-        + " ---: |",
+        "| FIFO ms | FIFO / greedy | objective / greedy's: shipped, one |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     seed_sizes: dict[str, float] = {}
     large_sizes: dict[str, float] = {}
@@ -452,11 +391,7 @@ def _plan_time(
             "shipped": lambda sc=sc: run_scheduler("ppo", sc, shipped_options(policy)),
             "one": lambda sc=sc: run_scheduler("ppo", sc, one_options(policy)),
             "fifo": lambda sc=sc: run_scheduler("fifo", sc),
-            "restarts": lambda sc=sc: restarts_plan(sc, decode_count),
         }
-        if sc.name in restarts_time:
-            config = restarts_config(restarts_time[sc.name], temperature)
-            configs["restarts_time"] = lambda sc=sc, config=config: restarts_plan(sc, config)
         times: dict[str, list[float]] = {key: [] for key in configs}
         objectives: dict[str, float] = {}
         for r in range(rounds + 2):  # 2 warm-up rounds dropped
@@ -471,18 +406,11 @@ def _plan_time(
         ratio = float(np.median(t["shipped"] / t["greedy"]))
         (seed_sizes if k < len(FAMILIES) else large_sizes)[sc.name] = ratio
         medians[sc.name] = float(np.median(t["shipped"]))
-        quality = [objectives[key] / objectives["greedy"] for key in ("shipped", "one", "restarts", "restarts_time")
-                   if key in objectives]  # fmt: skip
-        restarts_cells = (
-            f"| {restarts_time[sc.name]} | {_cell(t, 'restarts_time')} | {_ratio(t, 'restarts_time')} "
-            if "restarts_time" in t
-            else ("| – | – | – " if timed else "")
-        )
+        quality = [objectives[key] / objectives["greedy"] for key in ("shipped", "one")]
         lines.append(
             f"| {sc.name} | {sc.gpus} x {len(sc.jobs)} | {_cell(t, 'greedy')} | {_cell(t, 'shipped')} "
             f"| **{_ratio(t, 'shipped')}** | {_cell(t, 'one')} | {_ratio(t, 'one')} | {_cell(t, 'fifo')} "
-            f"| {_ratio(t, 'fifo')} | {_cell(t, 'restarts')} | {_ratio(t, 'restarts')} {restarts_cells}"
-            f"| {', '.join(f'{q:.4f}' for q in quality)} |"
+            f"| {_ratio(t, 'fifo')} | {', '.join(f'{q:.4f}' for q in quality)} |"
         )
         print(f"plan time: {sc.name} done", file=sys.stderr)
     slow = [f"{n} {x:.2f}" for n, x in seed_sizes.items() if x > 1.0]
@@ -607,58 +535,6 @@ def scale_table(values: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
 # ----------------------------------------------------------------------------- main
 
 
-def equal_time_restarts(
-    policy: Path,
-    skip: set[str],
-    timed: list[Scenario],
-    temperature: float,
-    fixed: int | None,
-    rounds: int | None,
-) -> tuple[int | None, dict[str, int], list[str]]:
-    """Greedy's equal-time restarts: (at the seed's sizes, per (b) scenario name, the report's lines).
-
-    Calibrated (:func:`calibrate_restarts`, pinned to one core after the policy's warm-up) on the seven scenarios for
-    the seed's sizes ((a) and the seven of (b)) and on (b)'s large instances per GPU count; ``fixed``: that count
-    everywhere, no calibration. Nothing when neither (a) nor (b) runs.
-    """
-    quality, plan_times = "quality" not in skip, "time" not in skip
-    if not quality and not plan_times:
-        return None, {}, []
-    seven = [load_scenario(path) for path in seven_scenarios()]
-    lines = [
-        "",
-        "## Greedy with restarts",
-        "",
-        f"Greedy as shipped plus R orders drawn from its own priority key with Gumbel noise (temperature "
-        f"{temperature:g}, restart seed 0; `GreedyConfig(restarts=R)`, a promotion group of their own: never "
-        f"below plain greedy). At the shipped planner's decode count: R = {DECODE_RESTARTS} ({GREEDY_ORDERS} "
-        f"sweeps + {DECODE_RESTARTS} = {DEFAULT_SAMPLES} orders). At its time: ",
-    ]
-    if fixed is not None:
-        lines[-1] += f"R = {fixed} everywhere (`--restarts-at-time`), not calibrated."
-        per_name = {sc.name: fixed for sc in seven + timed} if plan_times else {}
-        return fixed, per_name, lines
-    ppo.warm_up(policy)
-    rounds = rounds or CALIBRATION_ROUNDS
-    groups = {"seed sizes (the seven scenarios)": seven}
-    if plan_times:
-        for gpus in dict.fromkeys(sc.gpus for sc in timed):
-            groups[f"{gpus} GPUs ((b)'s instances)"] = [sc for sc in timed if sc.gpus == gpus]
-    with one_core():
-        calibrations = [
-            calibrate_restarts(g, policy, label, rounds, temperature=temperature) for label, g in groups.items()
-        ]
-    print("equal-time restarts: " + ", ".join(f"{c.label} {c.chosen}" for c in calibrations), file=sys.stderr)
-    lines[-1] += (
-        "the largest R of the grid whose median plan time (`greedy.solve`, `time.perf_counter` around the call, "
-        "pinned to one core, interleaved with the shipped planner per instance after a warm-up call) is at most the "
-        "shipped planner's median (`ppo.plan`) on the size class, calibrated in this run:"
-    )
-    lines += ["", *calibration_table(calibrations)]
-    per_name = {sc.name: c.chosen for c, g in zip(calibrations, groups.values(), strict=True) for sc in g}
-    return calibrations[0].chosen, per_name if plan_times else {}, lines
-
-
 def build_parser() -> argparse.ArgumentParser:
     from agents.arguments import int_at_least, positive_float
 
@@ -682,23 +558,6 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="D",
         help="also stop full mode's CP-SAT after D units of its deterministic time (machine-independent work): "
         "with a --*-time-limit never reached, the same tables at any machine load (default: none)",
-    )
-    parser.add_argument(
-        "--restart-temperature",
-        type=positive_float,
-        default=RESTART_TEMPERATURE,
-        help=f"(a), (b): Gumbel temperature of greedy's restarts ({RESTART_TEMPERATURE:g})",
-    )
-    parser.add_argument(
-        "--restarts-at-time",
-        type=int_at_least(0),
-        metavar="R",
-        help="(a), (b): greedy's equal-time restarts, fixed (default: calibrated per size class in this run)",
-    )
-    parser.add_argument(
-        "--calibration-rounds",
-        type=int_at_least(1),
-        help=f"(a), (b): timed rounds per instance of the equal-time calibration ({CALIBRATION_ROUNDS}; quick 2)",
     )
     parser.add_argument("--skip", default="", help="comma-separated sections to skip: quality,seven,time,scale")
     parser.add_argument("--out", type=Path, help="output file (default: results/ppo.md; quick: results/ppo_quick.md)")
@@ -768,20 +627,12 @@ def main(argv: list[str] | None = None) -> int:
         'the policy alone, one candidate (`samples=1, guard="none"`: the argmax order and the promotion pass). '
         "'one, no promotion': the argmax order as it decodes (`ppo.candidates(sc, policy, 1, promote_rounds=0)`).",
     ]
-    temperature = args.restart_temperature
-    seed_restarts, restarts_time, restart_lines = equal_time_restarts(
-        policy, skip, timed, temperature, args.restarts_at_time, args.calibration_rounds or (2 if quick else None)
-    )
-    out += restart_lines
     rows: list[Row] = []
     seven: list[Row] = []
     scale: list[dict[str, Any]] = []
     targets: list[str] = []
     if "quality" not in skip:
-        rows = measure_all(
-            [(sc, sc.family, args.best_time_limit) for sc in fresh_rows], policy, fan, "quality", dtime,
-            seed_restarts, temperature,
-        )  # fmt: skip
+        rows = measure_all([(sc, sc.family, args.best_time_limit) for sc in fresh_rows], policy, fan, "quality", dtime)
         quality_lines = quality_targets(rows)
         targets += quality_lines
         out += [
@@ -812,17 +663,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         out += ["", f"The seven benchmark scenarios (full mode {seven_time:g} s):", "", *seven_table(seven)]
     if "time" not in skip:
-        table, time_targets = plan_time(policy, rounds, timed, restarts_time, temperature)
+        table, time_targets = plan_time(policy, rounds, timed)
         targets += time_targets
         out += [
             "",
             "## (b) Plan time",
             "",
-            "Wall ms per plan through `agents.registry.run_scheduler` (metrics included; greedy with restarts: "
-            "`greedy.solve` and the metrics, the same work) in this one warm process, "
-            f"pinned to one core, {rounds} rounds after 2 warm-up rounds; each round runs greedy, shipped, one, "
-            f"FIFO, greedy + {DECODE_RESTARTS} restarts and greedy + the equal-time restarts (seed 0) one after the "
-            "other. Cells: median (p90); ratios are per round (against greedy's plan in the same "
+            "Wall ms per plan through `agents.registry.run_scheduler` (metrics included) in this one warm process, "
+            f"pinned to one core, {rounds} rounds after 2 warm-up rounds; each round runs greedy, shipped, one and "
+            "FIFO one after the other. Cells: median (p90); ratios are per round (against greedy's plan in the same "
             f"round), then median (p90). The seven scenarios, then {per_size} fresh instance(s) per size of "
             f"{', '.join(map(str, args.time_sizes))} GPUs (seeds {TIME_SEED}...). The last column: each plan's "
             "objective over greedy's, quality beside time.",
