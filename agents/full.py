@@ -350,17 +350,9 @@ def _search(
     stop = _Stop()
     thread = None
     if workers >= 2 and len(scenario.jobs) <= PORTFOLIO_MAX_JOBS:
-        thread = threading.Thread(
-            target=_captured,
-            args=(
-                whole,
-                _whole_rounds,
-                *(scenario, hint, whole, stop, time_limit, workers - 1, seed, deterministic_time, started, formulation),
-            ),
-            name="full-whole-model",
-            daemon=True,
+        thread = _start_whole_model(
+            scenario, hint, whole, stop, time_limit, workers, seed, deterministic_time, started, formulation
         )
-        thread.start()
     outcome = lns.search(
         scenario,
         hint,
@@ -382,60 +374,14 @@ def _search(
     bound, source = outcome.bound.value, outcome.bound.source
     portfolio: dict[str, Any] = {"lns": round(objective, 6), "adopted": outcome.adopted}
     if thread is not None:
-        stop.set()  # LNS is done (time, moves or a proof): the whole model stops too, started or not
-        if not stop.join(thread, max(deadline, time.perf_counter() + JOIN_SLACK)):
-            portfolio["left_behind"] = (
-                "the whole model's search did not stop by the deadline; its last round is left out"
-            )
-            if record is not None:
-                record.setdefault("late", []).append("whole-model")
-        if "bug" in whole:
-            raise whole["bug"]
-        results: list[cpsat.Result] = list(whole["results"])
-        portfolio["whole"] = [
-            {"objective": None if r.objective is None else round(r.objective, 6), "status": r.status.value}
-            for r in results
-        ]
-        for result in results:
-            trace += result.trace
-            if result.bound is not None and (bounds["cpsat"] is None or result.bound < bounds["cpsat"]):
-                bounds["cpsat"] = round(result.bound, 6)
-                if result.bound < bound:
-                    bound, source = result.bound, "cpsat"
-            if result.plan is not None and result.objective is not None and result.objective > objective + _EPS:
-                plan, objective = result.plan, result.objective
+        plan, objective, bound, source = _join_whole_model(
+            thread, whole, stop, deadline, record, portfolio, trace, bounds, plan, objective, bound, source
+        )
     if learned is not None:
-        learned[0].join(timeout=max(0.0, deadline - time.perf_counter()))
-        box = learned[1]
-        if learned[0].is_alive():
-            _LEFT_BEHIND.append(learned[0])
-            box = {}  # not finished by the deadline: left out
-            if record is not None:
-                record.setdefault("late", []).append("ppo")
-                print(
-                    "full: the learned plan beside the search was not ready by the deadline; left out", file=sys.stderr
-                )
-        if "bug" in box:
-            raise box["bug"]
-        if record is not None and "objective" in box:
-            record["candidates"]["ppo"] = round(box["objective"], 6)
-            record["beside"] = "ppo"
-        if record is not None and "error" in box:
-            record["fallback"] = box["error"]
-            print(f"full: no learned plan beside the search, fallback: {box['error']}", file=sys.stderr)
-        if "final" in box and box["objective"] > objective + _EPS:
-            plan = Plan(hint.scenario, "full", list(box["final"].placements), dict(box["final"].curves))
-            plan.metrics = compute_metrics(scenario, plan)
-            objective = plan.metrics.objective
-            trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound))
-    problems = validate(scenario, plan)
-    error = None
-    if problems or objective < hint_objective - _EPS:  # a bug: never return worse than the hint
-        error = str(problems[0]) if problems else f"objective {objective} below the hint's {hint_objective}"
-        print(f"full: plan refused ({error}), returning the hint", file=sys.stderr)
-        plan = Plan(hint.scenario, "full", list(hint.placements), dict(hint.curves))
-        plan.metrics = compute_metrics(scenario, plan)
-        objective = plan.metrics.objective
+        plan, objective = _join_learned(
+            scenario, hint, learned, deadline, started, record, trace, plan, objective, bound
+        )
+    plan, objective, error = _checked_plan(scenario, hint, hint_objective, plan, objective)
     plan.scheduler = "full"
     bound = max(bound, objective)
     gap = cpsat.optimality_gap(objective, bound)
@@ -460,6 +406,198 @@ def _search(
     }
     runtime = time.perf_counter() - started
     return cpsat.Result(status, plan, objective, bound, runtime, trace, 1, outcome.deterministic_time)
+
+
+def _start_whole_model(
+    scenario: Scenario,
+    hint: Plan,
+    whole: dict[str, Any],
+    stop: _Stop,
+    time_limit: float,
+    workers: int,
+    seed: int,
+    deterministic_time: float | None,
+    started: float,
+    formulation: cpsat.Formulation | None,
+) -> threading.Thread:
+    """Start the portfolio's other search: :func:`_whole_rounds` with ``workers - 1`` workers, in a daemon thread.
+
+    Args:
+        scenario: The problem.
+        hint: The plan the first round starts from.
+        whole: Shared with the thread: its ``"results"``, the ``"plan"`` it offers LNS, the ``"lns_plan"``
+            LNS offers it, and a ``"bug"`` it raised.
+        stop: Stops its search.
+        time_limit: Wall-clock seconds from ``started``.
+        workers: The call's workers (the thread takes all but one).
+        seed: CP-SAT's seed of the first round.
+        deterministic_time: CP-SAT's deterministic time limit of each round.
+        started: ``perf_counter`` when the call began.
+        formulation: Model options.
+
+    Returns:
+        The thread, started.
+    """
+    thread = threading.Thread(
+        target=_captured,
+        args=(
+            whole,
+            _whole_rounds,
+            *(scenario, hint, whole, stop, time_limit, workers - 1, seed, deterministic_time, started, formulation),
+        ),
+        name="full-whole-model",
+        daemon=True,
+    )
+    thread.start()
+    return thread
+
+
+def _join_whole_model(
+    thread: threading.Thread,
+    whole: dict[str, Any],
+    stop: _Stop,
+    deadline: float,
+    record: dict[str, Any] | None,
+    portfolio: dict[str, Any],
+    trace: list[cpsat.TracePoint],
+    bounds: dict[str, float | None],
+    plan: Plan,
+    objective: float,
+    bound: float,
+    source: str,
+) -> tuple[Plan, float, float, str]:
+    """Stop the whole model's thread once LNS is done and take what its rounds found.
+
+    The thread is waited for until the deadline (or :data:`JOIN_SLACK` from now); late, it is left
+    behind and ``record["late"]`` says so. Each round's trace joins ``trace``, its bound
+    ``bounds["cpsat"]`` (when least), and its plan replaces ``plan`` when worth more.
+
+    Args:
+        thread: :func:`_start_whole_model`'s thread.
+        whole: What the thread shares (its ``"results"``, a ``"bug"`` it raised).
+        stop: Stops its search.
+        deadline: ``perf_counter`` at the call's time limit.
+        record: The hint's record, or None.
+        portfolio: ``plan.info["lns"]["portfolio"]``; gets ``"whole"`` and maybe ``"left_behind"``.
+        trace: The trace so far; the rounds' points are added.
+        bounds: Each source's bound; ``"cpsat"`` is set.
+        plan: The best plan so far (LNS's).
+        objective: Its objective.
+        bound: The least bound so far.
+        source: Which source gave it.
+
+    Returns:
+        The best plan, its objective, the least bound and its source.
+
+    Raises:
+        BaseException: What the thread raised (a bug), raised again.
+    """
+    stop.set()  # LNS is done (time, moves or a proof): the whole model stops too, started or not
+    if not stop.join(thread, max(deadline, time.perf_counter() + JOIN_SLACK)):
+        portfolio["left_behind"] = "the whole model's search did not stop by the deadline; its last round is left out"
+        if record is not None:
+            record.setdefault("late", []).append("whole-model")
+    if "bug" in whole:
+        raise whole["bug"]
+    results: list[cpsat.Result] = list(whole["results"])
+    portfolio["whole"] = [
+        {"objective": None if r.objective is None else round(r.objective, 6), "status": r.status.value} for r in results
+    ]
+    for result in results:
+        trace += result.trace
+        if result.bound is not None and (bounds["cpsat"] is None or result.bound < bounds["cpsat"]):
+            bounds["cpsat"] = round(result.bound, 6)
+            if result.bound < bound:
+                bound, source = result.bound, "cpsat"
+        if result.plan is not None and result.objective is not None and result.objective > objective + _EPS:
+            plan, objective = result.plan, result.objective
+    return plan, objective, bound, source
+
+
+def _join_learned(
+    scenario: Scenario,
+    hint: Plan,
+    learned: tuple[threading.Thread, dict[str, Any]],
+    deadline: float,
+    started: float,
+    record: dict[str, Any] | None,
+    trace: list[cpsat.TracePoint],
+    plan: Plan,
+    objective: float,
+    bound: float,
+) -> tuple[Plan, float]:
+    """Wait for the learned plan beside the search until the deadline; take it when it is worth more.
+
+    Late, its thread is left behind (:data:`_LEFT_BEHIND`) and ``record["late"]`` says so, on stderr
+    too. ``record`` gets the learned plan's objective among the candidates, or its ``"fallback"``
+    reason (said on stderr).
+
+    Args:
+        scenario: The problem.
+        hint: The hint (its ``scenario`` name goes to the plan taken).
+        learned: :func:`_learned_beside`'s thread and the dict its plan lands in.
+        deadline: ``perf_counter`` at the call's time limit.
+        started: ``perf_counter`` when the call began.
+        record: The hint's record, or None.
+        trace: The trace so far; a point is added when the learned plan is taken.
+        plan: The best plan so far.
+        objective: Its objective.
+        bound: The least bound so far.
+
+    Returns:
+        The best plan and its objective.
+
+    Raises:
+        BaseException: What the learned planner raised (a bug), raised again.
+    """
+    learned[0].join(timeout=max(0.0, deadline - time.perf_counter()))
+    box = learned[1]
+    if learned[0].is_alive():
+        _LEFT_BEHIND.append(learned[0])
+        box = {}  # not finished by the deadline: left out
+        if record is not None:
+            record.setdefault("late", []).append("ppo")
+            print("full: the learned plan beside the search was not ready by the deadline; left out", file=sys.stderr)
+    if "bug" in box:
+        raise box["bug"]
+    if record is not None and "objective" in box:
+        record["candidates"]["ppo"] = round(box["objective"], 6)
+        record["beside"] = "ppo"
+    if record is not None and "error" in box:
+        record["fallback"] = box["error"]
+        print(f"full: no learned plan beside the search, fallback: {box['error']}", file=sys.stderr)
+    if "final" in box and box["objective"] > objective + _EPS:
+        plan = Plan(hint.scenario, "full", list(box["final"].placements), dict(box["final"].curves))
+        plan.metrics = compute_metrics(scenario, plan)
+        objective = plan.metrics.objective
+        trace.append(cpsat.TracePoint(time.perf_counter() - started, objective, bound))
+    return plan, objective
+
+
+def _checked_plan(
+    scenario: Scenario, hint: Plan, hint_objective: float, plan: Plan, objective: float
+) -> tuple[Plan, float, str | None]:
+    """The search's plan, or a copy of the hint when that plan breaks a rule or is worth less (a bug, said on stderr).
+
+    Args:
+        scenario: The problem.
+        hint: The hint.
+        hint_objective: Its objective.
+        plan: The search's best plan.
+        objective: Its objective.
+
+    Returns:
+        The plan returned, its objective, and why the search's plan was refused (None when it was not).
+    """
+    problems = validate(scenario, plan)
+    error = None
+    if problems or objective < hint_objective - _EPS:  # a bug: never return worse than the hint
+        error = str(problems[0]) if problems else f"objective {objective} below the hint's {hint_objective}"
+        print(f"full: plan refused ({error}), returning the hint", file=sys.stderr)
+        plan = Plan(hint.scenario, "full", list(hint.placements), dict(hint.curves))
+        plan.metrics = compute_metrics(scenario, plan)
+        objective = plan.metrics.objective
+    return plan, objective, error
 
 
 PORTFOLIO_MAX_JOBS = 300

@@ -409,6 +409,52 @@ def compile_stats() -> CompileStats:
     return CompileStats(True, stats.cache_path, sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
 
 
+def _checked_rules(rules: np.ndarray | None, K: int, n: int, block_weights: np.ndarray | None) -> np.ndarray:
+    """:func:`decode`'s ``rules`` as (K, n) int64 block-rule codes, (K, 0) when None; ``ValueError`` if malformed."""
+    if rules is None:
+        return np.zeros((K, 0), dtype=np.int64)
+    given = np.asarray(rules)
+    if given.size and not np.issubdtype(given.dtype, np.integer):
+        raise ValueError(f"rules must be integers (block rule codes), got dtype {given.dtype}")
+    per_job = np.ascontiguousarray(given, dtype=np.int64)
+    if per_job.shape != (K, n):
+        raise ValueError(f"rules must be one block rule per candidate and job, ({K}, {n}), got {per_job.shape}")
+    if per_job.size and (per_job.min() < 0 or per_job.max() > BLOCK_LEARNED):
+        raise ValueError(
+            f"rules must be among {sorted(BLOCK_RULES.values())} ({', '.join(BLOCK_RULES)}) "
+            f"or {BLOCK_LEARNED} (learned)"
+        )
+    if block_weights is None and (per_job == BLOCK_LEARNED).any():
+        raise ValueError("rules name the learned block rule but no block_weights are given")
+    return per_job
+
+
+def _checked_seed(seed: tuple[np.ndarray, np.ndarray] | None, K: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`decode`'s ``seed`` as (start, first) int64 arrays, both empty when None; ``ValueError`` if malformed."""
+    if seed is None:
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty
+    seed_start, seed_first = (np.ascontiguousarray(x, dtype=np.int64) for x in seed)
+    if seed_start.shape != (n,) or seed_first.shape != (n,) or K == 0:
+        raise ValueError(f"a seed is (start, first) of shape ({n},) each, for the last of at least one order")
+    return seed_start, seed_first
+
+
+def _checked_groups(groups: np.ndarray | None, K: int) -> np.ndarray:
+    """:func:`decode`'s ``groups`` as (K,) int64 promotion groups, all 0 when None; ``ValueError`` if malformed."""
+    if groups is None:
+        return np.zeros(K, dtype=np.int64)
+    given = np.asarray(groups)
+    if given.size and not np.issubdtype(given.dtype, np.integer):
+        raise ValueError(f"groups must be integers (promotion groups), got dtype {given.dtype}")
+    group_of = np.ascontiguousarray(given, dtype=np.int64)
+    if group_of.shape != (K,):
+        raise ValueError(f"groups must be one promotion group per candidate, ({K},), got {group_of.shape}")
+    if group_of.size and (group_of.min() < 0 or group_of.max() >= K):
+        raise ValueError(f"groups must be among 0..{K - 1}")
+    return group_of
+
+
 def decode(
     inst: ListInstance,
     orders: np.ndarray,
@@ -487,39 +533,9 @@ def decode(
     if orders.size and (orders.max() >= inst.k.size or orders.min() < -1):
         raise ValueError(f"orders name jobs outside 0..{inst.k.size - 1}")
     K, n = orders.shape[0], inst.k.size
-    if rules is None:
-        per_job = np.zeros((K, 0), dtype=np.int64)
-    else:
-        given = np.asarray(rules)
-        if given.size and not np.issubdtype(given.dtype, np.integer):
-            raise ValueError(f"rules must be integers (block rule codes), got dtype {given.dtype}")
-        per_job = np.ascontiguousarray(given, dtype=np.int64)
-        if per_job.shape != (K, n):
-            raise ValueError(f"rules must be one block rule per candidate and job, ({K}, {n}), got {per_job.shape}")
-        if per_job.size and (per_job.min() < 0 or per_job.max() > BLOCK_LEARNED):
-            raise ValueError(
-                f"rules must be among {sorted(BLOCK_RULES.values())} ({', '.join(BLOCK_RULES)}) "
-                f"or {BLOCK_LEARNED} (learned)"
-            )
-        if block_weights is None and (per_job == BLOCK_LEARNED).any():
-            raise ValueError("rules name the learned block rule but no block_weights are given")
-    if seed is None:
-        seed_start = seed_first = np.zeros(0, dtype=np.int64)
-    else:
-        seed_start, seed_first = (np.ascontiguousarray(x, dtype=np.int64) for x in seed)
-        if seed_start.shape != (n,) or seed_first.shape != (n,) or K == 0:
-            raise ValueError(f"a seed is (start, first) of shape ({n},) each, for the last of at least one order")
-    if groups is None:
-        group_of = np.zeros(K, dtype=np.int64)
-    else:
-        given = np.asarray(groups)
-        if given.size and not np.issubdtype(given.dtype, np.integer):
-            raise ValueError(f"groups must be integers (promotion groups), got dtype {given.dtype}")
-        group_of = np.ascontiguousarray(given, dtype=np.int64)
-        if group_of.shape != (K,):
-            raise ValueError(f"groups must be one promotion group per candidate, ({K},), got {group_of.shape}")
-        if group_of.size and (group_of.min() < 0 or group_of.max() >= K):
-            raise ValueError(f"groups must be among 0..{K - 1}")
+    per_job = _checked_rules(rules, K, n, block_weights)
+    seed_start, seed_first = _checked_seed(seed, K, n)
+    group_of = _checked_groups(groups, K)
     A, T = inst.curves.shape
     objective = np.zeros(K, dtype=np.float64)
     start = np.full((K, n), -1, dtype=np.int64)

@@ -229,106 +229,15 @@ class Encoder:
                 buffers themselves, valid until the next step.
         """
         ep = self.episode
-        sc = ep.scenario
-        G, T, H = sc.gpus, sc.slots, self.limits.max_slots
         clock = ep.clock
-        scale = self.reward_scale
         moved = clock != self._clock_seen
         if self._placed_seen < len(ep.log) or self._loads_seen < 0:
-            for row, start, first in ep.log[self._placed_seen :]:
-                self.grid[first : first + ep.k[row], start : min(start + ep.d[row], H), _PLACED] = 1.0
-                if not moved:  # placed at the clock: its GPUs are no longer free from the clock on
-                    self.gpus[first : first + ep.k[row], _G_FREE] = 0.0
-            self._placed_seen = len(ep.log)
-            self._loads_seen = 0
-            load = ep.occupancy.job_load
-            if ep.curves is not self._curves_seen:  # the episode replaces its curves when they change
-                self._curves_seen = ep.curves
-                self._realtime = ep.curves.sum(axis=0)
-                self.slots[:T, _S_REALTIME] = self._realtime / G
-                self.slots[:T, _S_SHORTFALL] = np.maximum(0, ep.demand - ep.curves).sum(axis=0) / G
-                self.apps[: ep.curves.shape[0], :T, _A_ALLOCATION] = ep.curves / G
-            self._realtime_slack = G - load - self._realtime
-            self._realtime_slack_list = self._realtime_slack.tolist()
-            slots = self.slots[:T]
-            slots[:, _S_LOAD] = load / G
-            slots[:, _S_SLACK] = self._realtime_slack / G
-            slots[:, _S_ROOM] = ep.job_slack() / G
+            self._apply_placements(moved)
         if moved:
-            self.slots[:T, _S_PAST] = ep.slot_index[0] < clock
-            self.gpus[:G, _G_FREE] = np.minimum(ep.free_at_clock(), H) * (1.0 / H)
-
-        R = ep.rows.size
-        pending_count = 0
-        if R:
-            jobs = self.jobs[:R]
-            e = ep.earliest
-            e_list = e.tolist()
-            pending_count = sum(1 for s in e_list if s >= 0)
-            values = self._values
-            column = min(clock, T)
-            if moved:
-                now = e == clock
-                pending = e >= 0
-                jobs[:, _J_PENDING] = pending
-                jobs[:, _J_PLACED] = ep.placed
-                jobs[:, _J_NOW] = now
-                jobs[:, JOB_TIMES] = self._times - clock / T
-                jobs[:, _J_EARLIEST] = np.where(pending, (e - clock) / T, 1.0)
-                jobs[:, _J_VALUE_NOW] = values[:, column] * now
-                jobs[:, _J_VALUE_EARLIEST] = values[self._rows, e]  # e = -1 reads column T, which is 0
-                jobs[:, JOB_NOW] = 0.0
-            else:  # only rows whose earliest start moved changed (rows that can start now: below)
-                for r in set(ep.touched[self._touched_seen :]):
-                    s = e_list[r]
-                    jobs[r, _J_FLAGS] = (s >= 0, ep.placed[r], s == clock)
-                    jobs[r, _J_VALUES] = (
-                        (s - clock) / T if s >= 0 else 1.0,
-                        values[r, column] * (s == clock),
-                        values[r, s],
-                    )
-                    jobs[r, JOB_NOW] = 0.0
-            self._touched_seen = len(ep.touched)
-            # Rows that can start at the clock: real-time GPU-slots a start takes (k beyond the slack in
-            # each slot of its span), blocks free now, and each fit rule's block and waste.
-            slack = self._realtime_slack_list
-            per_area, per_block = self._per_area_list, self._per_block_list
-            gpu_scale, waste_scale = self._fit_scale[:2]
-            cut = self._cut_cost
-            k_of, d_of = ep.k_list, ep.d_list
-            for r, (first, first_waste, best, best_waste, last, last_waste), count in ep.fit_rows():
-                k = k_of[r]
-                take = 0
-                for t in range(clock, min(clock + d_of[r], T)):
-                    if k > slack[t]:
-                        take += k - slack[t]
-                jobs[r, JOB_NOW] = (
-                    take * per_area[r],
-                    take * cut,
-                    count * per_block[r],
-                    first * gpu_scale,
-                    first_waste * waste_scale,
-                    best * gpu_scale,
-                    best_waste * waste_scale,
-                    last * gpu_scale,
-                    last_waste * waste_scale,
-                )
-
+            self._move_clock(clock)
+        pending_count = self._update_jobs(clock, moved) if ep.rows.size else 0
         self._clock_seen = clock
-        glob = np.array(
-            [
-                clock / T,
-                (T - clock) / H,
-                T / H,
-                G / self.limits.max_gpus,
-                sc.node_size / G,
-                pending_count / self.limits.max_jobs,
-                ep.objective / scale,
-                sc.decay,
-                float(ep.trade_realtime),
-            ],
-            dtype=np.float32,
-        )
+        glob = self._globals(clock, pending_count)
         mask = ep.action_mask().view(np.int8)
         if copy:
             return {
@@ -351,6 +260,151 @@ class Encoder:
             "globals": glob,
             "action_mask": mask,
         }
+
+    def _apply_placements(self, moved: bool) -> None:
+        """Mark the placements logged since the last call on the grid, and refresh the per-slot loads.
+
+        Args:
+            moved: Whether the clock moved since the last call; when it did not, the new
+                placements start at the clock and their GPUs stop being free from it on.
+        """
+        ep = self.episode
+        sc = ep.scenario
+        G, T, H = sc.gpus, sc.slots, self.limits.max_slots
+        for row, start, first in ep.log[self._placed_seen :]:
+            self.grid[first : first + ep.k[row], start : min(start + ep.d[row], H), _PLACED] = 1.0
+            if not moved:  # placed at the clock: its GPUs are no longer free from the clock on
+                self.gpus[first : first + ep.k[row], _G_FREE] = 0.0
+        self._placed_seen = len(ep.log)
+        self._loads_seen = 0
+        load = ep.occupancy.job_load
+        if ep.curves is not self._curves_seen:  # the episode replaces its curves when they change
+            self._curves_seen = ep.curves
+            self._realtime = ep.curves.sum(axis=0)
+            self.slots[:T, _S_REALTIME] = self._realtime / G
+            self.slots[:T, _S_SHORTFALL] = np.maximum(0, ep.demand - ep.curves).sum(axis=0) / G
+            self.apps[: ep.curves.shape[0], :T, _A_ALLOCATION] = ep.curves / G
+        self._realtime_slack = G - load - self._realtime
+        self._realtime_slack_list = self._realtime_slack.tolist()
+        slots = self.slots[:T]
+        slots[:, _S_LOAD] = load / G
+        slots[:, _S_SLACK] = self._realtime_slack / G
+        slots[:, _S_ROOM] = ep.job_slack() / G
+
+    def _move_clock(self, clock: int) -> None:
+        """Refresh the slot and GPU columns that depend on the clock alone.
+
+        Args:
+            clock: The episode's clock.
+        """
+        ep = self.episode
+        G, H = ep.scenario.gpus, self.limits.max_slots
+        self.slots[: ep.scenario.slots, _S_PAST] = ep.slot_index[0] < clock
+        self.gpus[:G, _G_FREE] = np.minimum(ep.free_at_clock(), H) * (1.0 / H)
+
+    def _update_jobs(self, clock: int, moved: bool) -> int:
+        """Bring the job rows up to date (the episode has at least one row).
+
+        Args:
+            clock: The episode's clock.
+            moved: Whether the clock moved since the last call: all rows are rewritten
+                then, else only the rows whose earliest start moved.
+
+        Returns:
+            The number of pending jobs.
+        """
+        ep = self.episode
+        T = ep.scenario.slots
+        jobs = self.jobs[: ep.rows.size]
+        e = ep.earliest
+        e_list = e.tolist()
+        pending_count = sum(1 for s in e_list if s >= 0)
+        values = self._values
+        column = min(clock, T)
+        if moved:
+            now = e == clock
+            pending = e >= 0
+            jobs[:, _J_PENDING] = pending
+            jobs[:, _J_PLACED] = ep.placed
+            jobs[:, _J_NOW] = now
+            jobs[:, JOB_TIMES] = self._times - clock / T
+            jobs[:, _J_EARLIEST] = np.where(pending, (e - clock) / T, 1.0)
+            jobs[:, _J_VALUE_NOW] = values[:, column] * now
+            jobs[:, _J_VALUE_EARLIEST] = values[self._rows, e]  # e = -1 reads column T, which is 0
+            jobs[:, JOB_NOW] = 0.0
+        else:  # only rows whose earliest start moved changed (rows that can start now: below)
+            for r in set(ep.touched[self._touched_seen :]):
+                s = e_list[r]
+                jobs[r, _J_FLAGS] = (s >= 0, ep.placed[r], s == clock)
+                jobs[r, _J_VALUES] = (
+                    (s - clock) / T if s >= 0 else 1.0,
+                    values[r, column] * (s == clock),
+                    values[r, s],
+                )
+                jobs[r, JOB_NOW] = 0.0
+        self._touched_seen = len(ep.touched)
+        self._fill_now_rows(jobs, clock)
+        return pending_count
+
+    def _fill_now_rows(self, jobs: np.ndarray, clock: int) -> None:
+        """Fill the :data:`JOB_NOW` columns of the rows that can start at the clock.
+
+        For each such row: the real-time GPU-slots a start takes (k beyond the slack in
+        each slot of its span), the blocks free now, and each fit rule's block and waste.
+
+        Args:
+            jobs: The job rows of the episode (a view of ``self.jobs``).
+            clock: The episode's clock.
+        """
+        ep = self.episode
+        T = ep.scenario.slots
+        slack = self._realtime_slack_list
+        per_area, per_block = self._per_area_list, self._per_block_list
+        gpu_scale, waste_scale = self._fit_scale[:2]
+        cut = self._cut_cost
+        k_of, d_of = ep.k_list, ep.d_list
+        for r, (first, first_waste, best, best_waste, last, last_waste), count in ep.fit_rows():
+            k = k_of[r]
+            take = 0
+            for t in range(clock, min(clock + d_of[r], T)):
+                if k > slack[t]:
+                    take += k - slack[t]
+            jobs[r, JOB_NOW] = (
+                take * per_area[r],
+                take * cut,
+                count * per_block[r],
+                first * gpu_scale,
+                first_waste * waste_scale,
+                best * gpu_scale,
+                best_waste * waste_scale,
+                last * gpu_scale,
+                last_waste * waste_scale,
+            )
+
+    def _globals(self, clock: int, pending_count: int) -> np.ndarray:
+        """The ``globals`` array (see :data:`GLOBAL_FEATURES`).
+
+        Args:
+            clock: The episode's clock.
+            pending_count: The number of pending jobs.
+        """
+        ep = self.episode
+        sc = ep.scenario
+        G, T, H = sc.gpus, sc.slots, self.limits.max_slots
+        return np.array(
+            [
+                clock / T,
+                (T - clock) / H,
+                T / H,
+                G / self.limits.max_gpus,
+                sc.node_size / G,
+                pending_count / self.limits.max_jobs,
+                ep.objective / self.reward_scale,
+                sc.decay,
+                float(ep.trade_realtime),
+            ],
+            dtype=np.float32,
+        )
 
 
 def encode(episode: Episode, limits: Limits, reward_scale: float) -> dict[str, np.ndarray]:

@@ -386,16 +386,33 @@ def plot_allocation(
 
 def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None) -> tuple[list[Any], list[Any]]:
     """Draw the grid into ``ax``; return the job labels (to fit later) and the legend handles."""
-    plt = pyplot()
-    from matplotlib.patches import Patch, PathPatch, Rectangle
+    pyplot()  # the backend is chosen before matplotlib's modules are imported
+    T = scenario.slots
+    placements = _placements(scenario, plan)
+    xmax = max([T] + [start + scenario.jobs[i].duration for i, start, _ in placements])
+    cells, app = cell_grid(scenario, plan)
+    _draw_realtime(scenario, ax, cells, app)
+    labels = _draw_jobs(scenario, placements, ax, xmax)
+    clashes = _draw_clashes(ax, cells)
+    short = _draw_bounds(scenario, plan, ax, xmax)
+    _label_axes(scenario, plan, ax, xmax, title)
+    handles = _legend_handles(scenario, placements, short, xmax, clashes)
+    return labels, handles
+
+
+def _draw_realtime(scenario: Scenario, ax: Axes, cells: np.ndarray, app: np.ndarray) -> None:
+    """Draw real-time capacity: one compound path per app and kind, made of the vertical runs of its cells.
+
+    Args:
+        scenario: The scenario.
+        ax: Axes to draw into.
+        cells: :func:`cell_grid`'s cell kinds (GPUs by slots).
+        app: :func:`cell_grid`'s app of each real-time cell.
+    """
+    from matplotlib.patches import PathPatch
     from matplotlib.path import Path as MplPath
 
     G, T = scenario.gpus, scenario.slots
-    placements = _placements(scenario, plan)
-    xmax = max([T] + [start + scenario.jobs[i].duration for i, start, _ in placements])
-
-    # Real-time capacity: one compound path per app and kind, made of the vertical runs of its cells.
-    cells, app = cell_grid(scenario, plan)
     runs: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
     for t in range(T):
         g = 0
@@ -430,7 +447,23 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
             )
         )
 
-    # Jobs.
+
+def _draw_jobs(
+    scenario: Scenario, placements: list[tuple[int, int, tuple[int, ...]]], ax: Axes, xmax: float
+) -> list[tuple[Any, Any]]:
+    """Draw each placed job as a block with its id inside (inherited jobs: thick dashed edge and ``*``).
+
+    Args:
+        scenario: The scenario.
+        placements: :func:`_placements` of the plan.
+        ax: Axes to draw into.
+        xmax: The right end of the time axis (slots).
+
+    Returns:
+        The (text, block) pair of each job, for :func:`_fit_labels`.
+    """
+    from matplotlib.patches import Rectangle
+
     labels = []
     for index, start, gpus in placements:
         job = scenario.jobs[index]
@@ -464,11 +497,37 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
         )
         text.set_in_layout(False)
         labels.append((text, rect))
+    return labels
+
+
+def _draw_clashes(ax: Axes, cells: np.ndarray) -> bool:
+    """Mark the GPU-slots that two jobs hold; whether there is any.
+
+    Args:
+        ax: Axes to draw into.
+        cells: :func:`cell_grid`'s cell kinds (GPUs by slots).
+    """
+    from matplotlib.patches import Rectangle
+
     clashes = np.argwhere(cells == CLASH)
     for g, t in clashes:
         ax.add_patch(Rectangle((t, g), 1, 1, facecolor="red", edgecolor="black", hatch="xx", zorder=5))
+    return bool(len(clashes))
 
-    # Node boundaries, the horizon's end, unserved demand.
+
+def _draw_bounds(scenario: Scenario, plan: Plan, ax: Axes, xmax: float) -> np.ndarray | None:
+    """Draw node boundaries, the horizon's end and the marks of unserved demand.
+
+    Args:
+        scenario: The scenario.
+        plan: The plan drawn.
+        ax: Axes to draw into.
+        xmax: The right end of the time axis (slots).
+
+    Returns:
+        The unserved demand per slot; None when the scenario has no apps.
+    """
+    G, T = scenario.gpus, scenario.slots
     for boundary in range(scenario.node_size, G, scenario.node_size):
         ax.axhline(boundary, color="#111111", linewidth=1.4, zorder=6)
     # Past the horizon (seen when a job runs past T, here or in a panel beside this one).
@@ -478,7 +537,20 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
     if short is not None and short.any():
         ts = np.flatnonzero(short)
         ax.scatter(ts + 0.5, np.full(ts.size, G + 0.45), marker="v", color="#c53030", s=22, zorder=6, clip_on=False)
+    return short
 
+
+def _label_axes(scenario: Scenario, plan: Plan, ax: Axes, xmax: float, title: str | None) -> None:
+    """Set the limits, ticks, axis labels and title.
+
+    Args:
+        scenario: The scenario.
+        plan: The plan drawn.
+        ax: Axes to draw into.
+        xmax: The right end of the time axis (slots).
+        title: Axes title; default scheduler, objective and utilisation.
+    """
+    G = scenario.gpus
     ax.set_xlim(0, xmax)
     ax.set_ylim(0, G)
     ticks, names = hour_ticks(scenario, xmax)
@@ -493,6 +565,26 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
         title = f"{plan.scheduler}: objective {m.objective:.1f}, utilisation {100 * m.utilization:.1f} %"
     ax.set_title(title, pad=10)
 
+
+def _legend_handles(
+    scenario: Scenario,
+    placements: list[tuple[int, int, tuple[int, ...]]],
+    short: np.ndarray | None,
+    xmax: float,
+    clashes: bool,
+) -> list[Any]:
+    """The legend's handles: each app's real-time kinds, then each other mark the figure shows.
+
+    Args:
+        scenario: The scenario.
+        placements: :func:`_placements` of the plan.
+        short: Unserved demand per slot (None without apps).
+        xmax: The right end of the time axis (slots).
+        clashes: Whether two jobs hold a GPU-slot.
+    """
+    plt = pyplot()
+    from matplotlib.patches import Patch
+
     handles = []
     for i, a in enumerate(scenario.apps):
         colour = _APP_COLOURS[i % len(_APP_COLOURS)]
@@ -506,11 +598,11 @@ def _draw_allocation(scenario: Scenario, plan: Plan, ax: Axes, title: str | None
         )
     if short is not None and short.any():
         handles.append(plt.Line2D([], [], marker="v", color="#c53030", linestyle="", label=_LEGEND["unserved"]))
-    if xmax > T:
+    if xmax > scenario.slots:
         handles.append(Patch(facecolor="#eeeeee", edgecolor="#444444", linestyle=":", label=_LEGEND["past"]))
-    if len(clashes):
+    if clashes:
         handles.append(Patch(facecolor="red", hatch="xx", label=_LEGEND["clash"]))
-    return labels, handles
+    return handles
 
 
 def _grid_width(scenario: Scenario) -> float:

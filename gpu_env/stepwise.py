@@ -286,6 +286,9 @@ def _window_start(
     return t, a, True
 
 
+# One numba kernel (njit), kept whole: each turn's phases (window, features, scores, the turn) share the 18 scratch
+# arrays and caches allocated above the loop; as separate njit functions they would take them all as arguments, and
+# each would be one more function for numba to type, compile and cache (the small helpers use inline="always").
 @njit(cache=True, nogil=True)
 def _roll(
     inst: ListInstance,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,6 +24,13 @@ class Violation:
         return f"rule {self.rule.value}: {self.message}"
 
 
+_Placed = list[tuple[int, int, tuple[int, ...]]]
+"""The placements of real jobs, once each: (job index, start, gpus), in plan order."""
+
+_Flag = Callable[[Rule, str], None]
+"""Records one violation: its rule and message."""
+
+
 def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
     """Check a plan against every rule of SPEC section 2.
 
@@ -30,14 +38,35 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
         All violations found, in rule order; an empty list means the plan is valid.
     """
     out: list[Violation] = []
-    G, T = scenario.gpus, scenario.slots
 
     def flag(rule: Rule, message: str) -> None:
         out.append(Violation(rule, message))
 
-    # Which placements refer to real jobs, once each.
+    seen, good = _known_placements(scenario, plan, flag)
+    _check_sizes(scenario, good, flag)
+    _check_times(scenario, good, flag)
+    _check_blocks(scenario, good, flag)
+    _check_inherited(scenario, seen, good, flag)
+    _check_clashes(scenario, good, flag)
+    curves = _check_curves(scenario, plan, flag)
+    _check_capacity(scenario, good, curves, flag)
+    out.sort(key=lambda v: v.rule.value.split("-")[0])  # rule order; stable within a rule
+    return out
+
+
+def _known_placements(scenario: Scenario, plan: Plan, flag: _Flag) -> tuple[dict[str, int], _Placed]:
+    """Which placements refer to real jobs, once each.
+
+    Args:
+        scenario: The scenario.
+        plan: The plan checked.
+        flag: Records a violation; unknown and repeated jobs are flagged.
+
+    Returns:
+        The index of each job placed, by id, and the placements kept.
+    """
     seen: dict[str, int] = {}
-    good: list[tuple[int, int, tuple[int, ...]]] = []  # (job index, start, gpus)
+    good: _Placed = []
     for p in plan.placements:
         index = scenario.job_index(p.job)
         if index < 0:
@@ -48,14 +77,32 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
             continue
         seen[p.job] = index
         good.append((index, p.start, p.gpus))
+    return seen, good
 
-    # Rule 2: the same k GPUs for the whole run (a plan that lists more or fewer GPUs splits or grows the job).
+
+def _check_sizes(scenario: Scenario, good: _Placed, flag: _Flag) -> None:
+    """Rule 2: the same k GPUs for the whole run (a plan that lists more or fewer GPUs splits or grows the job).
+
+    Args:
+        scenario: The scenario.
+        good: The placements of real jobs.
+        flag: Records a violation.
+    """
     for index, _, gpus in good:
         job = scenario.jobs[index]
         if len(gpus) != job.gpus:
             flag(Rule.NO_PREEMPTION, f"job {job.id!r} needs {job.gpus} GPUs, the plan gives {len(gpus)}")
 
-    # Rule 3: release, horizon, deadline.
+
+def _check_times(scenario: Scenario, good: _Placed, flag: _Flag) -> None:
+    """Rule 3: release, horizon, deadline (inherited jobs are left to rule 5).
+
+    Args:
+        scenario: The scenario.
+        good: The placements of real jobs.
+        flag: Records a violation.
+    """
+    T = scenario.slots
     for index, start, _ in good:
         job = scenario.jobs[index]
         if job.running_on is not None:
@@ -70,15 +117,32 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
                 f"job {job.id!r} ends at {start + job.duration}, after its deadline {job.deadline}",
             )
 
-    # Rule 4: contiguous, node-aware blocks.
+
+def _check_blocks(scenario: Scenario, good: _Placed, flag: _Flag) -> None:
+    """Rule 4: contiguous, node-aware blocks (of the placements with the job's number of GPUs).
+
+    Args:
+        scenario: The scenario.
+        good: The placements of real jobs.
+        flag: Records a violation.
+    """
     for index, _, gpus in good:
         job = scenario.jobs[index]
         if len(gpus) == job.gpus:
-            problem = rules.block_problem(list(gpus), job.gpus, G, scenario.node_size)
+            problem = rules.block_problem(list(gpus), job.gpus, scenario.gpus, scenario.node_size)
             if problem:
                 flag(Rule.CONTIGUOUS_BLOCK, f"job {job.id!r}: {problem}")
 
-    # Rule 5: inherited work held.
+
+def _check_inherited(scenario: Scenario, seen: dict[str, int], good: _Placed, flag: _Flag) -> None:
+    """Rule 5: inherited work held (placed at 0 on the GPUs it runs on).
+
+    Args:
+        scenario: The scenario.
+        seen: The index of each job placed, by id.
+        good: The placements of real jobs.
+        flag: Records a violation.
+    """
     for index, job in enumerate(scenario.jobs):
         if job.running_on is None:
             continue
@@ -93,7 +157,15 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
                 f"the plan has start {p[1]} on {list(p[2])}",
             )
 
-    # Rule 1: one job per GPU per slot, past the horizon too.
+
+def _check_clashes(scenario: Scenario, good: _Placed, flag: _Flag) -> None:
+    """Rule 1: one job per GPU per slot, past the horizon too (each pair of jobs flagged once, at its first cell).
+
+    Args:
+        scenario: The scenario.
+        good: The placements of real jobs.
+        flag: Records a violation.
+    """
     cells: dict[tuple[int, int], str] = {}
     clashes: dict[tuple[str, str], tuple[int, int]] = {}
     for index, start, gpus in good:
@@ -106,7 +178,20 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
     for (a, b), (g, t) in clashes.items():
         flag(Rule.ONE_JOB_PER_GPU, f"jobs {a!r} and {b!r} both hold GPU {g} in slot {t}")
 
-    # Rule 6: ramps (and the plan's curves matching the scenario's apps).
+
+def _check_curves(scenario: Scenario, plan: Plan, flag: _Flag) -> np.ndarray:
+    """Rule 6: ramps (and the plan's curves matching the scenario's apps).
+
+    Args:
+        scenario: The scenario.
+        plan: The plan checked.
+        flag: Records a violation (this rule's, and the curves' format problems).
+
+    Returns:
+        The curves (apps by slots, int64), negative values as 0; zero for an app whose
+        curve is missing or of the wrong length.
+    """
+    T = scenario.slots
     names = {app.name for app in scenario.apps}
     for name in plan.curves:
         if name not in names:
@@ -131,8 +216,19 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
                 f"{app.name!r} moves from {before} to {int(r[t])} at slot {t}, more than its ramp {app.ramp}",
             )
         curves[i] = np.maximum(r, 0)
+    return curves
 
-    # Rule 7: capacity in every slot inside the horizon.
+
+def _check_capacity(scenario: Scenario, good: _Placed, curves: np.ndarray, flag: _Flag) -> None:
+    """Rule 7: capacity in every slot inside the horizon.
+
+    Args:
+        scenario: The scenario.
+        good: The placements of real jobs.
+        curves: The real-time curves (apps by slots), as :func:`_check_curves` returns them.
+        flag: Records a violation.
+    """
+    G, T = scenario.gpus, scenario.slots
     load = np.zeros(T, dtype=np.int64)
     for index, start, gpus in good:
         job = scenario.jobs[index]
@@ -146,6 +242,3 @@ def validate(scenario: Scenario, plan: Plan) -> list[Violation]:
             f"slot {int(t)} uses {int(total[t])} GPUs ({int(load[t])} by jobs, "
             f"{int(total[t] - load[t])} real-time), more than {G}",
         )
-
-    out.sort(key=lambda v: v.rule.value.split("-")[0])  # rule order; stable within a rule
-    return out
