@@ -207,6 +207,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     from agents.serve.schemas import install_openapi
 
     service = Service(settings or Settings())
+    app = FastAPI(
+        title="gpualloc",
+        summary="The GPU-cluster allocator as a service: plan, validate, decide, compare.",
+        version=_version(),
+        lifespan=_lifespan(service),
+    )
+    app.state.service = service
+    app.add_middleware(_Guard, service=service)
+    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+    _add_allocator_routes(app, service)
+    _add_compare_route(app, service)
+    _add_operations_routes(app, service)
+    _add_page_routes(app, service)
+    install_openapi(app)
+    return app
+
+
+def _lifespan(service: Service) -> Callable[[FastAPI], contextlib.AbstractAsyncContextManager[None]]:
+    """The app's lifespan: the service starts in the background, and stops when the server does.
+
+    Args:
+        service: The app's service.
+
+    Returns:
+        The lifespan, for :class:`FastAPI`.
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -220,40 +246,54 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 await task
             service.stop()
 
-    app = FastAPI(
-        title="gpualloc",
-        summary="The GPU-cluster allocator as a service: plan, validate, decide, compare.",
-        version=_version(),
-        lifespan=lifespan,
-    )
-    app.state.service = service
-    app.add_middleware(_Guard, service=service)
-    app.mount("/static", StaticFiles(directory=str(STATIC)), name="static")
+    return lifespan
 
-    async def checked(
-        request: Request, allowed: set[str], required: set[str], read: Callable[[dict[str, Any]], T]
-    ) -> T:
-        """The body read (up to the byte limit), then parsed and checked by ``read`` in a thread.
 
-        A large scenario's parsing and checking never hold the event loop that answers the other requests.
-        """
-        raw = await _read_limited(request, service.settings.limits.max_body_bytes)
+async def _checked(
+    service: Service, request: Request, allowed: set[str], required: set[str], read: Callable[[dict[str, Any]], T]
+) -> T:
+    """The body read (up to the byte limit), then parsed and checked by ``read`` in a thread.
 
-        def parse() -> T:
-            with _bad_input():
-                return read(dict(bodies.envelope(bodies.parse_body(raw), allowed, required)))
+    A large scenario's parsing and checking never hold the event loop that answers the other requests.
 
-        return await anyio.to_thread.run_sync(parse)
+    Args:
+        service: The app's service (its byte limit).
+        request: The request.
+        allowed: The body's keys.
+        required: Those of them it must give.
+        read: Reads the body's mapping; a :class:`ScenarioError` is bad input.
 
+    Returns:
+        What ``read`` returns.
+    """
+    raw = await _read_limited(request, service.settings.limits.max_body_bytes)
+
+    def parse() -> T:
+        with _bad_input():
+            return read(dict(bodies.envelope(bodies.parse_body(raw), allowed, required)))
+
+    return await anyio.to_thread.run_sync(parse)
+
+
+def _cancelled_of(request: Request) -> Callable[[], Awaitable[bool]]:
+    """Whether the request's client has gone: an exact job stops its worker then."""
+    return request.is_disconnected
+
+
+def _add_allocator_routes(app: FastAPI, service: Service) -> None:
+    """Register ``/v1/plan``, ``/v1/validate`` and ``/v1/decide`` on ``app``.
+
+    Args:
+        app: The app.
+        service: The app's service.
+    """
     limits = service.settings.limits
-
-    def cancelled_of(request: Request) -> Callable[[], Awaitable[bool]]:
-        return request.is_disconnected
 
     @app.post("/v1/plan", tags=["allocator"])
     async def plan(request: Request) -> JSONResponse:
         """Plan a scenario with one scheduler: the plan JSON exactly as ``gpualloc plan`` writes it."""
-        job = await checked(
+        job = await _checked(
+            service,
             request,
             {"scenario", "scheduler", "options"},
             {"scenario", "scheduler"},
@@ -265,7 +305,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ),
         )
         async with service.admitted([job]):
-            document = await service.run(job, cancelled_of(request))
+            document = await service.run(job, _cancelled_of(request))
         service.metrics.plan(document)
         return JSONResponse(document)
 
@@ -290,7 +330,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if not service.ready:
             raise ApiError(503, "busy", "the service is not ready (starting or stopping)", {"Retry-After": "1"})
         with service.fast.admit():
-            return JSONResponse(await checked(request, {"scenario", "plan"}, {"scenario", "plan"}, check))
+            return JSONResponse(await _checked(service, request, {"scenario", "plan"}, {"scenario", "plan"}, check))
 
     @app.post("/v1/decide", tags=["allocator"])
     async def decide(request: Request) -> JSONResponse:
@@ -305,11 +345,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             state, expired = bodies.read_state(data["state"])
             return service.job("decide", state, scheduler, options, expired)
 
-        job = await checked(request, {"state", "scheduler", "options"}, {"state"}, read)
+        job = await _checked(service, request, {"state", "scheduler", "options"}, {"state"}, read)
         async with service.admitted([job]):
-            document = await service.run(job, cancelled_of(request))
+            document = await service.run(job, _cancelled_of(request))
         service.metrics.plan(document["plan"])
         return JSONResponse(document)
+
+
+def _add_compare_route(app: FastAPI, service: Service) -> None:
+    """Register ``/v1/compare`` on ``app``.
+
+    Args:
+        app: The app.
+        service: The app's service.
+    """
+    limits = service.settings.limits
 
     @app.post("/v1/compare", tags=["allocator"])
     async def compare(request: Request) -> JSONResponse:
@@ -321,8 +371,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             scenario = bodies.read_scenario(data["scenario"])
             return scenario, names, [service.job("plan", scenario, name, options) for name in names]
 
-        scenario, names, jobs = await checked(
-            request, {"scenario", "schedulers", "options"}, {"scenario", "schedulers"}, read
+        scenario, names, jobs = await _checked(
+            service, request, {"scenario", "schedulers", "options"}, {"scenario", "schedulers"}, read
         )
         plans: dict[str, dict[str, Any]] = {}
         errors: dict[str, str] = {}
@@ -330,7 +380,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         async def run_all(group: list[Job]) -> None:
             for job in group:
                 try:
-                    plans[job.scheduler] = await service.run(job, cancelled_of(request))
+                    plans[job.scheduler] = await service.run(job, _cancelled_of(request))
                 except ApiError as exc:
                     if exc.kind != "unavailable":
                         raise
@@ -354,6 +404,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 "table": table,
             }
         )
+
+
+def _add_operations_routes(app: FastAPI, service: Service) -> None:
+    """Register ``/healthz``, ``/readyz`` and ``/metrics`` on ``app``.
+
+    Args:
+        app: The app.
+        service: The app's service.
+    """
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:
@@ -385,6 +444,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         """Prometheus metrics: requests, latencies, errors, plan objective and solve time per scheduler."""
         return Response(service.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
+
+def _add_page_routes(app: FastAPI, service: Service) -> None:
+    """Register the what-if page (``/``) and ``/favicon.ico`` on ``app``.
+
+    Args:
+        app: The app.
+        service: The app's service.
+    """
+
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
         return Response(status_code=204)
@@ -393,9 +461,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def page() -> HTMLResponse:
         """The what-if page, with the figures' palette and the shipped scenarios written into it."""
         return HTMLResponse(page_html(service.settings))
-
-    install_openapi(app)
-    return app
 
 
 def _log_failed_start(task: asyncio.Task[None]) -> None:

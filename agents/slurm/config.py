@@ -332,7 +332,59 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
     """A configuration from plain data, checked like a file."""
     r = _Reader(source)
     top = r.mapping(data, "", {"slurm", "owned", "horizon", "workloads", "realtime", "reservations"}, {"owned"})
-    slurm = r.mapping(
+    slurm = _slurm_section(r, top)
+    owned_partitions, owned_qos, tag = _owned(r, top)
+    horizon = r.mapping(
+        top.get("horizon", {}) or {}, "horizon", {"slots", "slot_minutes", "decay", "day_start", "day_slots"}
+    )
+    slots = r.integer(horizon.get("slots", 24), "horizon.slots", 1, MAX_SLOTS)
+    slot_minutes = r.real(horizon.get("slot_minutes", 60), "horizon.slot_minutes", 0.0, 10_080, open_low=True)
+    day_start, day_slots = _day(r, horizon, slot_minutes)
+    rules, default_type = _workloads(r, top)
+    apps = _realtime(r, top, slots)
+    res, prefix = _reservations(r, top)
+    gpu_type = slurm.get("gpu_type")
+    return SlurmConfig(
+        source=source,
+        partitions=r.names(slurm.get("partitions", []), "slurm.partitions"),
+        gres=r.text(slurm.get("gres", "gpu"), "slurm.gres"),
+        gpu_type=None if gpu_type is None else r.text(gpu_type, "slurm.gpu_type"),
+        node_size=r.integer(slurm.get("node_size", 0), "slurm.node_size", 0, 16_384),
+        cpus_per_gpu=r.integer(slurm.get("cpus_per_gpu", 1), "slurm.cpus_per_gpu", 1, 4096),
+        owned_partitions=owned_partitions,
+        owned_qos=owned_qos,
+        owned_comment_tag=tag,
+        slots=slots,
+        slot_minutes=slot_minutes,
+        decay=r.real(horizon.get("decay", 1.0), "horizon.decay", 0.0, 1.0, open_low=True),
+        rules=rules,
+        default_type=default_type,
+        apps=apps,
+        bin_dir=r.text(slurm["bin"], "slurm.bin") if "bin" in slurm else "",
+        timeout=r.real(slurm.get("timeout", 30), "slurm.timeout", 0.0, 3600, open_low=True),
+        retries=r.integer(slurm.get("retries", 3), "slurm.retries", 1, 100),
+        confirm=r.real(slurm.get("confirm", 20), "slurm.confirm", 0.0, 3600),
+        state_dir=r.text(slurm.get("state_dir", STATE_DIR), "slurm.state_dir"),
+        reservation_minutes=r.real(res.get("minutes", 0), "reservations.minutes", 0.0, 10_080 * 60),
+        reservation_prefix=prefix,
+        day_start=day_start,
+        day_slots=day_slots,
+        history_dir=r.text(slurm["history_dir"], "slurm.history_dir") if "history_dir" in slurm else None,
+        history_days=r.integer(slurm.get("history_days", HISTORY_DAYS), "slurm.history_days", 1, 366),
+    )
+
+
+def _slurm_section(r: _Reader, top: dict[str, Any]) -> dict[str, Any]:
+    """``slurm``: the mapping, its keys checked (its values are read with the rest of the configuration).
+
+    Args:
+        r: The reader of the configuration's source.
+        top: The configuration's top-level mapping.
+
+    Returns:
+        The ``slurm`` mapping (empty when absent).
+    """
+    return r.mapping(
         top.get("slurm", {}) or {},
         "slurm",
         {
@@ -350,6 +402,18 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
             "history_days",
         },
     )
+
+
+def _owned(r: _Reader, top: dict[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """``owned``: the partitions, QOS and comment tag that make a pending job the allocator's.
+
+    Args:
+        r: The reader of the configuration's source.
+        top: The configuration's top-level mapping.
+
+    Returns:
+        The owned partitions, the owned QOS and the comment tag (None when not given).
+    """
     owned = r.mapping(top["owned"] or {}, "owned", {"partitions", "qos", "comment_tag"})
     owned_partitions = r.names(owned.get("partitions", []), "owned.partitions")
     owned_qos = r.names(owned.get("qos", []), "owned.qos")
@@ -359,112 +423,152 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         raise r.fail(
             "owned", "name at least one partition, QOS or comment_tag: the allocator touches only its own jobs"
         )
-    horizon = r.mapping(
-        top.get("horizon", {}) or {}, "horizon", {"slots", "slot_minutes", "decay", "day_start", "day_slots"}
-    )
-    slots = r.integer(horizon.get("slots", 24), "horizon.slots", 1, MAX_SLOTS)
-    slot_minutes = r.real(horizon.get("slot_minutes", 60), "horizon.slot_minutes", 0.0, 10_080, open_low=True)
+    return owned_partitions, owned_qos, tag
+
+
+def _day(r: _Reader, horizon: dict[str, Any], slot_minutes: float) -> tuple[float, int]:
+    """``horizon.day_start`` and ``horizon.day_slots``: when the day's slot 0 begins, and the slots in a day.
+
+    Args:
+        r: The reader of the configuration's source.
+        horizon: The ``horizon`` mapping.
+        slot_minutes: Minutes per slot (a day's default slots: 24 hours of them).
+
+    Returns:
+        Seconds after 00:00 UTC at which a day's slot 0 begins, and the slots in a day.
+    """
     day_start = _clock_time(r, horizon.get("day_start", "00:00"), "horizon.day_start")
     if "day_slots" in horizon:
         day_slots = r.integer(horizon["day_slots"], "horizon.day_slots", 1, 10_000_000)
     else:  # a day of 24 hours, in whole slots
         day_slots = max(1, round(DAY_SECONDS / (slot_minutes * 60.0)))
+    return day_start, day_slots
+
+
+def _workloads(r: _Reader, top: dict[str, Any]) -> tuple[tuple[WorkloadRule, ...], JobType | None]:
+    """``workloads``: the rules that type the jobs, and the type of a job that none matches.
+
+    Args:
+        r: The reader of the configuration's source.
+        top: The configuration's top-level mapping.
+
+    Returns:
+        The rules, in order, and the default type (None when not given).
+    """
     workloads = r.mapping(top.get("workloads", {}) or {}, "workloads", {"rules", "default_type"})
-    rules = []
     raw_rules = workloads.get("rules", []) or []
     if not isinstance(raw_rules, list):
         raise r.fail("workloads.rules", f"expected a list, got {_kind(raw_rules)}")
-    for i, rule in enumerate(raw_rules):
-        p = f"workloads.rules[{i}]"
-        rule = r.mapping(rule, p, {"partition", "qos", "comment", "type", "priority"}, {"type"})
-        if not any(k in rule for k in ("partition", "qos", "comment")):
-            raise r.fail(p, "give at least one of partition, qos, comment to match")
-        rules.append(
-            WorkloadRule(
-                type=r.job_type(rule["type"], f"{p}.type"),
-                partition=r.text(rule["partition"], f"{p}.partition") if "partition" in rule else None,
-                qos=r.text(rule["qos"], f"{p}.qos") if "qos" in rule else None,
-                comment=r.text(rule["comment"], f"{p}.comment") if "comment" in rule else None,
-                priority=r.real(rule["priority"], f"{p}.priority", 0.0, MAX_WEIGHT, open_low=True)
-                if "priority" in rule
-                else None,
-            )
-        )
+    rules = tuple(_rule(r, rule, f"workloads.rules[{i}]") for i, rule in enumerate(raw_rules))
     default_type = workloads.get("default_type")
     default_type = None if default_type is None else r.job_type(default_type, "workloads.default_type")
-    apps = []
+    return rules, default_type
+
+
+def _rule(r: _Reader, value: Any, path: str) -> WorkloadRule:
+    """``workloads.rules[i]``: the keys a job must match, and the type (and priority) it then gets.
+
+    Args:
+        r: The reader of the configuration's source.
+        value: The rule as read.
+        path: Its place in the file, for the errors.
+
+    Returns:
+        The rule.
+    """
+    rule = r.mapping(value, path, {"partition", "qos", "comment", "type", "priority"}, {"type"})
+    if not any(k in rule for k in ("partition", "qos", "comment")):
+        raise r.fail(path, "give at least one of partition, qos, comment to match")
+    return WorkloadRule(
+        type=r.job_type(rule["type"], f"{path}.type"),
+        partition=r.text(rule["partition"], f"{path}.partition") if "partition" in rule else None,
+        qos=r.text(rule["qos"], f"{path}.qos") if "qos" in rule else None,
+        comment=r.text(rule["comment"], f"{path}.comment") if "comment" in rule else None,
+        priority=r.real(rule["priority"], f"{path}.priority", 0.0, MAX_WEIGHT, open_low=True)
+        if "priority" in rule
+        else None,
+    )
+
+
+def _realtime(r: _Reader, top: dict[str, Any], slots: int) -> tuple[RealtimeApp, ...]:
+    """``realtime``: the real-time apps, each named once.
+
+    Args:
+        r: The reader of the configuration's source.
+        top: The configuration's top-level mapping.
+        slots: The horizon's slots (an ``anchor: now`` forecast covers them).
+
+    Returns:
+        The apps, in order.
+    """
     raw_apps = top.get("realtime", []) or []
     if not isinstance(raw_apps, list):
         raise r.fail("realtime", f"expected a list, got {_kind(raw_apps)}")
-    seen = set()
-    for i, app in enumerate(raw_apps):
-        p = f"realtime[{i}]"
-        app = r.mapping(
-            app,
-            p,
-            {"name", "demand", "ramp", "penalty", "initial", "anchor", "users", "observed"},
-            {"name", "demand", "ramp"},
-        )
-        name = r.text(app["name"], f"{p}.name")
-        if not set(name) <= _NAME_OK:
-            raise r.fail(f"{p}.name", f"expected letters, digits, '_' or '-', got {name!r}")
-        if name in seen:
-            raise r.fail(f"{p}.name", f"duplicate app {name!r}")
-        seen.add(name)
-        demand = app["demand"]
-        if not isinstance(demand, list) or not demand:
-            raise r.fail(f"{p}.demand", f"expected a non-empty list of GPU counts, got {_kind(demand)}")
-        values = tuple(r.integer(d, f"{p}.demand[{t}]", 0, 16_384) for t, d in enumerate(demand))
-        anchor = app.get("anchor", "now")
-        if anchor not in ("now", "day"):
-            raise r.fail(f"{p}.anchor", f"expected 'now' or 'day', got {anchor!r}")
-        if anchor == "now" and len(values) < slots:
-            raise r.fail(f"{p}.demand", f"expected at least horizon.slots = {slots} values, got {len(values)}")
-        apps.append(
-            RealtimeApp(
-                name=name,
-                demand=values,
-                ramp=r.integer(app["ramp"], f"{p}.ramp", 0, 16_384),
-                penalty=r.real(app.get("penalty", 1.0), f"{p}.penalty", 0.0, MAX_WEIGHT),
-                initial=r.integer(app["initial"], f"{p}.initial", 0, 16_384) if "initial" in app else None,
-                anchor=anchor,
-                users=r.names(app.get("users", ["root"]), f"{p}.users"),
-                observed=_observed(r, app["observed"], f"{p}.observed") if "observed" in app else None,
-            )
-        )
+    seen: set[str] = set()
+    return tuple(_app(r, app, f"realtime[{i}]", slots, seen) for i, app in enumerate(raw_apps))
+
+
+def _app(r: _Reader, value: Any, path: str, slots: int, seen: set[str]) -> RealtimeApp:
+    """``realtime[i]``: one real-time app, its forecast checked against the horizon.
+
+    Args:
+        r: The reader of the configuration's source.
+        value: The app as read.
+        path: Its place in the file, for the errors.
+        slots: The horizon's slots (an ``anchor: now`` forecast covers them).
+        seen: The names of the apps read before it; its own is added.
+
+    Returns:
+        The app.
+    """
+    app = r.mapping(
+        value,
+        path,
+        {"name", "demand", "ramp", "penalty", "initial", "anchor", "users", "observed"},
+        {"name", "demand", "ramp"},
+    )
+    name = r.text(app["name"], f"{path}.name")
+    if not set(name) <= _NAME_OK:
+        raise r.fail(f"{path}.name", f"expected letters, digits, '_' or '-', got {name!r}")
+    if name in seen:
+        raise r.fail(f"{path}.name", f"duplicate app {name!r}")
+    seen.add(name)
+    demand = app["demand"]
+    if not isinstance(demand, list) or not demand:
+        raise r.fail(f"{path}.demand", f"expected a non-empty list of GPU counts, got {_kind(demand)}")
+    values = tuple(r.integer(d, f"{path}.demand[{t}]", 0, 16_384) for t, d in enumerate(demand))
+    anchor = app.get("anchor", "now")
+    if anchor not in ("now", "day"):
+        raise r.fail(f"{path}.anchor", f"expected 'now' or 'day', got {anchor!r}")
+    if anchor == "now" and len(values) < slots:
+        raise r.fail(f"{path}.demand", f"expected at least horizon.slots = {slots} values, got {len(values)}")
+    return RealtimeApp(
+        name=name,
+        demand=values,
+        ramp=r.integer(app["ramp"], f"{path}.ramp", 0, 16_384),
+        penalty=r.real(app.get("penalty", 1.0), f"{path}.penalty", 0.0, MAX_WEIGHT),
+        initial=r.integer(app["initial"], f"{path}.initial", 0, 16_384) if "initial" in app else None,
+        anchor=anchor,
+        users=r.names(app.get("users", ["root"]), f"{path}.users"),
+        observed=_observed(r, app["observed"], f"{path}.observed") if "observed" in app else None,
+    )
+
+
+def _reservations(r: _Reader, top: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """``reservations``: the mapping, and the prefix of the reservation names, checked.
+
+    Args:
+        r: The reader of the configuration's source.
+        top: The configuration's top-level mapping.
+
+    Returns:
+        The ``reservations`` mapping (its ``minutes`` read with the rest of the configuration) and the prefix.
+    """
     res = r.mapping(top.get("reservations", {}) or {}, "reservations", {"prefix", "minutes"})
     prefix = r.text(res.get("prefix", RESERVATION_PREFIX), "reservations.prefix")
     if not set(prefix) <= _NAME_OK:
         raise r.fail("reservations.prefix", f"expected letters, digits, '_' or '-', got {prefix!r}")
-    gpu_type = slurm.get("gpu_type")
-    return SlurmConfig(
-        source=source,
-        partitions=r.names(slurm.get("partitions", []), "slurm.partitions"),
-        gres=r.text(slurm.get("gres", "gpu"), "slurm.gres"),
-        gpu_type=None if gpu_type is None else r.text(gpu_type, "slurm.gpu_type"),
-        node_size=r.integer(slurm.get("node_size", 0), "slurm.node_size", 0, 16_384),
-        cpus_per_gpu=r.integer(slurm.get("cpus_per_gpu", 1), "slurm.cpus_per_gpu", 1, 4096),
-        owned_partitions=owned_partitions,
-        owned_qos=owned_qos,
-        owned_comment_tag=tag,
-        slots=slots,
-        slot_minutes=slot_minutes,
-        decay=r.real(horizon.get("decay", 1.0), "horizon.decay", 0.0, 1.0, open_low=True),
-        rules=tuple(rules),
-        default_type=default_type,
-        apps=tuple(apps),
-        bin_dir=r.text(slurm["bin"], "slurm.bin") if "bin" in slurm else "",
-        timeout=r.real(slurm.get("timeout", 30), "slurm.timeout", 0.0, 3600, open_low=True),
-        retries=r.integer(slurm.get("retries", 3), "slurm.retries", 1, 100),
-        confirm=r.real(slurm.get("confirm", 20), "slurm.confirm", 0.0, 3600),
-        state_dir=r.text(slurm.get("state_dir", STATE_DIR), "slurm.state_dir"),
-        reservation_minutes=r.real(res.get("minutes", 0), "reservations.minutes", 0.0, 10_080 * 60),
-        reservation_prefix=prefix,
-        day_start=day_start,
-        day_slots=day_slots,
-        history_dir=r.text(slurm["history_dir"], "slurm.history_dir") if "history_dir" in slurm else None,
-        history_days=r.integer(slurm.get("history_days", HISTORY_DAYS), "slurm.history_days", 1, 366),
-    )
+    return res, prefix
 
 
 def _observed(r: _Reader, value: Any, path: str) -> ObservedSource:

@@ -198,6 +198,69 @@ def build(
     """
     notes: list[Note] = []
     gpu_nodes, node_size = usable_nodes(config, nodes, notes)
+    _drop_foreign_reserved(config, nodes, reservations, now, gpu_nodes, notes)
+    running_gpus, bad_nodes = _read_running(config, jobs, gpu_nodes, node_size, notes)
+    _mark_shared_gpus(running_gpus, bad_nodes)
+    _drop_bad_nodes(gpu_nodes, running_gpus, bad_nodes, notes)
+    order = _node_order(sorted(gpu_nodes), [tuple(running_gpus[j]) for j in running_gpus if len(running_gpus[j]) > 1])
+    position = {n: i for i, n in enumerate(order)}
+    by_id = {j.id: j for j in jobs}
+    placed = _lay_out(order, position, node_size, running_gpus, notes)
+    # the scenario's jobs
+    entries, running, relaxed = _running_entries(config, placed, by_id, now)
+    gpus_total = len(order) * node_size
+    queued, owned, outside, never = _pending_entries(config, nodes, jobs, node_size, gpus_total, now, notes)
+    entries.extend(queued)
+    # real-time apps: the forecast from the configuration, what each holds now from its reservations
+    current = app_pieces(config, reservations, order, now)
+    apps, starts, app_now = _app_entries(config, current, now, slot_start)
+    relaxed.extend(_relax_apps(config, apps, starts, entries, gpus_total))
+    if not order:
+        raise UnreadableError("no usable GPU node: " + ("; ".join(str(n) for n in notes[:5]) or "none in sinfo"))
+    data = {
+        "name": "slurm-now",
+        "cluster": {"gpus": gpus_total, "node_size": node_size},
+        "horizon": {"slots": config.slots, "slot_minutes": config.slot_minutes, "decay": config.decay},
+        "realtime": apps,
+        "jobs": entries,
+    }
+    scenario = scenario_from_dict(data, "<slurm snapshot>")
+    return Snapshot(
+        now=now,
+        config=config,
+        scenario=scenario,
+        nodes=tuple(order),
+        node_size=node_size,
+        owned=owned,
+        running=running,
+        owned_outside=outside,
+        left_to_slurm=never,
+        reservations=current,
+        app_now=app_now,
+        notes=notes,
+        relaxed=relaxed,
+        jobs=tuple(jobs),
+    )
+
+
+def _drop_foreign_reserved(
+    config: SlurmConfig,
+    nodes: Sequence[SlurmNode],
+    reservations: Sequence[SlurmReservation],
+    now: float,
+    gpu_nodes: dict[str, int],
+    notes: list[Note],
+) -> None:
+    """Leave out of ``gpu_nodes`` each node in a reservation the allocator does not manage, within the horizon.
+
+    Args:
+        config: The configuration.
+        nodes: Every node Slurm listed (a reservation is the allocator's when named for one of them).
+        reservations: Every reservation Slurm listed.
+        now: Epoch seconds of slot 0's start.
+        gpu_nodes: The usable nodes, by name; the reserved ones are removed.
+        notes: Where each node left out gets its note.
+    """
     horizon_end = now + config.slots * config.slot_seconds
     all_nodes = [n.name for n in nodes]
     for r in reservations:
@@ -211,7 +274,28 @@ def build(
             if n in gpu_nodes:
                 del gpu_nodes[n]
                 notes.append(Note("node", n, f"in reservation {r.name}, which the allocator does not manage"))
-    # running jobs: GPUs per node; a node with anything unreadable is left out
+
+
+def _read_running(
+    config: SlurmConfig,
+    jobs: Sequence[SlurmJob],
+    gpu_nodes: Mapping[str, int],
+    node_size: int,
+    notes: list[Note],
+) -> tuple[dict[str, dict[str, tuple[int, ...]]], dict[str, str]]:
+    """The GPUs of the running jobs on ``gpu_nodes``, and the nodes that hold a job that cannot be planned.
+
+    Args:
+        config: The configuration.
+        jobs: Every job Slurm listed.
+        gpu_nodes: The usable nodes, by name.
+        node_size: GPUs per node.
+        notes: Where each job that cannot be read or planned gets its note.
+
+    Returns:
+        Job id -> node -> Slurm's GPU indices there, for every running job that can be planned; and node ->
+        why it must be left out, for every node that holds one that cannot.
+    """
     bad_nodes: dict[str, str] = {}
     running_gpus: dict[str, dict[str, tuple[int, ...]]] = {}
     for job in jobs:
@@ -239,7 +323,18 @@ def build(
                 bad_nodes.setdefault(n, f"holds job {job.id}, which {reason.split(';')[0][5:]}")
             continue
         running_gpus[job.id] = per_node
-    # two running jobs on one GPU (a shared gres, oversubscription): the node cannot be planned as one job per GPU
+    return running_gpus, bad_nodes
+
+
+def _mark_shared_gpus(running_gpus: Mapping[str, Mapping[str, tuple[int, ...]]], bad_nodes: dict[str, str]) -> None:
+    """Mark bad each node where two running jobs hold one GPU (a shared gres, oversubscription).
+
+    Such a node cannot be planned as one job per GPU.
+
+    Args:
+        running_gpus: Job id -> node -> Slurm's GPU indices there.
+        bad_nodes: Node -> why it must be left out; the shared nodes are added (a reason already there stays).
+    """
     owner: dict[tuple[str, int], str] = {}
     for jid, per_node in running_gpus.items():
         for n, indices in per_node.items():
@@ -247,7 +342,22 @@ def build(
                 other = owner.setdefault((n, i), jid)
                 if other != jid:
                     bad_nodes.setdefault(n, f"jobs {other} and {jid} both hold its GPU {i}")
-    # a node left out takes the nodes of every job that spans it along (to a fixed point)
+
+
+def _drop_bad_nodes(
+    gpu_nodes: dict[str, int],
+    running_gpus: dict[str, dict[str, tuple[int, ...]]],
+    bad_nodes: dict[str, str],
+    notes: list[Note],
+) -> None:
+    """Leave out the bad nodes, and with each the nodes of every job that spans it (to a fixed point).
+
+    Args:
+        gpu_nodes: The usable nodes, by name; the bad ones are removed.
+        running_gpus: Job id -> node -> GPU indices; each job on a node left out is removed.
+        bad_nodes: Node -> why it is left out; the nodes of the jobs removed are added.
+        notes: Where each node left out gets its note.
+    """
     changed = True
     while changed:
         changed = False
@@ -263,13 +373,22 @@ def build(
                     if n in gpu_nodes:
                         bad_nodes[n] = f"holds job {jid}, which also runs on a node left out"
                 changed = True
-    order = _node_order(sorted(gpu_nodes), [tuple(running_gpus[j]) for j in running_gpus if len(running_gpus[j]) > 1])
-    position = {n: i for i, n in enumerate(order)}
-    by_id = {j.id: j for j in jobs}
-    placed = _lay_out(order, position, node_size, running_gpus, notes)
-    # the scenario's jobs
-    owned: dict[str, SlurmJob] = {}
-    outside: dict[str, SlurmJob] = {}
+
+
+def _running_entries(
+    config: SlurmConfig, placed: Mapping[str, list[int]], by_id: Mapping[str, SlurmJob], now: float
+) -> tuple[list[dict[str, Any]], dict[str, SlurmJob], list[Relaxed]]:
+    """The scenario's entries of the running jobs, pinned where they run until their end time.
+
+    Args:
+        config: The configuration.
+        placed: Job id -> the scenario GPUs it runs on.
+        by_id: Every job Slurm listed, by id.
+        now: Epoch seconds of slot 0's start.
+
+    Returns:
+        The entries, the jobs by id, and a :class:`Relaxed` for each job running past its time limit.
+    """
     entries: list[dict[str, Any]] = []
     running: dict[str, SlurmJob] = {}
     relaxed: list[Relaxed] = []
@@ -298,6 +417,34 @@ def build(
             }
         )
         running[jid] = job
+    return entries, running, relaxed
+
+
+def _pending_entries(
+    config: SlurmConfig,
+    nodes: Sequence[SlurmNode],
+    jobs: Sequence[SlurmJob],
+    node_size: int,
+    gpus_total: int,
+    now: float,
+    notes: list[Note],
+) -> tuple[list[dict[str, Any]], dict[str, SlurmJob], dict[str, SlurmJob], dict[str, str]]:
+    """The scenario's entries of the owned pending jobs; each one left out gets a note.
+
+    Args:
+        config: The configuration.
+        nodes: Every node Slurm listed.
+        jobs: Every job Slurm listed.
+        node_size: GPUs per node.
+        gpus_total: GPUs of the usable nodes.
+        now: Epoch seconds of slot 0's start.
+        notes: Where each owned pending job left out gets its note.
+
+    Returns:
+        The entries; the jobs in them, by id; the owned pending jobs left out, by id; and why, for those of
+        them that no cycle can ever plan (left to Slurm).
+    """
+    outside: dict[str, SlurmJob] = {}
     pending = []
     for j in jobs:
         if j.state != "PENDING" or not config.owns(j.partition, j.qos, j.comment):
@@ -308,7 +455,8 @@ def build(
             continue
         pending.append(j)
     top = max((j.priority for j in pending), default=0)
-    gpus_total = len(order) * node_size
+    entries: list[dict[str, Any]] = []
+    owned: dict[str, SlurmJob] = {}
     never: dict[str, str] = {}
     gpus_ever = _gpus_ever(config, nodes, node_size)
     for job in pending:
@@ -329,8 +477,27 @@ def build(
             continue
         entries.append(entry)
         owned[job.id] = job
-    # real-time apps: the forecast from the configuration, what each holds now from its reservations
-    current = app_pieces(config, reservations, order, now)
+    return entries, owned, outside, never
+
+
+def _app_entries(
+    config: SlurmConfig,
+    current: Mapping[str, Mapping[str, tuple[SlurmReservation, ...]]],
+    now: float,
+    slot_start: Mapping[str, int] | None,
+) -> tuple[list[dict[str, Any]], list[tuple[int, str]], dict[str, dict[str, int]]]:
+    """The scenario's real-time apps (without their ``initial``), and what each holds now.
+
+    Args:
+        config: The configuration.
+        current: Each app's reservations on the usable nodes, by app name, then node (:func:`app_pieces`).
+        now: Epoch seconds of slot 0's start.
+        slot_start: Per app, the GPUs it held when the current slot began (as for :func:`build`).
+
+    Returns:
+        The apps' entries; per app, the GPUs it holds now and where that number comes from; and the GPUs
+        each app's reservations hold now on each node.
+    """
     app_now: dict[str, dict[str, int]] = {}
     apps = []
     starts: list[tuple[int, str]] = []  # per app: GPUs it holds now, and where that number comes from
@@ -352,6 +519,29 @@ def build(
                 "penalty": app.penalty,
             }
         )
+    return apps, starts, app_now
+
+
+def _relax_apps(
+    config: SlurmConfig,
+    apps: Sequence[dict[str, Any]],
+    starts: Sequence[tuple[int, str]],
+    entries: Sequence[dict[str, Any]],
+    gpus_total: int,
+) -> list[Relaxed]:
+    """Give each app's entry its ``initial``: what it holds now, lowered where the ramps cannot fit beside the jobs.
+
+    Args:
+        config: The configuration.
+        apps: The apps' entries (:func:`_app_entries`); each gets its ``initial``.
+        starts: Per app, the GPUs it holds now and where that number comes from.
+        entries: The scenario's jobs (the running ones hold their GPUs).
+        gpus_total: GPUs of the usable nodes.
+
+    Returns:
+        A :class:`Relaxed` for each app planned as holding less than it holds.
+    """
+    relaxed: list[Relaxed] = []
     load = _inherited_load(entries, config.slots)
     initials = _relax_initials([s for s, _ in starts], [a.ramp for a in config.apps], load, gpus_total)
     for app, (start, source), initial in zip(apps, starts, initials, strict=True):
@@ -366,32 +556,7 @@ def build(
                     f"holding {initial} ({start - initial} over)",
                 )
             )
-    if not order:
-        raise UnreadableError("no usable GPU node: " + ("; ".join(str(n) for n in notes[:5]) or "none in sinfo"))
-    data = {
-        "name": "slurm-now",
-        "cluster": {"gpus": gpus_total, "node_size": node_size},
-        "horizon": {"slots": config.slots, "slot_minutes": config.slot_minutes, "decay": config.decay},
-        "realtime": apps,
-        "jobs": entries,
-    }
-    scenario = scenario_from_dict(data, "<slurm snapshot>")
-    return Snapshot(
-        now=now,
-        config=config,
-        scenario=scenario,
-        nodes=tuple(order),
-        node_size=node_size,
-        owned=owned,
-        running=running,
-        owned_outside=outside,
-        left_to_slurm=never,
-        reservations=current,
-        app_now=app_now,
-        notes=notes,
-        relaxed=relaxed,
-        jobs=tuple(jobs),
-    )
+    return relaxed
 
 
 def piece_of(config: SlurmConfig, name: str, nodes: Sequence[str]) -> tuple[str, str, int] | None:
