@@ -43,14 +43,22 @@ import copy
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agents.learned.config import ConfigError, TrainConfig, as_dict, choose_device, load_config
 from agents.learned.optima import OptimaError
 from gpu_env.files import write_text_atomic
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    from agents.learned.scorer import QueueScorer
+    from agents.learned.training import Item
 
 SCORED = ("alone_vs_greedy", "shipped_vs_greedy", "large_alone_vs_greedy", "large_shipped_vs_greedy")
 """A round's figures on the validation instances whose sum selects the round exported."""
@@ -60,22 +68,42 @@ def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[str, Any]:
-    """Run the stages of the module docstring; returns a summary (history, evaluation, seconds)."""
-    import torch
-    from torch.utils.tensorboard import SummaryWriter
+@dataclass
+class _Run:
+    """What the stages of one run share: the scorer, its instances, the clocks and every round's figures.
 
+    Attributes:
+        cfg: The run's configuration.
+        model: The scorer being trained.
+        writer: TensorBoard's writer (``run_dir/tb``).
+        items: The training instances and their labels (the cluster sizes join them in stage 4).
+        validation: The validation instances at the seed's sizes.
+        validation_large: The validation instances at cluster sizes.
+        began: ``time.perf_counter()`` at the start of the run.
+        cpu_began: ``time.process_time()`` at the start of the run.
+        history: Every round's validation record, in order.
+        best: The best round so far: its ``score``, and once a round is measured its ``state`` and ``record``.
+        decoded: Orders drawn and decoded by the reinforcement rounds so far (a record's ``draws``).
+    """
+
+    cfg: TrainConfig
+    model: QueueScorer
+    writer: SummaryWriter
+    items: list[Item]
+    validation: list[Item]
+    validation_large: list[Item]
+    began: float
+    cpu_began: float
+    history: list[dict[str, Any]] = field(default_factory=list)
+    best: dict[str, Any] = field(default_factory=lambda: {"score": -np.inf})
+    decoded: int = 0
+
+
+def _optima_items(cfg: TrainConfig) -> list[Item]:
+    """Stage 1's first labels: the proven optima of ``cfg.optima`` replayed as orders (none without the file)."""
     from agents.learned import training as tr
-    from agents.learned.export import export_policy
-    from agents.learned.scorer import QueueScorer
 
-    began, cpu_began = time.perf_counter(), time.process_time()
-    tr.seed_everything(cfg.seed)
-    run_dir = Path(cfg.run_dir)
-    writer = SummaryWriter(str(run_dir / "tb"))
-
-    # 1. Labels: proven optima, then fresh draws at the seed's sizes.
-    items: list[tr.Item] = []
+    items: list[Item] = []
     if cfg.optima:
         from agents.learned.optima import load_optima
 
@@ -87,62 +115,90 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
             proven = rec.objective if rec.optimal else None
             items.append(tr.prepare(rec.scenario(), rec.placements, proven))
         _log(f"labels: {len(records)} CP-SAT plans from {cfg.optima} ({sum(r.optimal for r in records)} proven)")
-    draws = cfg.draws()
-    items += [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["small"])]
-    validation = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["validation"])]
-    validation_large = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["validation_large"])]
-    took = time.perf_counter() - began
-    _log(f"instances: {len(items)} training, {len(validation)} + {len(validation_large)} validation ({took:.0f} s)")
+    return items
 
-    model = QueueScorer(cfg.hidden, cfg.attention).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
-    history: list[dict[str, Any]] = []
-    best: dict[str, Any] = {"score": -np.inf}
-    decoded = 0  # orders drawn and decoded by the reinforcement rounds so far (a record's "draws")
 
-    def measure(held: list[tr.Item], held_large: list[tr.Item], samples: int) -> dict[str, Any]:
-        small = tr.evaluate_policy(model, held, samples, cfg.temperature)
-        large = tr.evaluate_policy(model, held_large, samples, cfg.temperature) if held_large else small
-        return {
-            "alone_vs_greedy": round(small.alone, 5),
-            "shipped_vs_greedy": round(small.shipped, 5),
-            "large_alone_vs_greedy": round(large.alone, 5),
-            "large_shipped_vs_greedy": round(large.shipped, 5),
-            "below_greedy": small.below_greedy + (large.below_greedy if held_large else 0),
-            "per_family": {f: [round(a, 5), round(b, 5)] for f, (a, b) in small.per_family.items()},
-        }
+def _prepared(cfg: TrainConfig, draw: tuple[tuple[int, ...], int, int]) -> list[Item]:
+    """The instances of one of ``cfg.draws()``'s draws (sizes, count, seed), each with its first label."""
+    from agents.learned import training as tr
 
-    def validate(phase: str, step: int) -> None:
-        labels = float(np.mean([it.label_objective / it.scale for it in items]))
-        figures = measure(validation, validation_large, cfg.validation.samples)
-        per_family = figures.pop("per_family")
-        record = {"phase": phase, "step": step, "draws": decoded, "labels_vs_greedy": round(labels, 5), **figures}
-        record["seconds"] = round(time.perf_counter() - began, 1)
-        record["cpu_seconds"] = round(time.process_time() - cpu_began, 1)  # of this process: load-independent
-        history.append(record)
-        for key in ("labels_vs_greedy", *SCORED):
-            writer.add_scalar(f"validation/{key}", record[key], step)
-        for fam, (alone, shipped) in per_family.items():
-            writer.add_scalar(f"validation/{fam}/alone", alone, step)
-            writer.add_scalar(f"validation/{fam}/shipped", shipped, step)
-        _log(
-            f"{phase:>10} {step:4d}  labels {labels:.4f}  validation: alone {record['alone_vs_greedy']:.4f} "
-            f"shipped {record['shipped_vs_greedy']:.4f}  large: alone {record['large_alone_vs_greedy']:.4f} "
-            f"shipped {record['large_shipped_vs_greedy']:.4f}  ({record['seconds']:.0f} s)"
-        )
-        score = sum(record[key] for key in SCORED)
-        if score > best["score"]:
-            best.update(score=score, state=copy.deepcopy(model.state_dict()), record=record)
+    return [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draw)]
 
-    # 2. Imitation of the first labels.
-    losses = tr.fit_imitation(model, optimizer, items, cfg.imitation_epochs, cfg.batch, cfg.seed)
+
+def _measure(run: _Run, held: list[Item], held_large: list[Item], samples: int) -> dict[str, Any]:
+    """The policy's figures on ``held`` and ``held_large`` (ratios to greedy; the seed's sizes stand in for none).
+
+    Args:
+        run: The run whose scorer plans.
+        held: Instances at the seed's sizes.
+        held_large: Instances at cluster sizes (may be empty).
+        samples: Orders drawn per instance.
+
+    Returns:
+        The ratios to greedy, the count of instances below greedy, and the per-family ratios (``per_family``).
+    """
+    from agents.learned import training as tr
+
+    small = tr.evaluate_policy(run.model, held, samples, run.cfg.temperature)
+    large = tr.evaluate_policy(run.model, held_large, samples, run.cfg.temperature) if held_large else small
+    return {
+        "alone_vs_greedy": round(small.alone, 5),
+        "shipped_vs_greedy": round(small.shipped, 5),
+        "large_alone_vs_greedy": round(large.alone, 5),
+        "large_shipped_vs_greedy": round(large.shipped, 5),
+        "below_greedy": small.below_greedy + (large.below_greedy if held_large else 0),
+        "per_family": {f: [round(a, 5), round(b, 5)] for f, (a, b) in small.per_family.items()},
+    }
+
+
+def _validate(run: _Run, phase: str, step: int) -> None:
+    """Measure the round on the validation instances: record it, log it, and keep it if it is the best so far."""
+    labels = float(np.mean([it.label_objective / it.scale for it in run.items]))
+    figures = _measure(run, run.validation, run.validation_large, run.cfg.validation.samples)
+    per_family = figures.pop("per_family")
+    record = {"phase": phase, "step": step, "draws": run.decoded, "labels_vs_greedy": round(labels, 5), **figures}
+    record["seconds"] = round(time.perf_counter() - run.began, 1)
+    record["cpu_seconds"] = round(time.process_time() - run.cpu_began, 1)  # of this process: load-independent
+    run.history.append(record)
+    for key in ("labels_vs_greedy", *SCORED):
+        run.writer.add_scalar(f"validation/{key}", record[key], step)
+    for fam, (alone, shipped) in per_family.items():
+        run.writer.add_scalar(f"validation/{fam}/alone", alone, step)
+        run.writer.add_scalar(f"validation/{fam}/shipped", shipped, step)
+    _log(
+        f"{phase:>10} {step:4d}  labels {labels:.4f}  validation: alone {record['alone_vs_greedy']:.4f} "
+        f"shipped {record['shipped_vs_greedy']:.4f}  large: alone {record['large_alone_vs_greedy']:.4f} "
+        f"shipped {record['large_shipped_vs_greedy']:.4f}  ({record['seconds']:.0f} s)"
+    )
+    score = sum(record[key] for key in SCORED)
+    if score > run.best["score"]:
+        run.best.update(score=score, state=copy.deepcopy(run.model.state_dict()), record=record)
+
+
+def _imitate(run: _Run, optimizer: torch.optim.Optimizer) -> None:
+    """Stage 2: ``imitation_epochs`` of ListMLE on the first labels, then validation as round 0."""
+    from agents.learned import training as tr
+
+    cfg = run.cfg
+    losses = tr.fit_imitation(run.model, optimizer, run.items, cfg.imitation_epochs, cfg.batch, cfg.seed)
     for epoch, loss in enumerate(losses):
-        writer.add_scalar("imitation/loss", loss, epoch)
-    step = 0
-    validate("imitation", step)
+        run.writer.add_scalar("imitation/loss", loss, epoch)
+    _validate(run, "imitation", 0)
 
-    # 3-4. Self-labelling and the reinforcement step (PPO), then the cluster sizes join.
+
+def _reinforce(run: _Run, optimizer: torch.optim.Optimizer, draws: dict[str, tuple[tuple[int, ...], int, int]]) -> None:
+    """Stages 3-4: self-labelling and the reinforcement step (PPO) round by round, then the cluster sizes join.
+
+    Args:
+        run: The run; its instances, history and best round grow.
+        optimizer: The scorer's optimizer.
+        draws: ``run.cfg.draws()`` (``large`` is the cluster sizes' draw).
+    """
+    from agents.learned import training as tr
+
+    cfg, model, items, writer = run.cfg, run.model, run.items, run.writer
     rng = np.random.default_rng(cfg.seed)
+    step = 0
     for stage, stage_cfg in (("small", cfg.small), ("large", cfg.large)):
         if stage == "large" and stage_cfg.instances:
             drawn = tr.draw_scenarios(cfg.families, *draws["large"])
@@ -153,7 +209,7 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
             stats = tr.reinforce_round(
                 model, optimizer, items, stage_cfg.samples, rng, cfg.temperature, stage_cfg.pg_coef, cfg.batch, cfg.rl
             )
-            decoded += len(items) * stage_cfg.samples
+            run.decoded += len(items) * stage_cfg.samples
             if cfg.label_epochs > 1:
                 tr.fit_imitation(model, optimizer, items, cfg.label_epochs - 1, cfg.batch, cfg.seed + step)
             writer.add_scalar("train/loss", stats.loss, step)
@@ -162,27 +218,38 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
             if isinstance(stats, tr.PPOStats):
                 for key in ("clip_fraction", "approx_kl", "explained_variance", "entropy", "surrogate"):
                     writer.add_scalar(f"ppo/{key}", getattr(stats, key), step)
-            validate(stage, step)
+            _validate(run, stage, step)
 
-    # 5. The selected round plans the evaluation instances, once.
-    model.load_state_dict(best["state"])
-    evaluation_items = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["eval"])]
-    evaluation_large = [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draws["eval_large"])]
+
+def _evaluate(run: _Run, draws: dict[str, tuple[tuple[int, ...], int, int]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Stage 5: the selected round plans the evaluation instances, once; closes the TensorBoard writer.
+
+    Args:
+        run: The run; its scorer is left with the selected round's weights.
+        draws: ``run.cfg.draws()`` (``eval`` and ``eval_large`` are the evaluation's draws).
+
+    Returns:
+        The selection (the round chosen on validation) and the evaluation, as the card records them.
+    """
+    cfg, best = run.cfg, run.best
+    run.model.load_state_dict(best["state"])
+    evaluation_items = _prepared(cfg, draws["eval"])
+    evaluation_large = _prepared(cfg, draws["eval_large"])
     evaluation = {
         "set": "eval",
         "seed": cfg.eval.seed,
         "instances": [len(evaluation_items), len(evaluation_large)],
         "phase": best["record"]["phase"],
         "step": best["record"]["step"],
-        **measure(evaluation_items, evaluation_large, cfg.eval.samples),
+        **_measure(run, evaluation_items, evaluation_large, cfg.eval.samples),
     }
     for key in SCORED:
-        writer.add_scalar(f"eval/{key}", evaluation[key], best["record"]["step"])
-    writer.close()
+        run.writer.add_scalar(f"eval/{key}", evaluation[key], best["record"]["step"])
+    run.writer.close()
     selection = {
         "set": "validation",
         "seed": cfg.validation.seed,
-        "instances": [len(validation), len(validation_large)],
+        "instances": [len(run.validation), len(run.validation_large)],
         "criterion": " + ".join(SCORED),
         **best["record"],
     }
@@ -192,10 +259,60 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
         f"{evaluation['shipped_vs_greedy']:.4f}  large: alone {evaluation['large_alone_vs_greedy']:.4f} "
         f"shipped {evaluation['large_shipped_vs_greedy']:.4f}"
     )
+    return selection, evaluation
+
+
+def _export(run: _Run, selection: dict[str, Any], evaluation: dict[str, Any]) -> None:
+    """Stage 6: the selected scorer to ONNX (``cfg.export``) with its card."""
+    from agents.learned.export import export_policy
+
+    cfg, best = run.cfg, run.best
+    export_policy(
+        run.model.cpu(),
+        cfg.export,
+        temperature=cfg.temperature,
+        config=as_dict(cfg),
+        seed=cfg.seed,
+        history=run.history,
+        selection=selection,
+        evaluation=evaluation,
+    )
+    _log(f"exported {cfg.export} (best: {best['record']['phase']} round {best['record']['step']})")
+
+
+def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[str, Any]:
+    """Run the stages of the module docstring; returns a summary (history, evaluation, seconds)."""
+    import torch
+    from torch.utils.tensorboard import SummaryWriter
+
+    from agents.learned import training as tr
+    from agents.learned.scorer import QueueScorer
+
+    began, cpu_began = time.perf_counter(), time.process_time()
+    tr.seed_everything(cfg.seed)
+    run_dir = Path(cfg.run_dir)
+    writer = SummaryWriter(str(run_dir / "tb"))
+
+    # 1. Labels: proven optima, then fresh draws at the seed's sizes.
+    items = _optima_items(cfg)
+    draws = cfg.draws()
+    items += _prepared(cfg, draws["small"])
+    validation = _prepared(cfg, draws["validation"])
+    validation_large = _prepared(cfg, draws["validation_large"])
+    took = time.perf_counter() - began
+    _log(f"instances: {len(items)} training, {len(validation)} + {len(validation_large)} validation ({took:.0f} s)")
+
+    model = QueueScorer(cfg.hidden, cfg.attention).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.learning_rate)
+    run = _Run(cfg, model, writer, items, validation, validation_large, began, cpu_began)
+
+    _imitate(run, optimizer)  # 2. Imitation of the first labels.
+    _reinforce(run, optimizer, draws)  # 3-4. Self-labelling and PPO, then the cluster sizes join.
+    selection, evaluation = _evaluate(run, draws)  # 5. The selected round plans the evaluation instances.
     summary = {
         "device": device,
-        "history": history,
-        "best": best["record"],
+        "history": run.history,
+        "best": run.best["record"],
         "selection": selection,
         "evaluation": evaluation,
         "instances": len(items),
@@ -203,17 +320,7 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
     }
     write_text_atomic(run_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     if export:
-        export_policy(
-            model.cpu(),
-            cfg.export,
-            temperature=cfg.temperature,
-            config=as_dict(cfg),
-            seed=cfg.seed,
-            history=history,
-            selection=selection,
-            evaluation=evaluation,
-        )
-        _log(f"exported {cfg.export} (best: {best['record']['phase']} round {best['record']['step']})")
+        _export(run, selection, evaluation)  # 6. Export with the card.
     return summary
 
 

@@ -66,7 +66,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents.arguments import add_fanout_options, fanout_backend, int_at_least, parse_floats, parse_names  # noqa: E402
-from agents.fanout import FanoutError, Task, TaskResult, run_tasks, warm_up_learned  # noqa: E402
+from agents.fanout import Backend, FanoutError, Run, Task, TaskResult, run_tasks, warm_up_learned  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import available_schedulers, run_scheduler  # noqa: E402
 from agents.report.statistics import mean_ci  # noqa: E402
@@ -957,37 +957,17 @@ def machine() -> str:
     )
 
 
-def report(
+def _run_paragraph(
     rows: Sequence[Mapping[str, Any]],
     settings: Settings,
-    *,
-    command: str,
-    started_on: str,
-    backend: str,
-    wall_s: float,
-    failed_tasks: Sequence[str],
     families: Sequence[str],
     seeds: Sequence[int],
     sizes: Sequence[int | None],
-    figure: str = "online.png",
-) -> tuple[str, list[Target]]:
-    """The Markdown report (its figure: the file ``figure`` beside it) and the targets."""
-    bad = [r for r in rows if not r["valid"]]
-    goals = targets(rows, settings)
+) -> str:
+    """The report's paragraph on what was played: the days, the forecast errors, and every planner."""
     seed_days = len({(r["family"], r["seed"]) for r in rows if r["seed_size"]})
-    refs = list({(r["family"], r["gpus"], r["seed"], r["sigma"], r["runtime"]): r for r in rows}.values())
-    proven = sum(r["proven"] for r in refs if r["seed_size"])
-    seed_refs = sum(r["seed_size"] for r in refs)
     larger = [g for g in sizes if g is not None]
-    dtime = "none" if settings.hindsight_dtime is None else f"{settings.hindsight_dtime:g}"
-    doc = [
-        "# The live regime against hindsight",
-        "",
-        f"- Command: `{command}`",
-        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}; commit {commit()}",
-        f"- Machine: {started_on} (at the start); {machine()} (at the end)",
-        f"- Tasks: {backend}; {wall_s / 60:.1f} min wall.",
-        "",
+    return (
         f"Families: {', '.join(families)}; each at its seed size"
         + (f" and at {', '.join(map(str, larger))} GPUs" if larger else "")
         + f"; {len(seeds)} day{'s' if len(seeds) != 1 else ''} each (seeds {seeds[0]}..{seeds[-1]}), "
@@ -1013,12 +993,83 @@ def report(
             " `-oracle` twins (the information limit): the same variant told the actual demand of the whole day."
             if any(p in ORACLE for p in settings.planners)
             else ""
-        ),
-        "",
+        )
+    )
+
+
+def _score_paragraph(rows: Sequence[Mapping[str, Any]], settings: Settings) -> str:
+    """The report's paragraph on the score: the hindsight optimum, and how many CP-SAT proved at seed sizes."""
+    refs = list({(r["family"], r["gpus"], r["seed"], r["sigma"], r["runtime"]): r for r in rows}.values())
+    proven = sum(r["proven"] for r in refs if r["seed_size"])
+    seed_refs = sum(r["seed_size"] for r in refs)
+    dtime = "none" if settings.hindsight_dtime is None else f"{settings.hindsight_dtime:g}"
+    return (
         "Score: the executed objective over the hindsight optimum of the realized day: CP-SAT "
         f"(one worker, seed 0, {dtime} deterministic time, {settings.hindsight_time_limit:g} s wall guard) on the "
         "day with every job, runtime and demand known from slot 0, or greedy's hindsight plan where that is "
-        f"worth more. At seed sizes CP-SAT proved {proven} of {seed_refs} hindsight optima.",
+        f"worth more. At seed sizes CP-SAT proved {proven} of {seed_refs} hindsight optima."
+    )
+
+
+def _closing_sections(
+    rows: Sequence[Mapping[str, Any]],
+    settings: Settings,
+    bad: Sequence[Mapping[str, Any]],
+    failed_tasks: Sequence[str],
+) -> list[str]:
+    """The report's last sections: late starts, the information limit and larger sizes (where measured), failures."""
+    doc = ["## 6. Late starts and their causes", "", *late_tables(rows, settings), ""]
+    limits = limit_table(rows, settings)
+    if limits:
+        doc += ["## 5. The information limit", "", *limits, ""]
+    large = large_tables(rows, settings)
+    if large:
+        doc += [
+            "## Larger sizes",
+            "",
+            "Mean ratio to the best known objective of the realized day (CP-SAT within its limits, or greedy "
+            "with hindsight where worth more), over every σ and runtime model; the last columns say how often "
+            "CP-SAT proved its plan optimal, how often it found none, and the best known over CP-SAT's bound.",
+            "",
+            *large,
+            "",
+        ]
+    if bad or failed_tasks:
+        doc += ["## Failures", ""]
+        doc += [f"- task failed: {line}" for line in failed_tasks]
+        doc += [f"- {describe(r)}" for r in bad]
+        doc.append("")
+    return doc
+
+
+def report(
+    rows: Sequence[Mapping[str, Any]],
+    settings: Settings,
+    *,
+    command: str,
+    started_on: str,
+    backend: str,
+    wall_s: float,
+    failed_tasks: Sequence[str],
+    families: Sequence[str],
+    seeds: Sequence[int],
+    sizes: Sequence[int | None],
+    figure: str = "online.png",
+) -> tuple[str, list[Target]]:
+    """The Markdown report (its figure: the file ``figure`` beside it) and the targets."""
+    bad = [r for r in rows if not r["valid"]]
+    goals = targets(rows, settings)
+    doc = [
+        "# The live regime against hindsight",
+        "",
+        f"- Command: `{command}`",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}; commit {commit()}",
+        f"- Machine: {started_on} (at the start); {machine()} (at the end)",
+        f"- Tasks: {backend}; {wall_s / 60:.1f} min wall.",
+        "",
+        _run_paragraph(rows, settings, families, seeds, sizes),
+        "",
+        _score_paragraph(rows, settings),
         "",
         (
             f"**Validation: every one of the {len(rows)} executed days passed the validator against its realized day.**"
@@ -1061,27 +1112,7 @@ def report(
         *wins_table(rows, settings),
         "",
     ]
-    doc += ["## 6. Late starts and their causes", "", *late_tables(rows, settings), ""]
-    limits = limit_table(rows, settings)
-    if limits:
-        doc += ["## 5. The information limit", "", *limits, ""]
-    large = large_tables(rows, settings)
-    if large:
-        doc += [
-            "## Larger sizes",
-            "",
-            "Mean ratio to the best known objective of the realized day (CP-SAT within its limits, or greedy "
-            "with hindsight where worth more), over every σ and runtime model; the last columns say how often "
-            "CP-SAT proved its plan optimal, how often it found none, and the best known over CP-SAT's bound.",
-            "",
-            *large,
-            "",
-        ]
-    if bad or failed_tasks:
-        doc += ["## Failures", ""]
-        doc += [f"- task failed: {line}" for line in failed_tasks]
-        doc += [f"- {describe(r)}" for r in bad]
-        doc.append("")
+    doc += _closing_sections(rows, settings, bad, failed_tasks)
     return "\n".join(doc), goals
 
 
@@ -1199,8 +1230,12 @@ def progress(
     return report_one
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _parse_args(argv: list[str]) -> tuple[argparse.ArgumentParser, argparse.Namespace, tuple[str, ...], Backend]:
+    """The command line checked, ``--quick``'s defaults applied; exits 2 with one line on a bad choice.
+
+    Returns:
+        The parser (for later errors), the arguments, the planners (:func:`chosen_planners`) and the backend.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.quick:
@@ -1222,7 +1257,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         backend = fanout_backend(args)
     except FanoutError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
-    settings = Settings(
+    return parser, args, planners, backend
+
+
+def _settings(args: argparse.Namespace, planners: tuple[str, ...]) -> Settings:
+    """How every day is played, from the command line."""
+    return Settings(
         sigmas=tuple(args.sigmas),
         runtimes=tuple(args.runtimes),
         planners=tuple(planners),
@@ -1232,43 +1272,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         hindsight_dtime=args.hindsight_dtime if args.hindsight_dtime > 0 else None,
         full_time_limit=args.full_time_limit,
     )
-    seeds = [args.seed_base + i for i in range(args.days)]
-    played = set(seeds) | {args.seed_base + i for i in range(args.large_days or 0)}
-    if played & {h for s in played for h in history_seeds(s, args.history_days)}:
-        parser.exit(2, f"{parser.prog}: error: a history seed is a played seed; pick another --seed-base\n")
-    out = args.out or (Path(tempfile.gettempdir()) / "online_quick" if args.quick else OUT)
 
-    started_on = machine()
-    started = time.perf_counter()
+
+def _tasks(args: argparse.Namespace, seeds: list[int], settings: Settings) -> list[Task]:
+    """A task per family, size and day: the larger sizes' first (``--sizes``), then the seed sizes'."""
     tasks = day_tasks(args.families, [None], seeds, settings)
     if args.sizes:
         large_seeds = [args.seed_base + i for i in range(args.large_days or args.days)]
         tasks = day_tasks(args.large_families or args.families, args.sizes, large_seeds, settings) + tasks
-    partial = out.with_suffix(".partial.jsonl")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        kept = read_partial(partial, settings) if args.resume else {}
-    except FanoutError as exc:
-        parser.exit(2, f"{parser.prog}: error: {exc}\n")
-    if not args.resume:
-        partial.unlink(missing_ok=True)
-    todo = [t for t in tasks if task_key(t) not in kept]
-    print(
-        f"{len(tasks)} tasks (family x size x day), {len(tasks) - len(todo)} done before (--resume); "
-        f"{backend.describe()}",
-        file=sys.stderr,
-        flush=True,
-    )
-    run = run_tasks(
-        todo,
-        backend,
-        timeout=args.task_timeout,
-        function=day_task,
-        on_result=progress(len(todo), started, todo, partial, settings),
-    )
-    fresh = {task_key(t): r.values.get("rows", []) for t, r in zip(todo, run.results, strict=True)}
-    rows = [row for t in tasks for row in kept.get(task_key(t), fresh.get(task_key(t), []))]
-    failed_tasks = [line for r, line in zip(run.failures, run.failure_lines(), strict=True) if r.error is not None]
+    return tasks
+
+
+def _print_failures(run: Run, rows: Sequence[Mapping[str, Any]]) -> None:
+    """On stderr: every failed task with its traceback, and every executed day that failed the validator."""
     for r in run.results:
         if r.error is not None:
             print(f"TASK FAILED: {r.describe()}: {r.error}\n{r.traceback or ''}", file=sys.stderr)
@@ -1278,9 +1294,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             if row.get("traceback"):
                 print(row["traceback"], file=sys.stderr)
 
-    exe = Path(sys.executable)
-    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
-    command = shlex.join(["PYTHONPATH=.", exe_text, "benchmarks/online_benchmark.py", *argv])
+
+def _write_results(
+    out: Path,
+    rows: list[dict[str, Any]],
+    settings: Settings,
+    *,
+    args: argparse.Namespace,
+    command: str,
+    started_on: str,
+    started: float,
+    run: Run,
+    kept: Mapping[tuple[str, int, int], list[dict[str, Any]]],
+    failed_tasks: list[str],
+    seeds: list[int],
+) -> None:
+    """Write ``out``'s ``.md`` (the report), ``.png`` (the figure) and ``.json`` (the settings, targets and rows).
+
+    Args:
+        out: The output stem.
+        rows: Every executed day's row.
+        settings: How the days were played.
+        args: The command line.
+        command: The command line as the report quotes it.
+        started_on: The machine at the start (:func:`machine`).
+        started: ``time.perf_counter()`` at the start.
+        run: The fan-out's run.
+        kept: The rows of the days kept from a killed run (``--resume``), by task key.
+        failed_tasks: A line per failed task.
+        seeds: The days' seeds at seed sizes.
+    """
     sizes: list[int | None] = [None, *args.sizes]
     text, goals = report(
         rows,
@@ -1313,6 +1356,64 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     write_text_atomic(out.with_suffix(".json"), json.dumps(document, indent=None, separators=(",", ":")) + "\n")
     write_text_atomic(out.with_suffix(".md"), text)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser, args, planners, backend = _parse_args(argv)
+    settings = _settings(args, planners)
+    seeds = [args.seed_base + i for i in range(args.days)]
+    played = set(seeds) | {args.seed_base + i for i in range(args.large_days or 0)}
+    if played & {h for s in played for h in history_seeds(s, args.history_days)}:
+        parser.exit(2, f"{parser.prog}: error: a history seed is a played seed; pick another --seed-base\n")
+    out = args.out or (Path(tempfile.gettempdir()) / "online_quick" if args.quick else OUT)
+
+    started_on = machine()
+    started = time.perf_counter()
+    tasks = _tasks(args, seeds, settings)
+    partial = out.with_suffix(".partial.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        kept = read_partial(partial, settings) if args.resume else {}
+    except FanoutError as exc:
+        parser.exit(2, f"{parser.prog}: error: {exc}\n")
+    if not args.resume:
+        partial.unlink(missing_ok=True)
+    todo = [t for t in tasks if task_key(t) not in kept]
+    print(
+        f"{len(tasks)} tasks (family x size x day), {len(tasks) - len(todo)} done before (--resume); "
+        f"{backend.describe()}",
+        file=sys.stderr,
+        flush=True,
+    )
+    run = run_tasks(
+        todo,
+        backend,
+        timeout=args.task_timeout,
+        function=day_task,
+        on_result=progress(len(todo), started, todo, partial, settings),
+    )
+    fresh = {task_key(t): r.values.get("rows", []) for t, r in zip(todo, run.results, strict=True)}
+    rows = [row for t in tasks for row in kept.get(task_key(t), fresh.get(task_key(t), []))]
+    failed_tasks = [line for r, line in zip(run.failures, run.failure_lines(), strict=True) if r.error is not None]
+    _print_failures(run, rows)
+
+    exe = Path(sys.executable)
+    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
+    command = shlex.join(["PYTHONPATH=.", exe_text, "benchmarks/online_benchmark.py", *argv])
+    _write_results(
+        out,
+        rows,
+        settings,
+        args=args,
+        command=command,
+        started_on=started_on,
+        started=started,
+        run=run,
+        kept=kept,
+        failed_tasks=failed_tasks,
+        seeds=seeds,
+    )
     partial.unlink(missing_ok=True)  # everything is in the JSON now
     bad = sum(not r["valid"] for r in rows)
     print(

@@ -144,7 +144,8 @@ def target_line(gains: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, Backend]:
+    """The command line and the fan-out's backend; exits 2 with one line when the backend cannot be had."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=20, help="actual-demand draws per sigma, fifo/greedy (20)")
     parser.add_argument("--learned-seeds", type=int, default=6, help="draws per sigma for ppo (6)")
@@ -161,15 +162,21 @@ def main(argv: list[str] | None = None) -> int:
         backend = fanout_backend(args)
     except FanoutError as exc:
         parser.exit(2, f"{parser.prog}: error: {exc}\n")
-    exact_sigmas = tuple(float(x) for x in args.exact_sigmas.split(","))
-    started = time.perf_counter()
-    scenarios = benchmark_scenarios()
-    names = [s.name for s in scenarios]
-    print(f"scenarios: {', '.join(names)}", file=sys.stderr)
-    available = available_schedulers()
+    return args, backend
 
-    print("1. the curve and 2. the ablations (greedy at sigma 0.2): one fan-out", file=sys.stderr)
-    comparisons = Comparisons()
+
+def _queue_curve(
+    comparisons: Comparisons,
+    scenarios: list[Scenario],
+    args: argparse.Namespace,
+    available: list[str],
+    exact_sigmas: tuple[float, ...],
+) -> tuple[list[int], list[str]]:
+    """Queue 1., the curve: fifo and greedy, then ppo and the anytime planners where available and asked for.
+
+    Returns:
+        The comparisons' numbers, and a phrase per planner group saying what runs (for the report).
+    """
     curve = [comparisons.add(scenarios, ["fifo", "greedy"], SIGMAS, range(args.seeds))]
     plan_options = {n: PlanOptions(time_limit=args.time_limit) for n in available}
     open_options = {n: PlanOptions(time_limit=args.open_time_limit) for n in available}
@@ -191,7 +198,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{' and '.join(exact)}: sigma {', '.join(f'{x:g}' for x in exact_sigmas)}, {args.exact_seeds} seeds, "
             f"{args.time_limit:g} s per re-plan, {args.open_time_limit:g} s for the open-loop plan"
         )
+    return curve, runs
 
+
+def _queue_ablations(comparisons: Comparisons, scenarios: list[Scenario], seeds: int) -> list[tuple[str, int]]:
+    """Queue 2., the ablations: greedy at sigma 0 and 0.2, one change at a time; returns (label, number) pairs."""
     both = {"open_margin": 1.0, "told_sigma": True}
     ablations = [
         ("default: ratio correction, margin 1, jobs revealed at release, re-plan every slot", {}),
@@ -205,27 +216,15 @@ def main(argv: list[str] | None = None) -> int:
         ("both told sigma: open loop raised by 1 sigma, rolling's margin starts from it", both),
         ("both told sigma, and jobs known from slot 0", {**both, "reveal": "all"}),
     ]
-    queued = [
-        (label, comparisons.add(scenarios, ["greedy"], (0.0, 0.2), range(args.ablation_seeds), **kwargs))
+    return [
+        (label, comparisons.add(scenarios, ["greedy"], (0.0, 0.2), range(seeds), **kwargs))
         for label, kwargs in ablations
     ]
-    comparisons.run(backend, args.task_timeout)
-    for line in comparisons.done.failure_lines(tracebacks=True):
-        print(f"failed: {line}", file=sys.stderr)
 
-    rows = [row for number in curve for row in comparisons.rows(number)]
-    summary = report.summarise(rows)
-    gains = report.pooled(rows)
-    save_figure(plot_rolling_curve(summary, gains), OUT / "rolling.png")
-    ablation_lines = ["| variant | rolling - open loop, pooled (wins/pairs) |", "| --- | --- |"]
-    for label, number in queued:
-        ablation_lines.append(gain_line(comparisons.rows(number), label))
 
-    print("3. latency at 64 x 30", file=sys.stderr)
-    latency_lines = latency(available, args.time_limit)
-
-    elapsed = time.perf_counter() - started
-    command = (
+def _command(args: argparse.Namespace) -> str:
+    """The command line that reproduces the run, as the report quotes it."""
+    return (
         f".venv/bin/python benchmarks/rolling_benchmark.py --seeds {args.seeds} --learned-seeds {args.learned_seeds} "
         f"--exact-seeds {args.exact_seeds} --exact-sigmas {args.exact_sigmas} --ablation-seeds {args.ablation_seeds} "
         f"--time-limit {args.time_limit:g} --open-time-limit {args.open_time_limit:g}"
@@ -233,12 +232,41 @@ def main(argv: list[str] | None = None) -> int:
         + ("" if args.ray is None else " --ray" + ("" if args.ray == LOCAL_RAY else f" {args.ray}"))
         + (f" --task-timeout {args.task_timeout:g}" if args.task_timeout else "")
     )
-    doc = [
+
+
+def _document(
+    args: argparse.Namespace,
+    *,
+    names: list[str],
+    runs: list[str],
+    backend: str,
+    rows: list[dict],
+    summary: list[dict],
+    gains: list[dict],
+    ablation_lines: list[str],
+    latency_lines: list[str],
+    elapsed: float,
+) -> list[str]:
+    """The lines of ``rolling.md``.
+
+    Args:
+        args: The command line.
+        names: The scenarios' names.
+        runs: What ran of the curve, a phrase per planner group.
+        backend: Where the comparisons ran.
+        rows: The curve's rows.
+        summary: The curve's rows per scenario, planner and sigma (:func:`agents.report.rolling.summarise`).
+        gains: The curve's rows pooled over scenarios (:func:`agents.report.rolling.pooled`).
+        ablation_lines: The ablations' table.
+        latency_lines: The latency table.
+        elapsed: Seconds the run took.
+    """
+    return [
         "# Rolling horizon under forecast error",
         "",
-        f"Written by `{command}` in {elapsed / 60:.0f} min on "
+        f"Written by `{_command(args)}` in {elapsed / 60:.0f} min on "
         f"{platform.processor() or platform.machine()} ({platform.python_implementation()} "
-        f"{platform.python_version()}); the comparisons ran on: {comparisons.done.backend}. What the modes are "
+        f"{platform.python_version()}); the comparisons ran on: {backend}. What the modes are "
         "and how actual demand is drawn: docs/rolling.md.",
         "",
         f"Scenarios: {', '.join(names)}. Runs: " + "; ".join(runs) + ". Seed s draws the actual demand "
@@ -275,6 +303,49 @@ def main(argv: list[str] | None = None) -> int:
         "",
         report.markdown_table(summary),
     ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, backend = _parse_args(argv)
+    exact_sigmas = tuple(float(x) for x in args.exact_sigmas.split(","))
+    started = time.perf_counter()
+    scenarios = benchmark_scenarios()
+    names = [s.name for s in scenarios]
+    print(f"scenarios: {', '.join(names)}", file=sys.stderr)
+    available = available_schedulers()
+
+    print("1. the curve and 2. the ablations (greedy at sigma 0.2): one fan-out", file=sys.stderr)
+    comparisons = Comparisons()
+    curve, runs = _queue_curve(comparisons, scenarios, args, available, exact_sigmas)
+    queued = _queue_ablations(comparisons, scenarios, args.ablation_seeds)
+    comparisons.run(backend, args.task_timeout)
+    for line in comparisons.done.failure_lines(tracebacks=True):
+        print(f"failed: {line}", file=sys.stderr)
+
+    rows = [row for number in curve for row in comparisons.rows(number)]
+    summary = report.summarise(rows)
+    gains = report.pooled(rows)
+    save_figure(plot_rolling_curve(summary, gains), OUT / "rolling.png")
+    ablation_lines = ["| variant | rolling - open loop, pooled (wins/pairs) |", "| --- | --- |"]
+    for label, number in queued:
+        ablation_lines.append(gain_line(comparisons.rows(number), label))
+
+    print("3. latency at 64 x 30", file=sys.stderr)
+    latency_lines = latency(available, args.time_limit)
+
+    elapsed = time.perf_counter() - started
+    doc = _document(
+        args,
+        names=names,
+        runs=runs,
+        backend=comparisons.done.backend,
+        rows=rows,
+        summary=summary,
+        gains=gains,
+        ablation_lines=ablation_lines,
+        latency_lines=latency_lines,
+        elapsed=elapsed,
+    )
     write_text_atomic(OUT / "rolling.md", "\n".join(doc) + "\n")
     print(f"wrote {OUT / 'rolling.md'} in {elapsed:.0f} s", file=sys.stderr)
     return 0 if comparisons.done.ok else 1

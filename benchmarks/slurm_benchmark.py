@@ -54,7 +54,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -557,6 +557,277 @@ def _ran(cluster: LocalCluster, ids: Mapping[str, str], starts: dict[str, float]
             starts.setdefault(ids[j.id], float(j.start_time))
 
 
+@dataclass
+class _Day:
+    """One family's day in progress on its two clusters (:func:`run_day`): the day, and what is read back.
+
+    Attributes:
+        family: The generator family.
+        seed: The day's seed.
+        root: Where the clusters (and a live day's history and state) live.
+        scenario: The day (:func:`_day_scenario`).
+        slot_seconds: Wall seconds per slot.
+        slots: Slots played (the day's, or fewer for a smoke run).
+        layout: The static reservations on Slurm's side (:func:`static_layout`).
+        backfill: The cluster of Slurm alone.
+        ours: gpualloc's cluster.
+        live: How a live day is played; None: the forecast is the actual demand, jobs run to their limit.
+        actual: A live day's actual demand (apps x slots).
+        runtimes: A live day's actual runtimes in slots, by job id.
+        t0: The slot clock's start (epoch seconds), once the days agree on it.
+        ids: Per side, the job id of each Slurm job id.
+        starts: Per side, each job's start read from Slurm (epoch seconds).
+        served: Per app, the GPUs gpualloc's cycle served in each slot.
+        read_back: Per app, the GPUs the cycle's snapshot read back (-1: the cycle failed).
+        cycles: A record per slot's cycle.
+        failures: Failed changes and cycles, by slot.
+        relaxed: What the snapshots relaxed, by slot.
+    """
+
+    family: str
+    seed: int
+    root: Path
+    scenario: Scenario
+    slot_seconds: float
+    slots: int
+    layout: list[tuple[str, int, int]]
+    backfill: LocalCluster
+    ours: LocalCluster
+    live: LiveDay | None = None
+    actual: np.ndarray | None = None
+    runtimes: Mapping[str, int] | None = None
+    t0: float = 0.0
+    ids: dict[str, dict[str, str]] = field(default_factory=lambda: {"backfill": {}, "gpualloc": {}})
+    starts: dict[str, dict[str, float]] = field(default_factory=lambda: {"backfill": {}, "gpualloc": {}})
+    served: dict[str, list[int]] = field(default_factory=dict)
+    read_back: dict[str, list[int]] = field(default_factory=dict)
+    cycles: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    relaxed: list[str] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        """GPUs per node."""
+        return self.scenario.node_size
+
+    @property
+    def minutes(self) -> float:
+        """Minutes per slot."""
+        return self.slot_seconds / 60.0
+
+    @property
+    def history_dir(self) -> Path:
+        """A live day's history: past days of other seeds."""
+        return self.root / f"{self.family}-history"
+
+    def log(self, text: str) -> None:
+        """A progress line, named by the family."""
+        print(f"{self.family}: {text}", flush=True)
+
+    def ran_for(self, job: Job) -> int:
+        """Slots the job actually runs."""
+        return job.duration if self.runtimes is None else int(self.runtimes.get(job.id, job.duration))
+
+    def deadline_args(self, job: Job) -> list[str]:
+        """sbatch's ``--deadline`` for a job with a deadline (none without)."""
+        if job.deadline is None:
+            return []  # half a slot of slack: a start within its slot still ends by the deadline's slot
+        when = time.localtime(self.t0 + job.deadline * self.slot_seconds + self.slot_seconds / 2)
+        return ["--deadline", time.strftime("%Y-%m-%dT%H:%M:%S", when)]
+
+    def read_starts(self) -> None:
+        """Record the starts Slurm reports on both sides (:func:`_ran`)."""
+        _ran(self.backfill, self.ids["backfill"], self.starts["backfill"])
+        _ran(self.ours, self.ids["gpualloc"], self.starts["gpualloc"])
+
+
+def _live_inputs(
+    scenario: Scenario, family: str, seed: int, live: LiveDay, history_dir: Path
+) -> tuple[np.ndarray, dict[str, int]]:
+    """A live day's actual demand and runtimes; its history of past days written to ``history_dir``."""
+    actual = NoiseModel(live.sigma).draw(scenario, seed)
+    runtimes = draw_runtimes(scenario, live.runtime_model, seed)
+    history_dir.mkdir(parents=True, exist_ok=True)
+    past = past_days(family, scenario.gpus, seed, HISTORY_DAYS, live.sigma)
+    for k, day in enumerate(past):
+        save_scenario(day, history_dir / f"2000-01-{k + 1:02d}.yaml")
+    return actual, runtimes
+
+
+def _start_clusters(day: _Day, barrier: Any, t0_value: Any, start_lock: Any) -> SlurmClient:
+    """Start both clusters, agree on the slot clock with the other days, and wait until 15 s before it.
+
+    The clusters start under ``start_lock`` (their ports are probed free one cluster at a time); a failed
+    start aborts ``barrier`` so that the other days stop waiting. Returns the client of gpualloc's cluster.
+    """
+    try:
+        with start_lock:
+            day.backfill.start()
+            day.ours.start()
+    except BaseException:
+        barrier.abort()
+        raise
+    client = SlurmClient(env=day.ours.env)
+    barrier.wait(timeout=1800)
+    day.t0 = t0_value.value
+    while time.time() < day.t0 - 15:
+        time.sleep(0.2)
+    return client
+
+
+def _submit_inherited(day: _Day) -> None:
+    """The inherited jobs run on their nodes on both sides from just before slot 0 (waits up to 60 s for them)."""
+    size, slot_seconds = day.size, day.slot_seconds
+    for job in day.scenario.jobs:
+        if job.running_on is None:
+            continue
+        where = ",".join(day.backfill.node_names[n] for n in inherited_nodes(job, size))
+        sleep = day.t0 + job.duration * slot_seconds - 10 - time.time()
+        comment = f"type={job.type.value} priority={job.weight:.6g}"
+        sleep -= (job.duration - day.ran_for(job)) * slot_seconds
+        args = ["-p", "gpu", "-w", where, *gres_args(job, size), "-t", str(math.ceil(job.duration * day.minutes)),
+                "--comment", comment, "--wrap", f"sleep {sleep:.0f}"]  # fmt: skip
+        day.ids["backfill"][day.backfill.sbatch(*args)] = job.id
+        day.ids["gpualloc"][day.ours.sbatch(*args)] = job.id
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        day.read_starts()
+        if all(len(day.starts[k]) == len(day.ids[k]) for k in day.starts):
+            break
+        time.sleep(0.5)
+
+
+def _reserve_static(day: _Day) -> None:
+    """Slurm alone: the static answer, core reservations for each app's peak, around the inherited jobs."""
+    backfill, minutes = day.backfill, day.minutes
+    for name, node, gpus in day.layout:
+        backfill.scontrol(
+            "create", "reservation", f"ReservationName=static-{name}.{backfill.node_names[node]}",
+            "StartTime=now", f"Duration={math.ceil(day.slots * minutes) + 10}", f"Nodes={backfill.node_names[node]}",
+            f"CoreCnt={4 * gpus}", "Users=root",
+        )  # fmt: skip
+
+
+def _submit_released(day: _Day, s: int) -> None:
+    """The jobs released in slot ``s``: to Slurm alone with their priority, to gpualloc's cluster held."""
+    size = day.size
+    for job in day.scenario.jobs:
+        if job.running_on is not None or job.release != s:
+            continue
+        args = ["-p", "gpu", *gres_args(job, size), "-t", str(math.ceil(job.duration * day.minutes)),
+                *day.deadline_args(job), "--wrap", f"sleep {day.ran_for(job) * day.slot_seconds - 4:.0f}"]  # fmt: skip
+        day.ids["backfill"][day.backfill.sbatch(f"--priority={slurm_priority(job.weight)}", *args)] = job.id
+        comment = f"type={job.type.value} priority={job.weight:.6g}"
+        day.ids["gpualloc"][day.ours.sbatch("--hold", "--comment", comment, *args)] = job.id
+
+
+def _slot_cycle_inputs(day: _Day, s: int) -> tuple[Any, Any, Any]:
+    """Slot ``s``'s cycle: its configuration, its planner, and (live) the actual demand's reading.
+
+    Returns:
+        The configuration, the planner (a registry name or a :class:`LiveSetup`), and ``observe`` (None
+        unless live: then the apps' actual demand in slot ``s``).
+    """
+    scenario, live = day.scenario, day.live
+    apps = []
+    for app in scenario.apps:
+        if live is None:  # the demand from this slot on: a perfect forecast
+            entry = {"name": app.name, "demand": list(app.demand[s:]) + [app.demand[-1]] * s}
+        else:  # the day's forecast, read by the day's clock
+            entry = {"name": app.name, "demand": list(app.demand), "anchor": "day"}
+        entry |= {"ramp": app.ramp, "penalty": app.penalty}
+        apps.append(entry | ({"initial": app.initial} if s == 0 else {}))  # the day's start; then Slurm's
+    if live is None:
+        config = _config(apps, slots=scenario.slots, slot_minutes=day.minutes, decay=scenario.decay)
+        planner: Any = "greedy"
+        observe = None
+    else:
+        config = _live_config(apps, scenario, day.minutes, day.t0, day.root / f"{day.family}-state", day.history_dir)
+        live_planner = live.scheduler.startswith("anticipate")
+        planner = LiveSetup(live.scheduler, seed=day.seed) if live_planner else live.scheduler
+        readings = {app.name: int(day.actual[i, s]) for i, app in enumerate(scenario.apps)}  # type: ignore[index]
+        observe = lambda _config, r=readings: (dict(r), [])  # noqa: E731
+    return config, planner, observe
+
+
+def _run_cycle(day: _Day, client: SlurmClient, s: int, slot_start: float) -> dict[str, Any]:
+    """Slot ``s``'s cycle on gpualloc's cluster, what it served and read back recorded; returns its record.
+
+    A failed cycle is recorded, and the day goes on (as the loop would).
+    """
+    config, planner, observe = _slot_cycle_inputs(day, s)
+    served, read_back = day.served, day.read_back
+    begin = time.time()
+    record: dict[str, Any] = {"slot": s, "begin_s": round(begin - slot_start, 3)}
+    try:
+        result = cycle(config, client, planner, confirm_seconds=15.0, observe=observe)
+        if "why" in result.lines[-1]:
+            record["why"] = result.lines[-1]["why"]
+        for app in day.scenario.apps:
+            served[app.name].append(result.decision.app_gpus_now.get(app.name, 0))
+            read_back[app.name].append(sum(result.snapshot.app_now.get(app.name, {}).values()))
+        day.relaxed.extend(f"slot {s}: {r}" for r in result.snapshot.relaxed)
+        failed = [f"{c.kind} {c.target}: {why}" for c, why in result.commit.failed]
+        record |= {"ms": round(result.timings["total"], 1), "plan_ms": round(result.timings["plan"], 1),
+                   "started": len(result.decision.start_now)}  # fmt: skip
+        shared = [c.summary() for c in result.changes if c.kind == "share"]
+        if shared:  # apps sharing a node, changed together (docs/slurm.md, real-time capacity)
+            record["shared"] = shared
+        if result.commit.above_plan:
+            record["above_plan"] = dict(result.commit.above_plan)
+    except SlurmError as exc:  # recorded, and the day goes on (as the loop would)
+        failed = [f"cycle failed: {exc}"]
+        for app in day.scenario.apps:
+            served[app.name].append(served[app.name][-1] if served[app.name] else app.initial)
+            read_back[app.name].append(-1)
+    record |= {"end_s": round(time.time() - slot_start, 3), "failed": failed}
+    day.cycles.append(record)
+    day.failures.extend(f"slot {s}: {f}" for f in failed)
+    return record
+
+
+def _play_slot(day: _Day, client: SlurmClient, s: int) -> None:
+    """Slot ``s``: its releases submitted at its start, gpualloc's cycle, the starts read until its last seconds."""
+    slot_start = day.t0 + s * day.slot_seconds
+    while time.time() < slot_start:
+        time.sleep(0.05)
+    _submit_released(day, s)
+    record = _run_cycle(day, client, s, slot_start)
+    while time.time() < slot_start + day.slot_seconds - 3:
+        day.read_starts()
+        time.sleep(5)
+    starts = day.starts
+    day.log(f"slot {s}: cycle {record.get('ms', -1):.0f} ms, started: backfill {len(starts['backfill'])}, "
+            f"gpualloc {len(starts['gpualloc'])} of {len(day.ids['gpualloc'])}")  # fmt: skip
+
+
+def _day_record(day: _Day) -> dict[str, Any]:
+    """The raw record of a played day (``slurm_days.json``'s entry)."""
+    live = day.live
+    return {
+        "family": day.family,
+        "seed": day.seed,
+        "gpus": day.scenario.gpus,
+        "slots": day.slots,
+        "t0": day.t0,
+        "slot_seconds": day.slot_seconds,
+        "static_layout": day.layout,
+        "priorities": {j.id: slurm_priority(j.weight) for j in day.scenario.jobs},
+        "starts": day.starts,
+        "submitted": {k: len(v) for k, v in day.ids.items()},
+        "served": day.served,
+        "read_back": day.read_back,
+        "relaxed": day.relaxed,
+        "cycles": day.cycles,
+        "failures": day.failures,
+        **(
+            {"live": {"sigma": live.sigma, "runtime_model": live.runtime_model, "scheduler": live.scheduler}}
+            if live is not None
+            else {}
+        ),
+    }
+
+
 def run_day(
     family: str,
     seed: int,
@@ -578,172 +849,38 @@ def run_day(
     """
     scenario = _day_scenario(family, seed)
     actual = runtimes = None
-    history_dir = root / f"{family}-history"
     if live is not None:
-        actual = NoiseModel(live.sigma).draw(scenario, seed)
-        runtimes = draw_runtimes(scenario, live.runtime_model, seed)
-        history_dir.mkdir(parents=True, exist_ok=True)
-        past = past_days(family, scenario.gpus, seed, HISTORY_DAYS, live.sigma)
-        for k, day in enumerate(past):
-            save_scenario(day, history_dir / f"2000-01-{k + 1:02d}.yaml")
-
-    def ran_for(job: Job) -> int:  # slots the job actually runs
-        return job.duration if runtimes is None else int(runtimes.get(job.id, job.duration))
-
+        actual, runtimes = _live_inputs(scenario, family, seed, live, root / f"{family}-history")
     size = scenario.node_size
-    T = min(scenario.slots, slots or scenario.slots)
-    minutes = slot_seconds / 60.0
     layout = static_layout(scenario)
-    backfill = LocalCluster(root / f"{family}-backfill", nodes=scenario.gpus // size, gpus_per_node=size)
-    ours = LocalCluster(root / f"{family}-gpualloc", nodes=scenario.gpus // size, gpus_per_node=size)
-    ids: dict[str, dict[str, str]] = {"backfill": {}, "gpualloc": {}}
-    starts: dict[str, dict[str, float]] = {"backfill": {}, "gpualloc": {}}
-    served: dict[str, list[int]] = {a.name: [] for a in scenario.apps}
-    read_back: dict[str, list[int]] = {a.name: [] for a in scenario.apps}
-    cycles: list[dict[str, Any]] = []
-    failures: list[str] = []
-    relaxed: list[str] = []
-
-    def log(text: str) -> None:
-        print(f"{family}: {text}", flush=True)
-
+    day = _Day(
+        family,
+        seed,
+        root,
+        scenario,
+        slot_seconds,
+        slots=min(scenario.slots, slots or scenario.slots),
+        layout=layout,
+        backfill=LocalCluster(root / f"{family}-backfill", nodes=scenario.gpus // size, gpus_per_node=size),
+        ours=LocalCluster(root / f"{family}-gpualloc", nodes=scenario.gpus // size, gpus_per_node=size),
+        live=live,
+        actual=actual,
+        runtimes=runtimes,
+        served={a.name: [] for a in scenario.apps},
+        read_back={a.name: [] for a in scenario.apps},
+    )
     try:
-        try:
-            with start_lock:
-                backfill.start()
-                ours.start()
-        except BaseException:
-            barrier.abort()
-            raise
-        client = SlurmClient(env=ours.env)
-        barrier.wait(timeout=1800)
-        t0 = t0_value.value
-        while time.time() < t0 - 15:
-            time.sleep(0.2)
-
-        def deadline_args(job: Job) -> list[str]:
-            if job.deadline is None:
-                return []  # half a slot of slack: a start within its slot still ends by the deadline's slot
-            when = time.localtime(t0 + job.deadline * slot_seconds + slot_seconds / 2)
-            return ["--deadline", time.strftime("%Y-%m-%dT%H:%M:%S", when)]
-
-        # the inherited jobs run on their nodes on both sides from just before slot 0
-        for job in scenario.jobs:
-            if job.running_on is None:
-                continue
-            where = ",".join(backfill.node_names[n] for n in inherited_nodes(job, size))
-            sleep = t0 + job.duration * slot_seconds - 10 - time.time()
-            comment = f"type={job.type.value} priority={job.weight:.6g}"
-            sleep -= (job.duration - ran_for(job)) * slot_seconds
-            args = ["-p", "gpu", "-w", where, *gres_args(job, size), "-t", str(math.ceil(job.duration * minutes)),
-                    "--comment", comment, "--wrap", f"sleep {sleep:.0f}"]  # fmt: skip
-            ids["backfill"][backfill.sbatch(*args)] = job.id
-            ids["gpualloc"][ours.sbatch(*args)] = job.id
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            _ran(backfill, ids["backfill"], starts["backfill"])
-            _ran(ours, ids["gpualloc"], starts["gpualloc"])
-            if all(len(starts[k]) == len(ids[k]) for k in starts):
-                break
-            time.sleep(0.5)
-        # Slurm alone: the static answer, core reservations for each app's peak, around the inherited jobs
-        for name, node, gpus in layout:
-            backfill.scontrol(
-                "create", "reservation", f"ReservationName=static-{name}.{backfill.node_names[node]}",
-                "StartTime=now", f"Duration={math.ceil(T * minutes) + 10}", f"Nodes={backfill.node_names[node]}",
-                f"CoreCnt={4 * gpus}", "Users=root",
-            )  # fmt: skip
-        log(f"{len(scenario.jobs)} jobs, {T} slots, static pieces {layout}, t0 in {t0 - time.time():.0f} s")
-        for s in range(T):
-            slot_start = t0 + s * slot_seconds
-            while time.time() < slot_start:
-                time.sleep(0.05)
-            for job in scenario.jobs:
-                if job.running_on is not None or job.release != s:
-                    continue
-                args = ["-p", "gpu", *gres_args(job, size), "-t", str(math.ceil(job.duration * minutes)),
-                        *deadline_args(job), "--wrap", f"sleep {ran_for(job) * slot_seconds - 4:.0f}"]  # fmt: skip
-                ids["backfill"][backfill.sbatch(f"--priority={slurm_priority(job.weight)}", *args)] = job.id
-                comment = f"type={job.type.value} priority={job.weight:.6g}"
-                ids["gpualloc"][ours.sbatch("--hold", "--comment", comment, *args)] = job.id
-            apps = []
-            for app in scenario.apps:
-                if live is None:  # the demand from this slot on: a perfect forecast
-                    entry = {"name": app.name, "demand": list(app.demand[s:]) + [app.demand[-1]] * s}
-                else:  # the day's forecast, read by the day's clock
-                    entry = {"name": app.name, "demand": list(app.demand), "anchor": "day"}
-                entry |= {"ramp": app.ramp, "penalty": app.penalty}
-                apps.append(entry | ({"initial": app.initial} if s == 0 else {}))  # the day's start; then Slurm's
-            if live is None:
-                config = _config(apps, slots=scenario.slots, slot_minutes=minutes, decay=scenario.decay)
-                planner: Any = "greedy"
-                observe = None
-            else:
-                config = _live_config(apps, scenario, minutes, t0, root / f"{family}-state", history_dir)
-                planner = (
-                    LiveSetup(live.scheduler, seed=seed)
-                    if live.scheduler.startswith("anticipate")
-                    else (live.scheduler)
-                )
-                readings = {app.name: int(actual[i, s]) for i, app in enumerate(scenario.apps)}  # type: ignore[index]
-                observe = lambda _config, r=readings: (dict(r), [])  # noqa: E731
-            begin = time.time()
-            record: dict[str, Any] = {"slot": s, "begin_s": round(begin - slot_start, 3)}
-            try:
-                result = cycle(config, client, planner, confirm_seconds=15.0, observe=observe)
-                if "why" in result.lines[-1]:
-                    record["why"] = result.lines[-1]["why"]
-                for app in scenario.apps:
-                    served[app.name].append(result.decision.app_gpus_now.get(app.name, 0))
-                    read_back[app.name].append(sum(result.snapshot.app_now.get(app.name, {}).values()))
-                relaxed.extend(f"slot {s}: {r}" for r in result.snapshot.relaxed)
-                failed = [f"{c.kind} {c.target}: {why}" for c, why in result.commit.failed]
-                record |= {"ms": round(result.timings["total"], 1), "plan_ms": round(result.timings["plan"], 1),
-                           "started": len(result.decision.start_now)}  # fmt: skip
-                shared = [c.summary() for c in result.changes if c.kind == "share"]
-                if shared:  # apps sharing a node, changed together (docs/slurm.md, real-time capacity)
-                    record["shared"] = shared
-                if result.commit.above_plan:
-                    record["above_plan"] = dict(result.commit.above_plan)
-            except SlurmError as exc:  # recorded, and the day goes on (as the loop would)
-                failed = [f"cycle failed: {exc}"]
-                for app in scenario.apps:
-                    served[app.name].append(served[app.name][-1] if served[app.name] else app.initial)
-                    read_back[app.name].append(-1)
-            record |= {"end_s": round(time.time() - slot_start, 3), "failed": failed}
-            cycles.append(record)
-            failures.extend(f"slot {s}: {f}" for f in failed)
-            while time.time() < slot_start + slot_seconds - 3:
-                _ran(backfill, ids["backfill"], starts["backfill"])
-                _ran(ours, ids["gpualloc"], starts["gpualloc"])
-                time.sleep(5)
-            log(f"slot {s}: cycle {record.get('ms', -1):.0f} ms, started: backfill {len(starts['backfill'])}, "
-                f"gpualloc {len(starts['gpualloc'])} of {len(ids['gpualloc'])}")  # fmt: skip
+        client = _start_clusters(day, barrier, t0_value, start_lock)
+        _submit_inherited(day)
+        _reserve_static(day)
+        t0_in = day.t0 - time.time()
+        day.log(f"{len(scenario.jobs)} jobs, {day.slots} slots, static pieces {layout}, t0 in {t0_in:.0f} s")
+        for s in range(day.slots):
+            _play_slot(day, client, s)
     finally:
-        for cl in (backfill, ours):
+        for cl in (day.backfill, day.ours):
             cl.stop()
-    return {
-        "family": family,
-        "seed": seed,
-        "gpus": scenario.gpus,
-        "slots": T,
-        "t0": t0,
-        "slot_seconds": slot_seconds,
-        "static_layout": layout,
-        "priorities": {j.id: slurm_priority(j.weight) for j in scenario.jobs},
-        "starts": starts,
-        "submitted": {k: len(v) for k, v in ids.items()},
-        "served": served,
-        "read_back": read_back,
-        "relaxed": relaxed,
-        "cycles": cycles,
-        "failures": failures,
-        **(
-            {"live": {"sigma": live.sigma, "runtime_model": live.runtime_model, "scheduler": live.scheduler}}
-            if live is not None
-            else {}
-        ),
-    }
+    return _day_record(day)
 
 
 def _live_config(apps: list[dict], scenario: Scenario, minutes: float, t0: float, state: Path, history: Path):

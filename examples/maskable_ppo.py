@@ -198,48 +198,72 @@ class JobRowsPolicy(MaskableMultiInputActorCriticPolicy):
         self.optimizer = self.optimizer_class(self.parameters(), lr=lr_schedule(1), **self.optimizer_kwargs)
 
 
-def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    """Train, save, and (with ``--eval``) plan the seven scenarios; returns the table's rows."""
-    args = parse_args(argv)
-    command = shlex.join(["examples/maskable_ppo.py", *(sys.argv[1:] if argv is None else argv)])
+# ---------------------------------------------------------------------------------------------- setup
 
+
+def setup(args: Args) -> Path:
+    """Set torch's threads, check the device and make the run folder; returns the run folder."""
     torch.set_num_threads(args.threads)
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: torch sees no CUDA device (install torch's CUDA build, or use --device cpu)")
     run_dir = Path(args.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    return run_dir
 
-    # ------------------------------------------------------------------------------------------ the seven scenarios
-    # Loaded first: their (family, seed) pairs are kept out of training, and their queues size the observation.
-    folder = Path(args.scenarios)
-    seven = [load_scenario(folder / f"{name}.yaml") for name in FAMILIES]
+
+# ---------------------------------------------------------------------------------------------- the seven scenarios
+
+
+def seven_scenarios(folder: Path) -> list[gpu_env.Scenario]:
+    """The seven benchmark scenarios (``<family>.yaml`` in ``folder``), in the order of the families.
+
+    Loaded first: their (family, seed) pairs are kept out of training, and their queues size the observation.
+    """
+    return [load_scenario(folder / f"{name}.yaml") for name in FAMILIES]
+
+
+# ---------------------------------------------------------------------------------------------- training draws
+
+
+@dataclass(frozen=True)
+class TrainingDraws(ScenarioSampler):
+    """The seven families at their own sizes, never a (family, seed) of a benchmark scenario."""
+
+    held_out: frozenset[tuple[str | None, int | None]] = frozenset()
+
+    def draw(self, rng: np.random.Generator) -> gpu_env.Scenario:
+        """A draw of the families, drawn again while it is a held-out (family, seed)."""
+        while True:
+            scenario = super().draw(rng)
+            if (scenario.family, scenario.seed) not in self.held_out:
+                return scenario
+
+
+# ---------------------------------------------------------------------------------------------- the vector env
+
+
+def vector_env(args: Args, seven: list[gpu_env.Scenario]) -> tuple[Any, int]:
+    """``--num-envs`` list envs on the training draws, in SB3's ``DummyVecEnv``; returns it and ``max_jobs``.
+
+    ``max_jobs`` (the observation's job rows) fits every training draw and every queue of the seven scenarios.
+    """
     held_out = frozenset((s.family, s.seed) for s in seven)
-
-    # ------------------------------------------------------------------------------------------ training draws
-    @dataclass(frozen=True)
-    class TrainingDraws(ScenarioSampler):
-        """The seven families at their own sizes, never a (family, seed) of a benchmark scenario."""
-
-        held_out: frozenset[tuple[str | None, int | None]] = frozenset()
-
-        def draw(self, rng: np.random.Generator) -> gpu_env.Scenario:
-            while True:
-                scenario = super().draw(rng)
-                if (scenario.family, scenario.seed) not in self.held_out:
-                    return scenario
-
     draws = TrainingDraws(tuple((name, 1.0) for name in FAMILIES), held_out=held_out)
     max_jobs = max(draws.limits()["max_jobs"], *(sum(j.running_on is None for j in s.jobs) for s in seven))
-
-    # ------------------------------------------------------------------------------------------ the vector env
     env_kwargs = {"scenario": draws, "actions": "list", "max_jobs": max_jobs, "render_mode": None}
     envs = make_vec_env("GpuCluster-v0", n_envs=args.num_envs, seed=args.seed, env_kwargs=env_kwargs)
     print(
         f"GpuCluster-v0, list actions: {args.num_envs} envs, {envs.action_space.n} actions, "
         f"observation {{{', '.join(f'{k}: {v.shape}' for k, v in envs.observation_space.spaces.items())}}}"
     )
+    return envs, max_jobs
 
-    # ------------------------------------------------------------------------------------------ the model
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+def build_model(args: Args, envs: Any, run_dir: Path) -> MaskablePPO:
+    """MaskablePPO with ``--policy``'s network and the run's hyperparameters, logging to ``run_dir``."""
     rollout = args.n_steps * args.num_envs
     if args.policy == "rows":
         policy: Any = JobRowsPolicy
@@ -250,7 +274,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         }
     else:
         policy, policy_kwargs = "MultiInputPolicy", {"net_arch": [args.net, args.net]}
-    model = MaskablePPO(
+    return MaskablePPO(
         policy,
         envs,
         n_steps=args.n_steps,
@@ -267,70 +291,100 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         verbose=0,
     )
 
-    # ------------------------------------------------------------------------------------------ training
-    class Progress(BaseCallback):
-        """One line per rollout: timesteps, time, and the mean return of the last 100 episodes."""
 
-        def __init__(self) -> None:
-            super().__init__()
-            self.started = time.perf_counter()
+# ---------------------------------------------------------------------------------------------- training
 
-        def _on_step(self) -> bool:
-            return True
 
-        def _on_rollout_end(self) -> None:
-            returns = [info["r"] for info in self.model.ep_info_buffer]
-            mean = f"{np.mean(returns):.4f}" if returns else "-"
-            elapsed = time.perf_counter() - self.started
-            print(
-                f"  {self.num_timesteps:>8} / {args.timesteps} steps  {elapsed:7.1f} s  "
-                f"{self.num_timesteps / max(elapsed, 1e-9):6.0f} steps/s  return (objective / G*T*w_max) {mean}",
-                flush=True,
-            )
+class Progress(BaseCallback):
+    """One line per rollout: timesteps, time, and the mean return of the last 100 episodes."""
 
+    def __init__(self, timesteps: int) -> None:
+        super().__init__()
+        self.timesteps = timesteps
+        self.started = time.perf_counter()
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        returns = [info["r"] for info in self.model.ep_info_buffer]
+        mean = f"{np.mean(returns):.4f}" if returns else "-"
+        elapsed = time.perf_counter() - self.started
+        print(
+            f"  {self.num_timesteps:>8} / {self.timesteps} steps  {elapsed:7.1f} s  "
+            f"{self.num_timesteps / max(elapsed, 1e-9):6.0f} steps/s  return (objective / G*T*w_max) {mean}",
+            flush=True,
+        )
+
+
+def train(args: Args, model: MaskablePPO, run_dir: Path) -> tuple[float, float]:
+    """Train for ``--timesteps`` and save ``run_dir/model.zip``; returns the ``learn`` call's wall and CPU seconds."""
     print(f"training MaskablePPO for {args.timesteps} timesteps (TensorBoard: {run_dir})", flush=True)
     wall, cpu = time.perf_counter(), time.process_time()
-    model.learn(total_timesteps=args.timesteps, callback=Progress(), tb_log_name="maskable_ppo")
+    model.learn(total_timesteps=args.timesteps, callback=Progress(args.timesteps), tb_log_name="maskable_ppo")
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     model.save(run_dir / "model.zip")  # SB3's pickle-based zip: your artefact; the allocator never loads it
     print(f"trained {model.num_timesteps} timesteps in {wall:.1f} s wall, {cpu:.1f} s CPU; model: {run_dir}/model.zip")
-    if not args.eval:
-        envs.close()
-        return []
+    return wall, cpu
 
-    # ------------------------------------------------------------------------------------------ the seven scenarios
+
+# ---------------------------------------------------------------------------------------------- the seven, planned
+
+
+def plan_scenario(model: MaskablePPO, scenario: gpu_env.Scenario, max_jobs: int, seed: int) -> dict[str, Any]:
+    """One episode of ``scenario``, the policy deterministic under the mask; its plan checked and compared.
+
+    Args:
+        model: The trained model.
+        scenario: A benchmark scenario.
+        max_jobs: The observation's job rows (as in training).
+        seed: The episode's reset seed.
+
+    Returns:
+        The table's row: the objectives (the policy's, greedy's, the shipped planner's, its policy alone),
+        their ratios, the validation and the plan.
+    """
+    env = gym.make("GpuCluster-v0", scenario=scenario, actions="list", max_jobs=max_jobs).unwrapped
+    obs, _ = env.reset(seed=seed)
+    done = False
+    while not done:
+        action, _ = model.predict(obs, deterministic=True, action_masks=env.action_masks())
+        obs, _, terminated, truncated, _ = env.step(int(action))
+        done = terminated or truncated
+    plan = env.plan("maskable_ppo")
+    violations = validate(scenario, plan)
+    objective = compute_metrics(scenario, plan).objective
+    greedy = run_scheduler("greedy", scenario).metrics
+    shipped = run_scheduler("ppo", scenario).metrics
+    alone = run_scheduler("ppo", scenario, PlanOptions(samples=1, guard="none")).metrics
+    assert greedy is not None and shipped is not None and alone is not None
+    return {
+        "scenario": scenario.name,
+        "objective": objective,
+        "greedy": greedy.objective,
+        "ppo": shipped.objective,
+        "ppo_one": alone.objective,
+        "vs_greedy": objective / greedy.objective,
+        "vs_ppo": objective / shipped.objective,
+        "vs_ppo_one": objective / alone.objective,
+        "valid": not violations,
+        "violations": [str(v) for v in violations],
+        "plan": plan,
+    }
+
+
+def plan_seven(
+    model: MaskablePPO, seven: list[gpu_env.Scenario], max_jobs: int, seed: int
+) -> tuple[list[dict[str, Any]], tuple[float, float, float]]:
+    """Every scenario planned (:func:`plan_scenario`), the ratios logged to TensorBoard (``seven/*``).
+
+    Returns:
+        The rows, and the mean ratios to greedy, to ppo and to ppo alone.
+    """
     rows: list[dict[str, Any]] = []
     for scenario in seven:
-        env = gym.make("GpuCluster-v0", scenario=scenario, actions="list", max_jobs=max_jobs).unwrapped
-        obs, _ = env.reset(seed=args.seed)
-        done = False
-        while not done:
-            action, _ = model.predict(obs, deterministic=True, action_masks=env.action_masks())
-            obs, _, terminated, truncated, _ = env.step(int(action))
-            done = terminated or truncated
-        plan = env.plan("maskable_ppo")
-        violations = validate(scenario, plan)
-        objective = compute_metrics(scenario, plan).objective
-        greedy = run_scheduler("greedy", scenario).metrics
-        shipped = run_scheduler("ppo", scenario).metrics
-        alone = run_scheduler("ppo", scenario, PlanOptions(samples=1, guard="none")).metrics
-        assert greedy is not None and shipped is not None and alone is not None
-        rows.append(
-            {
-                "scenario": scenario.name,
-                "objective": objective,
-                "greedy": greedy.objective,
-                "ppo": shipped.objective,
-                "ppo_one": alone.objective,
-                "vs_greedy": objective / greedy.objective,
-                "vs_ppo": objective / shipped.objective,
-                "vs_ppo_one": objective / alone.objective,
-                "valid": not violations,
-                "violations": [str(v) for v in violations],
-                "plan": plan,
-            }
-        )
-        model.logger.record(f"seven/{scenario.name}_vs_greedy", objective / greedy.objective)
+        rows.append(plan_scenario(model, scenario, max_jobs, seed))
+        model.logger.record(f"seven/{scenario.name}_vs_greedy", rows[-1]["vs_greedy"])
     mean_greedy = float(np.mean([r["vs_greedy"] for r in rows]))
     mean_ppo = float(np.mean([r["vs_ppo"] for r in rows]))
     mean_one = float(np.mean([r["vs_ppo_one"] for r in rows]))
@@ -338,8 +392,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     model.logger.record("seven/mean_vs_ppo", mean_ppo)
     model.logger.record("seven/mean_vs_ppo_one", mean_one)
     model.logger.dump(model.num_timesteps)
-    envs.close()
+    return rows, (mean_greedy, mean_ppo, mean_one)
 
+
+def results_table(rows: list[dict[str, Any]], means: tuple[float, float, float]) -> list[str]:
+    """The Markdown table: a row per scenario, then the mean ratios."""
+    mean_greedy, mean_ppo, mean_one = means
     table = [
         "| scenario | objective | greedy | ppo | ppo, one | / greedy | / ppo | / ppo, one | valid |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
@@ -351,39 +409,74 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             f"| {'yes' if r['valid'] else 'NO: ' + '; '.join(r['violations'])} |"
         )
     table.append(f"| **mean** | | | | | **{mean_greedy:.4f}** | **{mean_ppo:.4f}** | **{mean_one:.4f}** | |")
-    print("\n".join(table))
+    return table
 
+
+def write_results(args: Args, command: str, timesteps: int, seconds: tuple[float, float], table: list[str]) -> None:
+    """``--out``: the table and the run's figures (budget, times, hyperparameters, versions) as Markdown.
+
+    Args:
+        args: The run's settings (``args.out`` is the file).
+        command: The command line that ran.
+        timesteps: The timesteps trained.
+        seconds: The ``learn`` call's wall and CPU seconds.
+        table: :func:`results_table`'s lines.
+    """
+    wall, cpu = seconds
+    rollout = args.n_steps * args.num_envs
+    network = f"job rows {args.width} wide, value MLP {args.net}x{args.net}" if args.policy == "rows" else ""
+    network = network or f"MLP {args.net}x{args.net}"
+    versions = (
+        f"Python {platform.python_version()}, torch {torch.__version__}, stable-baselines3 "
+        f"{stable_baselines3.__version__}, sb3-contrib {sb3_contrib.__version__}, gymnasium {gym.__version__}"
+    )
+    text = [
+        "# MaskablePPO on GpuCluster-v0 (list actions): the seven scenarios",
+        "",
+        f"Written by `{command}` (`examples/maskable_ppo.py`).",
+        "",
+        f"- Budget: {timesteps} timesteps, {args.num_envs} envs, seed {args.seed}, device {args.device}, "
+        f"{args.threads} torch thread(s).",
+        f"- Training: {wall:.1f} s wall, {cpu:.1f} s CPU (the `learn` call; this process).",
+        f"- PPO: n_steps {args.n_steps}, batch {min(args.batch_size, rollout)}, epochs {args.n_epochs}, "
+        f"lr {args.learning_rate}, gamma {args.gamma}, GAE {args.gae_lambda}, entropy {args.ent_coef}, "
+        f"policy {args.policy} ({network}).",
+        f"- {versions}; {os.cpu_count()} CPUs, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+        "at the end.",
+        "- Objective: the trained policy's plan, one episode per scenario, deterministic and masked; "
+        "greedy, ppo (the shipped learned planner: 12 candidates, FIFO guard) and ppo, one (the shipped "
+        "policy alone: 1 candidate, no guard, with its promotion pass) through `run_scheduler`. "
+        "valid: `gpu_env.validation.validate` found no violation.",
+        "",
+        *table,
+        "",
+    ]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(text))
+    print(f"results: {args.out}")
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    """Train, save, and (with ``--eval``) plan the seven scenarios; returns the table's rows."""
+    args = parse_args(argv)
+    command = shlex.join(["examples/maskable_ppo.py", *(sys.argv[1:] if argv is None else argv)])
+    run_dir = setup(args)
+    seven = seven_scenarios(Path(args.scenarios))
+    envs, max_jobs = vector_env(args, seven)
+    model = build_model(args, envs, run_dir)
+    seconds = train(args, model, run_dir)
+    if not args.eval:
+        envs.close()
+        return []
+    rows, means = plan_seven(model, seven, max_jobs, args.seed)
+    envs.close()
+    table = results_table(rows, means)
+    print("\n".join(table))
     if args.out:
-        network = f"job rows {args.width} wide, value MLP {args.net}x{args.net}" if args.policy == "rows" else ""
-        network = network or f"MLP {args.net}x{args.net}"
-        versions = (
-            f"Python {platform.python_version()}, torch {torch.__version__}, stable-baselines3 "
-            f"{stable_baselines3.__version__}, sb3-contrib {sb3_contrib.__version__}, gymnasium {gym.__version__}"
-        )
-        text = [
-            "# MaskablePPO on GpuCluster-v0 (list actions): the seven scenarios",
-            "",
-            f"Written by `{command}` (`examples/maskable_ppo.py`).",
-            "",
-            f"- Budget: {model.num_timesteps} timesteps, {args.num_envs} envs, seed {args.seed}, device {args.device}, "
-            f"{args.threads} torch thread(s).",
-            f"- Training: {wall:.1f} s wall, {cpu:.1f} s CPU (the `learn` call; this process).",
-            f"- PPO: n_steps {args.n_steps}, batch {min(args.batch_size, rollout)}, epochs {args.n_epochs}, "
-            f"lr {args.learning_rate}, gamma {args.gamma}, GAE {args.gae_lambda}, entropy {args.ent_coef}, "
-            f"policy {args.policy} ({network}).",
-            f"- {versions}; {os.cpu_count()} CPUs, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
-            "at the end.",
-            "- Objective: the trained policy's plan, one episode per scenario, deterministic and masked; "
-            "greedy, ppo (the shipped learned planner: 12 candidates, FIFO guard) and ppo, one (the shipped "
-            "policy alone: 1 candidate, no guard, with its promotion pass) through `run_scheduler`. "
-            "valid: `gpu_env.validation.validate` found no violation.",
-            "",
-            *table,
-            "",
-        ]
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text("\n".join(text))
-        print(f"results: {args.out}")
+        write_results(args, command, model.num_timesteps, seconds, table)
     return rows
 
 
