@@ -6,6 +6,7 @@ import argparse
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from agents.fanout import LOCAL_RAY, RAY_INSTALL_HINT, Backend, FanoutError, check_cpu_budget
 from agents.options import Guard, PlanOptions
@@ -45,48 +46,56 @@ def guard_name(text: str) -> Guard:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(Guard)}, got {text!r}") from None
 
 
+def add_option(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    flag: str,
+    kind: Callable[[str], Any],
+    default: Any,
+    metavar: str,
+    text: str,
+) -> None:
+    """An option of one value whose help is ``text`` and its default: ``(default: 8)``.
+
+    A float default is written as ``:g`` writes it (``10``, ``0.5``), None as ``none``.
+    """
+    shown = "none" if default is None else f"{default:g}" if isinstance(default, float) else default
+    parser.add_argument(flag, type=kind, default=default, metavar=metavar, help=f"{text} (default: {shown})")
+
+
 def add_plan_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The arguments behind :class:`PlanOptions`, one per field.
 
     --time-limit, --deterministic-time, --workers, --seed, --policy, --samples, --guard.
     """
-    parser.add_argument(
-        "--time-limit",
-        type=positive_float,
-        default=PlanOptions.time_limit,
-        metavar="S",
-        help=f"seconds per plan for anytime schedulers (default: {PlanOptions.time_limit:g})",
+    add_option(
+        parser, "--time-limit", positive_float, PlanOptions.time_limit, "S", "seconds per plan for anytime schedulers"
     )
-    parser.add_argument(
+    add_option(
+        parser,
         "--deterministic-time",
-        type=positive_float,
-        default=None,
-        metavar="D",
-        help="also stop CP-SAT after D units of its deterministic time: with --workers 1, the same plan "
-        "at any machine load (default: none)",
+        positive_float,
+        None,
+        "D",
+        "also stop CP-SAT after D units of its deterministic time: with --workers 1, the same plan at any machine load",
     )
-    parser.add_argument(
-        "--workers", type=int_at_least(1), default=1, metavar="N", help="parallel solver workers (default: 1)"
-    )
-    parser.add_argument(
-        "--seed", type=int_at_least(0), default=0, metavar="N", help="seed for every random draw (default: 0)"
-    )
+    add_option(parser, "--workers", int_at_least(1), 1, "N", "parallel solver workers")
+    add_option(parser, "--seed", int_at_least(0), 0, "N", "seed for every random draw")
     parser.add_argument("--policy", type=Path, metavar="PATH", help="exported policy for the learned scheduler")
-    parser.add_argument(
+    add_option(
+        parser,
         "--samples",
-        type=int_at_least(1),
-        default=PlanOptions.samples,
-        metavar="N",
-        help=f"candidate job orders of the learned scheduler: the argmax order and N-1 drawn from its scores "
-        f"(default: {PlanOptions.samples})",
+        int_at_least(1),
+        PlanOptions.samples,
+        "N",
+        "candidate job orders of the learned scheduler: the argmax order and N-1 drawn from its scores",
     )
-    parser.add_argument(
+    add_option(
+        parser,
         "--guard",
-        type=guard_name,
-        default=PlanOptions.guard,
-        metavar="|".join(Guard),
-        help="baseline the learned scheduler returns when it is worth more than every candidate "
-        f"(default: {PlanOptions.guard})",
+        guard_name,
+        PlanOptions.guard,
+        "|".join(Guard),
+        "baseline the learned scheduler returns when it is worth more than every candidate",
     )
 
 
@@ -110,12 +119,13 @@ def add_fanout_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     with ``--workers`` CP-SAT threads, so ``N x --workers`` must fit the machine's CPUs. On
     Ray each task asks for ``--workers`` CPUs and Ray runs as many at once as the cluster has.
     """
-    parser.add_argument(
+    add_option(
+        parser,
         "--parallel",
-        type=int_at_least(1),
-        default=1,
-        metavar="N",
-        help="run N tasks at once in a local process pool; N x --workers must not exceed the CPUs (default: 1)",
+        int_at_least(1),
+        1,
+        "N",
+        "run N tasks at once in a local process pool; N x --workers must not exceed the CPUs",
     )
     parser.add_argument(
         "--ray",
@@ -126,12 +136,13 @@ def add_fanout_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
         help=f"run tasks on Ray: a local Ray, or the running cluster at ADDRESS (needs {RAY_INSTALL_HINT}); "
         "each task takes --workers CPUs",
     )
-    parser.add_argument(
+    add_option(
+        parser,
         "--task-timeout",
-        type=positive_float,
-        default=None,
-        metavar="S",
-        help="report a task still running after S seconds as failed; keep it above --time-limit (default: none)",
+        positive_float,
+        None,
+        "S",
+        "report a task still running after S seconds as failed; keep it above --time-limit",
     )
 
 

@@ -13,13 +13,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from agents import full
 from agents.options import PlanOptions
+from gpu_env.files import write_text_atomic
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
 from gpu_env.validation import validate
 
-__all__ = ["EPS", "best_known", "checked", "machine", "one_core", "table"]
+__all__ = ["EPS", "best_known", "checked", "machine", "one_core", "results_header", "table", "write_report"]
 
 EPS = 1e-6
 """Objectives closer than this are equal (a plan "below" another is below by more)."""
@@ -58,6 +58,20 @@ def table(head: Sequence[str], rows: Sequence[Sequence[object]], right: int = 1)
     return "\n".join(lines) + "\n"
 
 
+def results_header(command: str, what: str, when: str, note: str = "") -> str:
+    """The first lines of a results file: what, the command, when, on what (``note`` closes the machine's line)."""
+    return (
+        f"# {what}\n\nWritten by `{command}` on {when} (Python {platform.python_version()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs shared with other work: wall times swing with the load{note}).\n\n"
+    )
+
+
+def write_report(path: Path, lines: Sequence[str], command: str) -> None:
+    """Write a report's lines and a last one with the command that reproduces it; say where on stdout."""
+    write_text_atomic(path, "\n".join([*lines, f"Reproduce: `{command}`.", ""]))
+    print(f"wrote {path}")
+
+
 def checked(sc: Scenario, plan: Plan) -> Plan:
     """``plan`` if it passes the validator on ``sc``; ``RuntimeError`` naming the planner and the first problem."""
     problems = validate(sc, plan)
@@ -73,6 +87,8 @@ def best_known(
 
     Proven: CP-SAT proved its plan optimal and no planner beat it. ``time_limit`` 0: no full mode.
     """
+    from agents import full  # CP-SAT (ortools) only when asked: the scripts that need none import this module too
+
     best = max(values)
     if time_limit <= 0:
         return best, None, "not run", False

@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from agents.arguments import add_plan_options, int_at_least, plan_options, positive_float
+from agents.arguments import add_option, add_plan_options, int_at_least, plan_options, positive_float
 from agents.options import PlanOptions
 from agents.ppo import PolicyError
 from agents.registry import SCHEDULERS, SchedulerUnavailableError, UnknownSchedulerError, run_scheduler
@@ -87,11 +87,30 @@ def _report_violations(violations: Sequence[Violation], stream: Any) -> None:
         print(str(v), file=stream)
 
 
+def _exit_status(violations: Sequence[Violation], heading: str) -> int:
+    """EXIT_OK for a valid plan; else the heading, the count and each violation on stderr, and EXIT_INVALID."""
+    if not violations:
+        return EXIT_OK
+    print(f"{heading} ({len(violations)} violations):", file=sys.stderr)
+    _report_violations(violations, sys.stderr)
+    return EXIT_INVALID
+
+
 def _check_output(path: Path, allowed: Sequence[str], option: str = "-o") -> None:
     if path.suffix.lower() not in allowed:
         raise CliError(f"{path}: {option}: expected a file name ending in {' or '.join(allowed)}")
     if path.is_dir():
         raise CliError(f"{path}: {option}: is a folder, expected a file name")
+
+
+def _write_scenario(scenario: Scenario, output: Path | None, line: str) -> int:
+    """The scenario to ``output`` (stdout without one), then ``line`` on stderr (`` -> output`` added); EXIT_OK."""
+    if output is None:
+        sys.stdout.write(dump_scenario(scenario))
+    else:
+        save_scenario(scenario, output)
+    print(line + (f" -> {output}" if output is not None else ""), file=sys.stderr)
+    return EXIT_OK
 
 
 def _load_pair(scenario_path: Path, plan_path: Path) -> tuple[Scenario, Plan]:
@@ -134,9 +153,7 @@ def _plan(args: argparse.Namespace) -> int:
     options = plan_options(args)
     try:
         plan = run_scheduler(args.scheduler, scenario, options)
-    except UnknownSchedulerError as exc:
-        raise CliError(f"--scheduler: {exc}") from None
-    except SchedulerUnavailableError as exc:
+    except (UnknownSchedulerError, SchedulerUnavailableError) as exc:
         raise CliError(f"--scheduler: {exc}") from None
     except PolicyError as exc:
         raise CliError(f"--policy: {exc}") from None
@@ -153,11 +170,7 @@ def _plan(args: argparse.Namespace) -> int:
 
         save_figure(plot_trace(plan.info, scenario.name), args.trace)
         print(f"{args.scheduler} on {scenario.name}: trace -> {args.trace}", file=sys.stderr)
-    if violations:
-        print(f"the {args.scheduler} plan is INVALID ({len(violations)} violations):", file=sys.stderr)
-        _report_violations(violations, sys.stderr)
-        return EXIT_INVALID
-    return EXIT_OK
+    return _exit_status(violations, f"the {args.scheduler} plan is INVALID")
 
 
 # ----------------------------------------------------------------------------- validate
@@ -247,11 +260,7 @@ def _render(args: argparse.Namespace) -> int:
         ax = render.plot_allocation(scenario, plan)
         render.save_figure(ax.figure, args.output)
         print(f"{scenario.name}: {summary(plan, compute_metrics(scenario, plan))} -> {args.output}", file=sys.stderr)
-    if violations:
-        print(f"{args.plan}: INVALID ({len(violations)} violations):", file=sys.stderr)
-        _report_violations(violations, sys.stderr)
-        return EXIT_INVALID
-    return EXIT_OK
+    return _exit_status(violations, f"{args.plan}: INVALID")
 
 
 # ----------------------------------------------------------------------------- simulate (docs/rolling.md)
@@ -320,12 +329,13 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
         help="also plan the realized day (actual.yaml) with full mode for SECONDS "
         f"(default {DEFAULT_SECONDS:g}) and report the executed objective as a share of it",
     )
-    p.add_argument(
+    add_option(
+        p,
         "--deterministic-time",
-        type=positive_float,
-        default=None,
-        metavar="D",
-        help="also stop CP-SAT (re-plans, --hindsight) after D units of its deterministic time (default: none)",
+        positive_float,
+        None,
+        "D",
+        "also stop CP-SAT (re-plans, --hindsight) after D units of its deterministic time",
     )
 
 
@@ -378,9 +388,7 @@ def _simulate(args: argparse.Namespace) -> int:
             reveal=args.reveal,
             runtime_model=args.runtime_model,
         )
-    except UnknownSchedulerError as exc:
-        raise CliError(f"--scheduler: {exc}") from None
-    except SchedulerUnavailableError as exc:
+    except (UnknownSchedulerError, SchedulerUnavailableError) as exc:
         raise CliError(f"--scheduler: {exc}") from None
     except PolicyError as exc:
         raise CliError(f"--scheduler {name}: {exc}") from None
@@ -558,19 +566,14 @@ def _from_trace(args: argparse.Namespace) -> int:
         scenario, info = traces.from_trace(request)
     except traces.TraceRequestError as exc:
         raise CliError(str(exc)) from None
-    if args.output is None:
-        sys.stdout.write(dump_scenario(scenario))
-    else:
-        save_scenario(scenario, args.output)
     demand = ", ".join(f"{k} from {v}" for k, v in info["demand"].items())
-    print(
+    return _write_scenario(
+        scenario,
+        args.output,
         f"{scenario.name}: {scenario.gpus} GPUs x {scenario.slots} slots, {len(scenario.jobs)} jobs "
         f"({info['running_kept']} running) kept of {info['window_jobs']} in pod-trace day {info['job_day']}, "
-        f"offered load {info['offered_load']:.2f}; demand {demand}"
-        + (f" -> {args.output}" if args.output is not None else ""),
-        file=sys.stderr,
+        f"offered load {info['offered_load']:.2f}; demand {demand}",
     )
-    return EXIT_OK
 
 
 # ----------------------------------------------------------------------------- convert-2kp (docs/exact-mode.md)
@@ -588,18 +591,13 @@ def _convert_2kp(args: argparse.Namespace) -> int:
         _check_output(args.output, (".yaml", ".yml", ".json"))
     instance = load_knapsack(args.instance)
     scenario = to_scenario(instance)
-    if args.output is None:
-        sys.stdout.write(dump_scenario(scenario))
-    else:
-        save_scenario(scenario, args.output)
     optimum = "unknown" if instance.optimum is None else f"{instance.optimum:g}"
-    print(
+    return _write_scenario(
+        scenario,
+        args.output,
         f"{scenario.name}: bin {instance.width} x {instance.height} as {scenario.gpus} GPUs x {scenario.slots} slots, "
-        f"{len(scenario.jobs)} jobs from {len(instance.items)} item types, literature optimum {optimum}"
-        + (f" -> {args.output}" if args.output is not None else ""),
-        file=sys.stderr,
+        f"{len(scenario.jobs)} jobs from {len(instance.items)} item types, literature optimum {optimum}",
     )
-    return EXIT_OK
 
 
 # ----------------------------------------------------------------------------- slurm (docs/slurm.md)
@@ -640,62 +638,42 @@ def _serve_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="bind a non-loopback --host without --token-file (behind a proxy that authenticates)",
     )
-    p.add_argument(
+    add_option(
+        p,
         "--exact-processes",
-        type=int_at_least(1),
-        default=s.exact_processes,
-        metavar="N",
-        help=f"exact-mode (cpsat, full) worker processes at once (default: {s.exact_processes})",
+        int_at_least(1),
+        s.exact_processes,
+        "N",
+        "exact-mode (cpsat, full) worker processes at once",
     )
-    p.add_argument(
+    add_option(
+        p,
         "--exact-queue",
-        type=int_at_least(0),
-        default=s.exact_queue,
-        metavar="N",
-        help=f"exact-mode requests that may wait for a process; beyond, 429 (default: {s.exact_queue})",
+        int_at_least(0),
+        s.exact_queue,
+        "N",
+        "exact-mode requests that may wait for a process; beyond, 429",
     )
-    p.add_argument(
-        "--fast-threads",
-        type=int_at_least(1),
-        default=s.fast_threads,
-        metavar="N",
-        help=f"fast-mode plans at once (default: {s.fast_threads})",
-    )
-    p.add_argument(
-        "--fast-queue",
-        type=int_at_least(0),
-        default=s.fast_queue,
-        metavar="N",
-        help=f"fast-mode requests that may wait; beyond, 429 (default: {s.fast_queue})",
-    )
-    p.add_argument(
-        "--max-body-bytes",
-        type=int_at_least(1),
-        default=limits.max_body_bytes,
-        metavar="N",
-        help=f"largest request body; beyond, 413 (default: {limits.max_body_bytes})",
-    )
-    p.add_argument(
+    add_option(p, "--fast-threads", int_at_least(1), s.fast_threads, "N", "fast-mode plans at once")
+    add_option(p, "--fast-queue", int_at_least(0), s.fast_queue, "N", "fast-mode requests that may wait; beyond, 429")
+    add_option(p, "--max-body-bytes", int_at_least(1), limits.max_body_bytes, "N", "largest request body; beyond, 413")
+    add_option(
+        p,
         "--max-time-limit",
-        type=positive_float,
-        default=limits.max_time_limit,
-        metavar="S",
-        help=f"largest options.time_limit a request may ask (default: {limits.max_time_limit:g})",
+        positive_float,
+        limits.max_time_limit,
+        "S",
+        "largest options.time_limit a request may ask",
     )
-    p.add_argument(
+    add_option(
+        p,
         "--max-workers",
-        type=int_at_least(1),
-        default=limits.max_workers,
-        metavar="N",
-        help=f"largest options.workers (CP-SAT threads) a request may ask (default: {limits.max_workers})",
+        int_at_least(1),
+        limits.max_workers,
+        "N",
+        "largest options.workers (CP-SAT threads) a request may ask",
     )
-    p.add_argument(
-        "--grace",
-        type=positive_float,
-        default=s.grace,
-        metavar="S",
-        help=f"kill an exact worker this long past its time limit, 504 (default: {s.grace:g})",
-    )
+    add_option(p, "--grace", positive_float, s.grace, "S", "kill an exact worker this long past its time limit, 504")
     p.add_argument("--policy", type=Path, metavar="PATH", help="exported policy for the learned scheduler")
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
 

@@ -350,24 +350,43 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     options = options or PlanOptions()
     policy = load_policy(options.policy)
     inst, decoded = _decode_candidates(scenario, policy, options.samples, options.seed)
+    return guarded_plan(scenario, inst, decoded, options.guard, policy_record(policy), "ppo")
+
+
+def guarded_plan(
+    scenario: Scenario, inst: ListInstance, decoded: Decoded, guard: Guard, policy: dict[str, str], scheduler: str
+) -> Plan:
+    """The best candidate's plan, or the guard's where it is worth more than every candidate; named ``scheduler``.
+
+    What both learned planners (``ppo`` and ``ppo-stepwise``) return from their decoded candidates, with the
+    ``info`` :func:`plan` describes.
+
+    Args:
+        scenario: The problem.
+        inst: Its list instance, the candidates were decoded on.
+        decoded: The candidates' plans; only the winner's is built.
+        guard: The baseline (:func:`guard_plan`; none with :attr:`~agents.options.Guard.NONE`).
+        policy: What the plan records about the policy (:func:`policy_record`).
+        scheduler: The plan's scheduler name.
+    """
     objectives = decoded.objective.tolist()
     winner: int | str = decoded.best  # the first on a tie: the argmax order first
     info: dict[str, Any] = {
-        "policy": policy_record(policy),
+        "policy": policy,
         "samples": len(objectives),
-        "guard": options.guard.value,
+        "guard": guard.value,
         "objectives": [round(o, 6) for o in objectives],
     }
     result: Plan | None = None
-    if options.guard is not Guard.NONE:
-        build_baseline, guard_objective = guard_plan(scenario, inst, options.guard)
+    if guard is not Guard.NONE:
+        build_baseline, guard_objective = guard_plan(scenario, inst, guard)
         info["guard_objective"] = round(guard_objective, 6)
         if guard_objective > max(objectives) + 1e-9:
             baseline = build_baseline()
-            result = Plan(scenario.name, "ppo", list(baseline.placements), dict(baseline.curves))
-            winner = options.guard.value
+            result = Plan(scenario.name, scheduler, list(baseline.placements), dict(baseline.curves))
+            winner = guard.value
     if result is None:
-        result = decoded.plan(int(winner), scenario, "ppo")  # only the winner's plan is built
+        result = decoded.plan(int(winner), scenario, scheduler)  # only the winner's plan is built
     info["winner"] = winner
     result.info = info
     return result

@@ -27,9 +27,9 @@ from typing import Any
 import numpy as np
 
 from agents import policy_files
-from agents.options import Guard, PlanOptions
+from agents.options import PlanOptions
 from agents.policy_files import PolicyError, PolicyFile, PolicyKind, check_names
-from agents.ppo import PROMOTE_ROUNDS, candidate_groups, check_temperature, guard_plan
+from agents.ppo import PROMOTE_ROUNDS, candidate_groups, check_temperature, guarded_plan
 from gpu_env import stepwise
 from gpu_env.listsched import MODE_AFTER, MODE_INLINE, Decoded, ListInstance, decode
 from gpu_env.plan import Plan
@@ -180,24 +180,5 @@ def plan(scenario: Scenario, options: PlanOptions | None = None) -> Plan:
     found = decode_candidates(
         inst, priority_base(scenario, inst), rows, head, options.samples, options.seed, policy.temperature
     )
-    objectives = found.objective.tolist()
-    winner: int | str = found.best
-    info: dict[str, Any] = {
-        "policy": {"file": policy.path.name, "sha256": policy.sha256},
-        "samples": len(objectives),
-        "guard": options.guard.value,
-        "objectives": [round(o, 6) for o in objectives],
-    }
-    if options.guard is not Guard.NONE:
-        build, guard_objective = guard_plan(scenario, inst, options.guard)
-        info["guard_objective"] = round(guard_objective, 6)
-        if guard_objective > max(objectives) + 1e-9:
-            baseline = build()
-            result = Plan(scenario.name, "ppo-stepwise", list(baseline.placements), dict(baseline.curves))
-            info["winner"] = options.guard.value
-            result.info = info
-            return result
-    result = found.plan(int(winner), scenario, "ppo-stepwise")
-    info["winner"] = winner
-    result.info = info
-    return result
+    record = {"file": policy.path.name, "sha256": policy.sha256}
+    return guarded_plan(scenario, inst, found, options.guard, record, "ppo-stepwise")

@@ -17,8 +17,6 @@ of the solver's threads (and CP-SAT's deterministic time) are given beside them.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import sys
 import time
@@ -31,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents import cpsat, full  # noqa: E402
+from agents.benchmarking import results_header, table  # noqa: E402
 from agents.cpsat import Formulation, Result  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env import rules  # noqa: E402
@@ -131,19 +130,8 @@ def _check_boxes(scenario: Scenario, result: Result) -> str:
 
 def header(command: str, what: str) -> str:
     """The first lines of a results file: what, the command, when, on what."""
-    return (
-        f"# {what}\n\nWritten by `{command}` on {time.strftime('%Y-%m-%d')} (Python {platform.python_version()}, "
-        f"{platform.machine()}, {os.cpu_count()} CPUs shared with other work: wall times swing with the load; "
-        "CPU seconds, those of the solver's own threads, less so; `dtime` is CP-SAT's deterministic time).\n\n"
-    )
-
-
-def table(head: Sequence[str], rows: Sequence[Sequence[object]], right: int = 1) -> str:
-    """A Markdown table; columns from ``right`` on are right-aligned."""
-    lines = ["| " + " | ".join(head) + " |"]
-    lines.append("| " + " | ".join("---" if i < right else "---:" for i in range(len(head))) + " |")
-    lines += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    note = "; CPU seconds, those of the solver's own threads, less so; `dtime` is CP-SAT's deterministic time"
+    return results_header(command, what, time.strftime("%Y-%m-%d"), note)
 
 
 def fmt(x: float | None, digits: int = 2) -> str:

@@ -26,6 +26,7 @@ import itertools
 import math
 import sys
 import time
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -33,9 +34,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from agents.benchmarking import write_report
 from gpu_env import rules
 from gpu_env.episode import FIT_RULES, ActionLayout, ActionMode, Episode
-from gpu_env.files import write_text_atomic
 from gpu_env.objective import placement_value
 from gpu_env.scenario import Scenario, ScenarioError, scenario_from_dict
 
@@ -315,20 +316,35 @@ def tiny_tier(count: int, seed: int) -> list[str]:
     return lines
 
 
-def small_tier(count: int, seed: int) -> list[str]:
-    """8-GPU instances: every configuration against the optimum of the exact solver."""
+def proven_optima(instances: list[Scenario], label: Callable[[Scenario], str]) -> np.ndarray:
+    """Each instance's optimum, proved by the exact solver; ``SystemExit`` naming (``label``) one it cannot prove."""
     from agents.cpsat import Status, solve
 
-    rng = np.random.default_rng(seed)
-    instances = [small_scenario(rng, i) for i in range(count)]
-    started = time.perf_counter()
     optima = []
     for sc in instances:
         result = solve(sc, time_limit=60, workers=1)
         if result.status != Status.OPTIMAL:
-            raise SystemExit(f"{sc.name}: CP-SAT did not prove optimality ({result.status.value})")
+            raise SystemExit(f"{label(sc)}: CP-SAT did not prove optimality ({result.status.value})")
         optima.append(result.objective)
-    optima = np.array(optima)
+    return np.array(optima)
+
+
+def gaps(
+    instances: list[Scenario], optima: np.ndarray, mode: ActionMode, options: tuple[int, ...], trade: bool
+) -> np.ndarray:
+    """Each instance's gap, as a share of its optimum, from the optimum to the best plan the configuration expresses."""
+    bests = np.array(
+        [env_best(sc, mode, options, trade, opt - 1e-4) for sc, opt in zip(instances, optima, strict=True)]
+    )
+    return (optima - bests) / np.maximum(np.abs(optima), 1e-9)
+
+
+def small_tier(count: int, seed: int) -> list[str]:
+    """8-GPU instances: every configuration against the optimum of the exact solver."""
+    rng = np.random.default_rng(seed)
+    instances = [small_scenario(rng, i) for i in range(count)]
+    started = time.perf_counter()
+    optima = proven_optima(instances, lambda sc: sc.name)
     apps = np.array([len(sc.apps) for sc in instances])
     lines = [
         "## 8-GPU instances, against the exact solver",
@@ -344,10 +360,7 @@ def small_tier(count: int, seed: int) -> list[str]:
     for name, mode, options, trade in CONFIGS:
         if not trade:
             continue
-        bests = np.array(
-            [env_best(sc, mode, options, trade, opt - 1e-4) for sc, opt in zip(instances, optima, strict=True)]
-        )
-        gap = (optima - bests) / np.maximum(np.abs(optima), 1e-9)
+        gap = gaps(instances, optima, mode, options, trade)
         hit = gap <= 1e-4
         lines.append(
             f"| {name} | {100 * hit.mean():.1f} % | {100 * hit[apps <= 1].mean():.1f} % | "
@@ -360,20 +373,13 @@ def small_tier(count: int, seed: int) -> list[str]:
 
 def family_tier(per_family: int, seed: int) -> list[str]:
     """The project's generator families shrunk to 8 GPUs and 6 jobs, against the exact solver."""
-    from agents.cpsat import Status, solve
     from gpu_env.generators import FAMILIES, generate
 
     instances = [
         generate(family, seed + i, gpus=8, num_jobs=6) for family in sorted(FAMILIES) for i in range(per_family)
     ]
     started = time.perf_counter()
-    optima = []
-    for sc in instances:
-        result = solve(sc, time_limit=60, workers=1)
-        if result.status != Status.OPTIMAL:
-            raise SystemExit(f"{sc.name} seed {sc.seed}: CP-SAT did not prove optimality ({result.status.value})")
-        optima.append(result.objective)
-    optima = np.array(optima)
+    optima = proven_optima(instances, lambda sc: f"{sc.name} seed {sc.seed}")
     lines = [
         "## Generator families at 8 GPUs and 6 jobs, against the exact solver",
         "",
@@ -386,10 +392,7 @@ def family_tier(per_family: int, seed: int) -> list[str]:
     for name, mode, options, trade in CONFIGS:
         if not trade or (mode == ActionMode.FIT and options not in ((0, 1, 2), (0,))):
             continue
-        bests = np.array(
-            [env_best(sc, mode, options, trade, opt - 1e-4) for sc, opt in zip(instances, optima, strict=True)]
-        )
-        gap = (optima - bests) / np.maximum(np.abs(optima), 1e-9)
+        gap = gaps(instances, optima, mode, options, trade)
         hit = gap <= 1e-4
         lines.append(
             f"| {name} | {100 * hit.mean():.1f} % | {100 * gap.clip(min=0).mean():.2f} % | {100 * gap.max():.1f} % |"
@@ -429,13 +432,12 @@ def main(argv: list[str] | None = None) -> int:
         lines += small_tier(args.small, args.seed)
     if args.families:
         lines += family_tier(args.families, args.seed)
-    lines += [
-        "Reproduce: `.venv/bin/python benchmarks/env_expressiveness.py "
-        f"--instances {args.instances} --small {args.small} --families {args.families} --seed {args.seed}`.",
-        "",
-    ]
-    write_text_atomic(args.out, "\n".join(lines))
-    print(f"wrote {args.out}")
+    write_report(
+        args.out,
+        lines,
+        ".venv/bin/python benchmarks/env_expressiveness.py "
+        f"--instances {args.instances} --small {args.small} --families {args.families} --seed {args.seed}",
+    )
     return 0
 
 

@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gymnasium as gym
 
 import gpu_env  # noqa: F401  (registers GpuCluster-v0)
+from agents.benchmarking import write_report
 from gpu_env.batch import BatchEngine
 from gpu_env.batch.observe import observe
 from gpu_env.env import GpuClusterEnv
 from gpu_env.episode import ActionLayout, Episode
-from gpu_env.files import write_text_atomic
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.md"
@@ -283,14 +283,8 @@ def main(argv: list[str] | None = None) -> int:
             ratio = rates[level] / single
             met = "met" if ratio >= BATCH_TARGET else "missed"
             lines += ["", f"Target: {BATCH_TARGET:g}x the single env at B = 256, {what}: **{met}** ({ratio:.1f}x)."]
-    lines += [
-        "",
-        f"Reproduce: `taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}"
-        f"{' --no-plans' if args.no_plans else ''}`.",
-        "",
-    ]
-    write_text_atomic(args.out, "\n".join(lines))
-    print(f"wrote {args.out}")
+    command = f"taskset -c 0 .venv/bin/python benchmarks/env_speed.py --seconds {args.seconds:g}"
+    write_report(args.out, [*lines, ""], command + (" --no-plans" if args.no_plans else ""))
     return 0
 
 

@@ -18,8 +18,6 @@ Results go to ``benchmarks/results/lns*.md`` with the command line.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from collections.abc import Sequence
@@ -38,6 +36,7 @@ def _import_path(argv: Sequence[str]) -> Path:
 sys.path.insert(0, str(_import_path(sys.argv)))
 
 from agents import full  # noqa: E402
+from agents.benchmarking import results_header, table  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
@@ -52,19 +51,7 @@ SMALL_SEED = 3001  # fresh draws at the seed's sizes
 
 def header(command: str, what: str) -> str:
     """The first lines of a results file: what, the command, when, on what."""
-    return (
-        f"# {what}\n\nWritten by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} "
-        f"(Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs shared with other work: "
-        "wall times swing with the load).\n\n"
-    )
-
-
-def table(head: Sequence[str], rows: Sequence[Sequence[object]], right: int = 1) -> str:
-    """A Markdown table; columns from ``right`` on are right-aligned."""
-    lines = ["| " + " | ".join(head) + " |"]
-    lines.append("| " + " | ".join("---" if i < right else "---:" for i in range(len(head))) + " |")
-    lines += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    return results_header(command, what, time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
 
 
 def progress(*parts: object) -> None:

@@ -565,6 +565,76 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _seven_only(
+    policy: Path, fan: Fanout, seven_time: float, dtime: float | None, out: Path | None, started: float
+) -> int:
+    """``--seven-only``: the seven scenarios' table, printed (and written to ``out``); the exit status."""
+    rows = measure_all([(load_scenario(p), p.stem, seven_time) for p in seven_scenarios()], policy, fan, "seven", dtime)
+    text = "\n".join(seven_table(rows)) + "\n"
+    if out is not None:
+        write_text_atomic(out, text)
+    print(text, end="")
+    print(f"{time.perf_counter() - started:.0f} s, tasks on {fan.backend.describe()}", file=sys.stderr)
+    return fan.exit_status()
+
+
+def _header(argv: list[str], args: argparse.Namespace, fan: Fanout, policy: Path) -> list[str]:
+    """The report's title, command, date, machine, policy, fan-out and the arms' names."""
+    quick = args.quick
+    header = machine()
+    loaded = ppo.load_policy(policy)
+    rel = policy.relative_to(ROOT) if policy.is_relative_to(ROOT) else policy
+    exe = Path(sys.executable)
+    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
+    command = shlex.join([f"PYTHONPATH={ROOT}", exe_text, "benchmarks/ppo_benchmarks.py", *argv])
+    network = loaded.card.get("network", {})
+    return [
+        "# Learned fast mode (ppo) against its targets" + (" (quick run)" if quick else ""),
+        "",
+        f"- Command: `{command}`",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- Machine: {header} (at the start)",
+        f"- Policy: `{rel}` ({loaded.path.name}), SHA-256 `{loaded.sha256}`, "
+        f"{network.get('parameters', 'n/a')} parameters, temperature {loaded.temperature:g}",
+        f"- Tasks of (a) and (c): `agents.fanout`, one per instance, on {fan.backend.describe()}"
+        + (f", task timeout {args.task_timeout:g} s" if args.task_timeout else "")
+        + "; (b) serially in this process, pinned to one core.",
+        "",
+        f"'shipped': `ppo` as shipped, {DEFAULT_SAMPLES} candidates and the {DEFAULT_GUARD.value} guard (its plan "
+        f"when worth more). '{DEFAULT_SAMPLES} unguarded': the same candidates' best (`guard=\"none\"`). 'one': "
+        'the policy alone, one candidate (`samples=1, guard="none"`: the argmax order and the promotion pass). '
+        "'one, no promotion': the argmax order as it decodes (`ppo.candidates(sc, policy, 1, promote_rounds=0)`).",
+    ]
+
+
+def _quality_section(
+    rows: list[Row], instances: int, best_time: float, dtime: float | None, quality_lines: list[str]
+) -> list[str]:
+    """Section (a): the quality table, quality beside time, and its target lines."""
+    return [
+        "",
+        "## (a) Quality at the seed's sizes",
+        "",
+        f"Objective / best known (and / greedy), mean per family over {instances} fresh instances each at the "
+        f"family's own size (seeds {FRESH_SEED}..{FRESH_SEED + instances - 1}; none of their (family, seed, GPUs) "
+        f"is among training's draws, replayed from `{TRAIN_CONFIG.relative_to(ROOT)}`, nor in the optima cache). "
+        f"Best known: the best of every planner here and of full mode with {best_time:g} s"
+        + (f" or {dtime:g} deterministic units" if dtime else "")
+        + "; 'proven': CP-SAT proved it optimal, elsewhere the ratios are upper bounds. The last four columns "
+        "count instances.",
+        "",
+        *quality_table(rows),
+        "",
+        "Quality and plan time side by side over all of them (ms: the one run of each planner in the instance's "
+        "task, through `run_scheduler`, after the policy's warm-up; beside other tasks under `--parallel`; "
+        "section (b) times them interleaved):",
+        "",
+        *arms_table(rows),
+        "",
+        *quality_lines,
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
@@ -586,15 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     dtime = args.deterministic_time
     started = time.perf_counter()
     if args.seven_only:
-        rows = measure_all(
-            [(load_scenario(p), p.stem, seven_time) for p in seven_scenarios()], policy, fan, "seven", dtime
-        )
-        text = "\n".join(seven_table(rows)) + "\n"
-        if args.out is not None:
-            write_text_atomic(args.out, text)
-        print(text, end="")
-        print(f"{time.perf_counter() - started:.0f} s, tasks on {fan.backend.describe()}", file=sys.stderr)
-        return fan.exit_status()
+        return _seven_only(policy, fan, seven_time, dtime, args.out, started)
 
     fresh_rows = [fresh(f, FRESH_SEED + i) for f in FAMILIES for i in range(instances)]
     timed = time_instances(args.time_sizes, per_size)
@@ -603,30 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     if quick and args.scale_sizes is None and "scale" not in skip:
         scaled.append(fresh("scale-64x30", SCALE_SEED, 1024))
     check_fresh(fresh_rows + timed + scaled)
-    header = machine()
-    loaded = ppo.load_policy(policy)
-    rel = policy.relative_to(ROOT) if policy.is_relative_to(ROOT) else policy
-    exe = Path(sys.executable)
-    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
-    command = shlex.join([f"PYTHONPATH={ROOT}", exe_text, "benchmarks/ppo_benchmarks.py", *argv])
-    network = loaded.card.get("network", {})
-    out = [
-        "# Learned fast mode (ppo) against its targets" + (" (quick run)" if quick else ""),
-        "",
-        f"- Command: `{command}`",
-        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}",
-        f"- Machine: {header} (at the start)",
-        f"- Policy: `{rel}` ({loaded.path.name}), SHA-256 `{loaded.sha256}`, "
-        f"{network.get('parameters', 'n/a')} parameters, temperature {loaded.temperature:g}",
-        f"- Tasks of (a) and (c): `agents.fanout`, one per instance, on {fan.backend.describe()}"
-        + (f", task timeout {args.task_timeout:g} s" if args.task_timeout else "")
-        + "; (b) serially in this process, pinned to one core.",
-        "",
-        f"'shipped': `ppo` as shipped, {DEFAULT_SAMPLES} candidates and the {DEFAULT_GUARD.value} guard (its plan "
-        f"when worth more). '{DEFAULT_SAMPLES} unguarded': the same candidates' best (`guard=\"none\"`). 'one': "
-        'the policy alone, one candidate (`samples=1, guard="none"`: the argmax order and the promotion pass). '
-        "'one, no promotion': the argmax order as it decodes (`ppo.candidates(sc, policy, 1, promote_rounds=0)`).",
-    ]
+    out = _header(argv, args, fan, policy)
     rows: list[Row] = []
     seven: list[Row] = []
     scale: list[dict[str, Any]] = []
@@ -635,28 +674,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = measure_all([(sc, sc.family, args.best_time_limit) for sc in fresh_rows], policy, fan, "quality", dtime)
         quality_lines = quality_targets(rows)
         targets += quality_lines
-        out += [
-            "",
-            "## (a) Quality at the seed's sizes",
-            "",
-            f"Objective / best known (and / greedy), mean per family over {instances} fresh instances each at the "
-            f"family's own size (seeds {FRESH_SEED}..{FRESH_SEED + instances - 1}; none of their (family, seed, GPUs) "
-            f"is among training's draws, replayed from `{TRAIN_CONFIG.relative_to(ROOT)}`, nor in the optima cache). "
-            f"Best known: the best of every planner here and of full mode with {args.best_time_limit:g} s"
-            + (f" or {dtime:g} deterministic units" if dtime else "")
-            + "; 'proven': CP-SAT proved it optimal, elsewhere the ratios are upper bounds. The last four columns "
-            "count instances.",
-            "",
-            *quality_table(rows),
-            "",
-            "Quality and plan time side by side over all of them (ms: the one run of each planner in the instance's "
-            "task, through `run_scheduler`, after the policy's warm-up; beside other tasks under `--parallel`; "
-            "section (b) times them interleaved):",
-            "",
-            *arms_table(rows),
-            "",
-            *quality_lines,
-        ]
+        out += _quality_section(rows, instances, args.best_time_limit, dtime, quality_lines)
     if "seven" not in skip:
         seven = measure_all(
             [(load_scenario(p), p.stem, seven_time) for p in seven_scenarios()], policy, fan, "seven", dtime

@@ -50,7 +50,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -494,35 +494,77 @@ def _progress(started: float) -> Callable[[str], None]:
     return say
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+@dataclass
+class Study:
+    """One run's settings (the command line's, with the quick run's defaults) and what it measured."""
+
+    argv: list[str]
+    quick: bool
+    seeds: list[int]
+    large_seeds: list[int]
+    per_family: int
+    large_sizes: list[int]
+    best_time: float
+    large_time: float
+    temperatures: list[float]
+    tuning_seeds: list[int]
+    rounds: int
+    dtime: float | None
+    policy: Path
+    evaluation: list[Instance]
+    tuning: list[Instance]
+    classes: list[str]
+    fixed: dict[str, int]
+    say: Callable[[str], None]
+    started: float
+    temperature: float = 0.0
+    tuning_rows: list[dict[str, Any]] = field(default_factory=list)
+    calibrations: list[Calibration] = field(default_factory=list)
+    restarts_time: dict[str, int] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    arms_of: dict[str, list[Arm]] = field(default_factory=dict)
+    info: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _study(argv: list[str], args: argparse.Namespace) -> Study:
+    """The run's settings and its instances (evaluation and tuning, checked fresh and apart)."""
     quick = args.quick
     seeds = list(range(args.seeds or (3 if quick else 20)))
-    large_seeds = list(range(args.large_seeds)) if args.large_seeds else seeds
     families = args.families or list(QUICK_FAMILIES if quick else FAMILIES)
     large_families = args.families or list(QUICK_LARGE_FAMILIES if quick else FAMILIES)
     per_family = args.per_family if args.per_family is not None else (1 if quick else 3)
     large_sizes = args.large_sizes or ([128] if quick else [128, 1024])
-    best_time = args.best_time_limit if args.best_time_limit is not None else (2.0 if quick else 10.0)
-    large_time = args.large_time_limit if args.large_time_limit is not None else (2.0 if quick else 30.0)
-    temperatures = args.temperatures or ([0.1, 0.4] if quick else list(TEMPERATURES))
-    tuning_seeds = list(range(args.tuning_seeds or (2 if quick else 5)))
-    rounds = args.calibration_rounds or (2 if quick else ROUNDS)
-    dtime = args.deterministic_time
-    policy = args.policy.resolve()
     started = time.perf_counter()
-    say = _progress(started)
-
     evaluation = instances(families, per_family, large_families, large_sizes, EVAL_SEED)
     tuning = instances(families, 1 if quick else 2, large_families, large_sizes, TUNING_SEED)
     clash = {i.scenario.name for i in evaluation} & {i.scenario.name for i in tuning}
     assert not clash, clash  # distinct seeds by construction
     check_fresh([i.scenario for i in evaluation + tuning])
-    classes = list(dict.fromkeys(i.size_class for i in evaluation))
-    header = machine()
-    loaded = ppo.load_policy(policy)
-    ppo.warm_up(policy)
+    return Study(
+        argv=argv,
+        quick=quick,
+        seeds=seeds,
+        large_seeds=list(range(args.large_seeds)) if args.large_seeds else seeds,
+        per_family=per_family,
+        large_sizes=large_sizes,
+        best_time=args.best_time_limit if args.best_time_limit is not None else (2.0 if quick else 10.0),
+        large_time=args.large_time_limit if args.large_time_limit is not None else (2.0 if quick else 30.0),
+        temperatures=args.temperatures or ([0.1, 0.4] if quick else list(TEMPERATURES)),
+        tuning_seeds=list(range(args.tuning_seeds or (2 if quick else 5))),
+        rounds=args.calibration_rounds or (2 if quick else ROUNDS),
+        dtime=args.deterministic_time,
+        policy=args.policy.resolve(),
+        evaluation=evaluation,
+        tuning=tuning,
+        classes=list(dict.fromkeys(i.size_class for i in evaluation)),
+        fixed=args.restarts_at_time or {},
+        say=_progress(started),
+        started=started,
+    )
+
+
+def _warm_stepwise() -> tuple[Any, str]:
+    """``ppo-stepwise``'s plan function (None where it is not registered or fails to plan) and the report's note."""
     stepwise, stepwise_note = stepwise_scheduler()
     if stepwise is not None:
         try:
@@ -531,60 +573,68 @@ def main(argv: list[str] | None = None) -> int:
             stepwise(generate("mixed-control", seed=0), PlanOptions())  # its warm-up, and whether it plans here
         except Exception as exc:  # another engineer's planner: a failure leaves its arms out, named in the report
             stepwise, stepwise_note = None, f"`{STEPWISE}` is registered but failed to plan ({exc!r}): left out"
-    say(stepwise_note.replace("`", ""))
+    return stepwise, stepwise_note
 
+
+def _timed(st: Study, temperature: float | None, stepwise: Any) -> None:
+    """Pinned to one core: the restart temperature (``temperature``, or tuned), the equal-time restarts per size
+    class (``--restarts-at-time``, or calibrated), then every arm's runs on the evaluation instances."""
+    say = st.say
     with one_core():
         # the restart temperature, on the tuning instances
-        tuning_rows: list[dict[str, Any]] = []
-        if args.temperature is not None:
-            temperature = args.temperature
-        else:
-            tuning_rows = tune(tuning, temperatures, tuning_seeds, say)
-            temperature = chosen_temperature(tuning_rows, temperatures)
+        if temperature is None:
+            st.tuning_rows = tune(st.tuning, st.temperatures, st.tuning_seeds, say)
+            temperature = chosen_temperature(st.tuning_rows, st.temperatures)
+        st.temperature = temperature
         say(f"restart temperature {temperature:g}")
         # the equal-time restarts per size class, on the same tuning instances
-        fixed = args.restarts_at_time or {}
-        calibrations: list[Calibration] = []
-        restarts_time: dict[str, int] = {}
-        for c in classes:
-            if c in fixed or "*" in fixed:
-                restarts_time[c] = fixed.get(c, fixed.get("*", 0))
+        for c in st.classes:
+            if c in st.fixed or "*" in st.fixed:
+                st.restarts_time[c] = st.fixed.get(c, st.fixed.get("*", 0))
                 continue
-            group = [i.scenario for i in tuning if i.size_class == c]
-            cal = calibrate_restarts(group, policy, class_label(c), rounds, RESTART_GRID, temperature)
-            calibrations.append(cal)
-            restarts_time[c] = cal.chosen
+            group = [i.scenario for i in st.tuning if i.size_class == c]
+            cal = calibrate_restarts(group, st.policy, class_label(c), st.rounds, RESTART_GRID, temperature)
+            st.calibrations.append(cal)
+            st.restarts_time[c] = cal.chosen
             say(f"equal-time restarts at {class_label(c)}: {cal.chosen}")
         # the evaluation
-        runs: list[dict[str, Any]] = []
-        arms_of: dict[str, list[Arm]] = {}
-        for n, inst in enumerate(evaluation, 1):
+        for n, inst in enumerate(st.evaluation, 1):
             sc, c = inst.scenario, inst.size_class
-            arms = arms_of.setdefault(c, make_arms(policy, restarts_time[c], temperature, stepwise))
-            for run in timed_runs(sc, arms, seeds if c == SEED_CLASS else large_seeds):
-                runs.append({"instance": sc.name, "family": sc.family, "size_class": c, **run})
-            say(f"evaluation {n}/{len(evaluation)}: {sc.name}")
+            arms = st.arms_of.setdefault(c, make_arms(st.policy, st.restarts_time[c], temperature, stepwise))
+            for run in timed_runs(sc, arms, st.seeds if c == SEED_CLASS else st.large_seeds):
+                st.runs.append({"instance": sc.name, "family": sc.family, "size_class": c, **run})
+            say(f"evaluation {n}/{len(st.evaluation)}: {sc.name}")
 
-    # best known, after the timing (full mode's CP-SAT and its threads beside nothing timed)
-    info: list[dict[str, Any]] = []
-    for n, inst in enumerate(evaluation, 1):
+
+def _best_known(st: Study) -> None:
+    """Each evaluation instance's best known, after the timing (full mode's CP-SAT beside nothing timed)."""
+    for n, inst in enumerate(st.evaluation, 1):
         sc, c = inst.scenario, inst.size_class
-        limit = best_time if c == SEED_CLASS else large_time
-        values = [r["objective"] for r in runs if r["instance"] == sc.name]
+        limit = st.best_time if c == SEED_CLASS else st.large_time
+        values = [r["objective"] for r in st.runs if r["instance"] == sc.name]
         t0 = time.perf_counter()
-        best, objective, status, proven = best_known(sc, policy, values, limit, dtime)
-        info.append(
+        best, objective, status, proven = best_known(sc, st.policy, values, limit, st.dtime)
+        st.info.append(
             {"name": sc.name, "family": sc.family, "size_class": c, "gpus": sc.gpus, "jobs": len(sc.jobs),
              "best": best, "full": objective, "status": status, "proven": proven, "arms_best": max(values),
              "full_s": time.perf_counter() - t0}
         )  # fmt: skip
-        say(f"best known {n}/{len(evaluation)}: {sc.name} {status}{' (proven)' if proven else ''}")
-    best = {i["name"]: i["best"] for i in info}
+        st.say(f"best known {n}/{len(st.evaluation)}: {sc.name} {status}{' (proven)' if proven else ''}")
 
+
+def _report(st: Study, loaded: Any, header: str, stepwise: Any, stepwise_note: str) -> tuple[str, str, Any]:
+    """The report's text, its command line, and the counts of runs where more candidates planned worse."""
+    evaluation, classes, runs, info, quick = st.evaluation, st.classes, st.runs, st.info, st.quick
+    seeds, large_seeds, per_family, large_sizes = st.seeds, st.large_seeds, st.per_family, st.large_sizes
+    best_time, large_time, dtime, rounds = st.best_time, st.large_time, st.dtime, st.rounds
+    temperature, temperatures, tuning_rows = st.temperature, st.temperatures, st.tuning_rows
+    calibrations, restarts_time, fixed, arms_of = st.calibrations, st.restarts_time, st.fixed, st.arms_of
+    tuning, tuning_seeds = st.tuning, st.tuning_seeds
+    best = {i["name"]: i["best"] for i in info}
     exe = Path(sys.executable)
     exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
-    command = shlex.join([f"PYTHONPATH={ROOT}", exe_text, "benchmarks/ppo_equal_time.py", *argv])
-    rel = policy.relative_to(ROOT) if policy.is_relative_to(ROOT) else policy
+    command = shlex.join([f"PYTHONPATH={ROOT}", exe_text, "benchmarks/ppo_equal_time.py", *st.argv])
+    rel = st.policy.relative_to(ROOT) if st.policy.is_relative_to(ROOT) else st.policy
     count_lines, totals = count_table(runs, classes)
     n_seed = sum(i.size_class == SEED_CLASS for i in evaluation)
     n_large = len(evaluation) - n_seed
@@ -681,20 +731,36 @@ def main(argv: list[str] | None = None) -> int:
             "",
             *calibration_table(calibrations),
         ]
-    out += ["", f"Total benchmark time {time.perf_counter() - started:.0f} s; at the end: {machine()}.", ""]
-    text = "\n".join(out)
-    write_text_atomic(args.out or (QUICK_RESULTS if quick else RESULTS), text)
+    out += ["", f"Total benchmark time {time.perf_counter() - st.started:.0f} s; at the end: {machine()}.", ""]
+    return "\n".join(out), command, totals
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    st = _study(argv, args)
+    header = machine()
+    loaded = ppo.load_policy(st.policy)
+    ppo.warm_up(st.policy)
+    stepwise, stepwise_note = _warm_stepwise()
+    st.say(stepwise_note.replace("`", ""))
+    _timed(st, args.temperature, stepwise)
+    _best_known(st)
+    text, command, totals = _report(st, loaded, header, stepwise, stepwise_note)
+    write_text_atomic(args.out or (QUICK_RESULTS if st.quick else RESULTS), text)
     if args.json is not None:
         document = {
             "command": command,
             "policy_sha256": loaded.sha256,
-            "temperature": temperature,
-            "restarts_time": restarts_time,
-            "arms": {c: [{"key": a.key, "label": a.label, "orders": a.orders} for a in arms_of[c]] for c in classes},
-            "instances": info,
-            "runs": runs,
-            "tuning": tuning_rows,
-            "calibration": [asdict(cal) for cal in calibrations],
+            "temperature": st.temperature,
+            "restarts_time": st.restarts_time,
+            "arms": {
+                c: [{"key": a.key, "label": a.label, "orders": a.orders} for a in st.arms_of[c]] for c in st.classes
+            },
+            "instances": st.info,
+            "runs": st.runs,
+            "tuning": st.tuning_rows,
+            "calibration": [asdict(cal) for cal in st.calibrations],
             "more_candidates_worse": totals,
         }
         write_text_atomic(args.json, _dumps(document))

@@ -252,11 +252,7 @@ class Occupancy:
             the slack covers k GPUs in every slot of the span inside the horizon (rule 7).
         """
         table = self._job_table()
-        index = np.asarray(job_indices, dtype=np.intp).reshape(-1)
-        if np.ndim(starts) == 0:
-            start = np.full(index.size, int(starts), dtype=np.int64)
-        else:
-            start = np.asarray(starts, dtype=np.int64).reshape(-1)
+        index, start = _jobs_and_starts(job_indices, starts)
         k = table.k[index][:, None]
         d = table.d[index]
         if runs is None:
@@ -304,11 +300,7 @@ class Occupancy:
             Bool array of shape (n, G), a new array.
         """
         table = self._job_table()
-        index = np.asarray(job_indices, dtype=np.intp).reshape(-1)
-        if np.ndim(starts) == 0:
-            start = np.full(index.size, int(starts), dtype=np.int64)
-        else:
-            start = np.asarray(starts, dtype=np.int64).reshape(-1)
+        index, start = _jobs_and_starts(job_indices, starts)
         spot = self.placed[placed_job]
         first, k_new, d_new = spot.first_gpu, table.k[placed_job], table.d[placed_job]
         k = table.k[index][:, None]
@@ -386,6 +378,16 @@ class Occupancy:
             table = _JobTable.build(self.scenario)
             self._table = table
         return table
+
+
+def _jobs_and_starts(
+    job_indices: np.ndarray | list[int], starts: np.ndarray | list[int] | int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The job indices, shape (n,), and their start slots, shape (n,): one int start is every job's."""
+    index = np.asarray(job_indices, dtype=np.intp).reshape(-1)
+    if np.ndim(starts) == 0:
+        return index, np.full(index.size, int(starts), dtype=np.int64)
+    return index, np.asarray(starts, dtype=np.int64).reshape(-1)
 
 
 def block_shifts(k: int) -> tuple[int, ...]:

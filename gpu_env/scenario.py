@@ -45,8 +45,10 @@ class JobType(StrEnum):
     QUANTIZATION = "quantization"
 
 
-class ScenarioError(ValueError):
-    """A scenario (or plan) file that breaks the format.
+class FieldError(Exception):
+    """A file that breaks its format, naming the file and the field: ``source: field: reason``.
+
+    The base of :class:`ScenarioError` and of the Slurm driver's configuration error.
 
     Attributes:
         source: The file (or ``"<dict>"`` for in-memory data).
@@ -59,6 +61,10 @@ class ScenarioError(ValueError):
         self.field = field
         self.reason = reason
         super().__init__(f"{source}: {field}: {reason}")
+
+
+class ScenarioError(FieldError, ValueError):
+    """A scenario (or plan) file that breaks the format (:class:`FieldError`'s attributes)."""
 
 
 @dataclass(frozen=True)

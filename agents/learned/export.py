@@ -118,30 +118,54 @@ def export_policy(
         check = max_score_difference(model, tmp)
         if not check < 1e-3:
             raise RuntimeError(f"{path}: ONNX and torch scores differ by {check:g}")
+    network = {"class": "agents.learned.scorer.QueueScorer", "hidden": model.hidden, "attention": model.attention}
+    extra = {"seed": seed, "config": config, "history": history, "selection": selection, "evaluation": evaluation}
+    export_check = {"max_score_difference": check}
+    return write_card(path, model, CARD_FORMAT, observation_spec(), temperature, network, extra, export_check, OPSET)
+
+
+def write_card(
+    path: Path,
+    model: torch.nn.Module,
+    card_format: str,
+    spec: dict[str, Any],
+    temperature: float,
+    network: dict[str, Any],
+    extra: dict[str, Any],
+    export_check: dict[str, float],
+    opset: int,
+) -> dict[str, Any]:
+    """Write the card of the policy exported to ``path`` beside it (``path`` with ``.json``) and return it.
+
+    The card's keys, in order: ``format``, ``file``, ``observation_spec``, ``temperature``, ``network``
+    (``parameters`` counted on ``model`` last), those of ``extra``, ``export_check``, ``versions``.
+
+    Args:
+        path: The exported ONNX file.
+        model: The network exported.
+        card_format: The card's format (the planner's ``CARD_FORMAT``).
+        spec: What the planner checks the policy was trained on (its ``observation_spec()``).
+        temperature: Gumbel temperature the planner draws orders with.
+        network: The network's class and sizes.
+        extra: What the training run records (seed, config, history, ...).
+        export_check: The round trip's largest difference between ONNX and torch, by name.
+        opset: The ONNX opset of the export.
+    """
     import onnxruntime
 
     card = {
-        "format": CARD_FORMAT,
+        "format": card_format,
         "file": path.name,
-        "observation_spec": observation_spec(),
+        "observation_spec": spec,
         "temperature": temperature,
-        "network": {
-            "class": "agents.learned.scorer.QueueScorer",
-            "hidden": model.hidden,
-            "attention": model.attention,
-            "parameters": int(sum(p.numel() for p in model.parameters())),
-        },
-        "seed": seed,
-        "config": config,
-        "history": history,
-        "selection": selection,
-        "evaluation": evaluation,
-        "export_check": {"max_score_difference": check},
+        "network": {**network, "parameters": int(sum(p.numel() for p in model.parameters()))},
+        **extra,
+        "export_check": export_check,
         "versions": {
             "python": platform.python_version(),
             "torch": torch.__version__.split("+")[0],
             "onnxruntime": onnxruntime.__version__,
-            "opset": OPSET,
+            "opset": opset,
         },
     }
     write_text_atomic(path.with_suffix(".json"), json.dumps(card, indent=2) + "\n")

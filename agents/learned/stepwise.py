@@ -21,8 +21,6 @@ exported by :func:`export_stepwise` (ONNX with a card).
 
 from __future__ import annotations
 
-import json
-import platform
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -34,10 +32,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents.learned.export import write_card
 from agents.learned.training import Item, clipped_surrogate, prepare
 from agents.stepwise import CARD_FORMAT, INPUTS, OUTPUTS, observation_spec, priority_base
 from gpu_env import stepwise
-from gpu_env.files import atomic_path, write_text_atomic
+from gpu_env.files import atomic_path
 from gpu_env.listsched import MODE_AFTER, MODE_INLINE, decode
 from gpu_env.queue_features import CLUSTER_FEATURES, JOB_FEATURES
 from gpu_env.scenario import Scenario
@@ -392,25 +391,8 @@ def export_stepwise(model: StepScorer, path: Path, temperature: float, card_extr
         check = max(float(np.abs(g - w).max()) for g, w in zip(got, want, strict=True))
         if not check < 1e-4:
             raise RuntimeError(f"{path}: ONNX and torch outputs differ by {check:g}")
-    card = {
-        "format": CARD_FORMAT,
-        "file": path.name,
-        "observation_spec": observation_spec(),
-        "temperature": temperature,
-        "network": {
-            "class": "agents.learned.stepwise.StepScorer",
-            "hidden": model.hidden,
-            "width": model.width,
-            "parameters": int(sum(p.numel() for p in model.parameters())),
-        },
-        **card_extra,
-        "export_check": {"max_output_difference": check},
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__.split("+")[0],
-            "onnxruntime": onnxruntime.__version__,
-            "opset": OPSET,
-        },
-    }
-    write_text_atomic(path.with_suffix(".json"), json.dumps(card, indent=2) + "\n")
-    return card
+    network = {"class": "agents.learned.stepwise.StepScorer", "hidden": model.hidden, "width": model.width}
+    export_check = {"max_output_difference": check}
+    return write_card(
+        path, model, CARD_FORMAT, observation_spec(), temperature, network, card_extra, export_check, OPSET
+    )

@@ -161,6 +161,14 @@ def _device(model: torch.nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
+    """One gradient step on ``loss``, the gradient's norm clipped to 1."""
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+
+
 def pad_orders(orders: Sequence[np.ndarray], device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
     L = max(max((o.size for o in orders), default=0), 1)
     out = np.zeros((len(orders), L), dtype=np.int64)
@@ -258,10 +266,7 @@ def self_label_round(
             )
             pg = -((logp + logp_mode) * adv).mean()
             loss = loss + pg_coef * pg
-        optimizer.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        _step(model, optimizer, loss)
         stats.loss += float(loss.detach()) * len(chunk)
     stats.loss /= max(len(items), 1)
     stats.mean_gain = float(np.mean(ratios)) if ratios else 0.0
@@ -477,10 +482,7 @@ def ppo_round(
             surrogate = clipped_surrogate(log_ratio, adv, rl.clip)
             entropy = _entropy(scores, mode_logit, mask, temperature).mean()
             loss = loss - pg_coef * surrogate - rl.entropy_coef * entropy
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            _step(model, optimizer, loss)
             with torch.no_grad():
                 clipped += int(((ratio - 1.0).abs() > rl.clip).sum())
                 seen += ratio.numel()
@@ -528,10 +530,7 @@ def fit_imitation(
         for lo in range(0, len(items), batch):
             chunk = [items[i] for i in perm[lo : lo + batch]]
             loss = imitation_loss(model, chunk)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+            _step(model, optimizer, loss)
             total += float(loss.detach()) * len(chunk)
         losses.append(total / max(len(items), 1))
     return losses

@@ -29,7 +29,7 @@ every rule and every scheduler applies unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -98,6 +98,36 @@ class ClusterState:
     error_level: tuple[float, ...] = ()
     day_forecast: tuple[tuple[int, ...], ...] = ()
     observed: tuple[tuple[int, ...], ...] = ()
+
+    @classmethod
+    def at(
+        cls,
+        scenario: Scenario,
+        now: int,
+        *,
+        horizon: int,
+        running: Sequence[RunningJob],
+        queue: Sequence[Job],
+        apps: tuple[App, ...],
+        name: str,
+    ) -> ClusterState:
+        """A state of ``scenario``'s cluster at slot ``now`` of its day.
+
+        Its G, node size, decay and slot length are the scenario's, and every job's worth is scaled by
+        ``decay**now`` (``value_scale``), so that the planner's objective is the day's over the slots left.
+        """
+        return cls(
+            gpus=scenario.gpus,
+            horizon=horizon,
+            running=tuple(running),
+            queue=tuple(queue),
+            apps=apps,
+            node_size=scenario.node_size,
+            decay=scenario.decay,
+            slot_minutes=scenario.slot_minutes,
+            value_scale=scenario.decay**now,
+            name=name,
+        )
 
     def to_scenario(self) -> tuple[Scenario, tuple[str, ...]]:
         """The state as a scenario whose slot 0 is now, checked like any scenario file.

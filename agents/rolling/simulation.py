@@ -501,16 +501,13 @@ def state_at(
         )
         for i, app in enumerate(scenario.apps)
     )
-    return ClusterState(
-        gpus=scenario.gpus,
+    return ClusterState.at(
+        scenario,
+        now,
         horizon=scenario.slots - now,
-        running=tuple(running),
-        queue=tuple(queue),
+        running=running,
+        queue=queue,
         apps=apps,
-        node_size=scenario.node_size,
-        decay=scenario.decay,
-        slot_minutes=scenario.slot_minutes,
-        value_scale=scenario.decay**now,
         name=f"{scenario.name}@{now}",
     )
 

@@ -746,12 +746,7 @@ def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -
             problems.append(f"delete {old}: {gone}")
     if problems and g < held:
         made.result.above_plan[node] = f"{change.app} holds more than the plan's {g}: " + "; ".join(problems)
-    for name in change.renew:
-        if name in keep:
-            why = made.renew(snapshot, name)
-            if why is not None:
-                problems.append(f"renew {name}: {why}")
-    return "; ".join(problems) or None
+    return _renew_kept(snapshot, change, made, keep, problems)
 
 
 def share(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -> str | None:
@@ -841,6 +836,13 @@ def share(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -> 
     over = [f"{a} holds {held.get(a, 0)}, the plan {g}" for a, g in want.items() if held.get(a, 0) > g]
     if problems and over:
         made.result.above_plan[node] = "; ".join(over) + ": " + "; ".join(problems)
+    return _renew_kept(snapshot, change, made, keep, problems)
+
+
+def _renew_kept(
+    snapshot: Snapshot, change: Change, made: _Maker, keep: Sequence[str], problems: list[str]
+) -> str | None:
+    """Renew the change's reservations that are kept; the node's problems, these included, in one line (None: none)."""
     for name in change.renew:
         if name in keep:
             why = made.renew(snapshot, name)

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
+from gpu_env.scenario import FieldError
+
 
 class SlurmError(Exception):
     """Base of every error of the Slurm driver."""
 
 
-class ConfigError(SlurmError):
-    """A configuration file that breaks the format, naming the file and the field.
+class ConfigError(FieldError, SlurmError):
+    """A configuration file that breaks the format, naming the file and the field (e.g. ``realtime[0].demand``).
 
-    Attributes:
-        source: The file.
-        field: The field as a path, e.g. ``realtime[0].demand``.
-        reason: What was expected.
+    Its attributes are :class:`~gpu_env.scenario.FieldError`'s: ``source``, ``field`` and ``reason``.
     """
-
-    def __init__(self, source: str, field: str, reason: str) -> None:
-        self.source = source
-        self.field = field
-        self.reason = reason
-        super().__init__(f"{source}: {field}: {reason}")
 
 
 class UnreadableError(SlurmError):

@@ -137,17 +137,8 @@ def state_of(
         else:
             queue.append(job)
     apps = tuple(App(app.name, app.demand, app.ramp, app.initial, app.penalty) for app in scenario.apps)
-    state = ClusterState(
-        gpus=scenario.gpus,
-        horizon=scenario.slots,
-        running=tuple(running),
-        queue=tuple(queue),
-        apps=apps,
-        node_size=scenario.node_size,
-        decay=scenario.decay,
-        slot_minutes=scenario.slot_minutes,
-        value_scale=scenario.decay**s,
-        name=f"slurm@{s}",
+    state = ClusterState.at(
+        scenario, s, horizon=scenario.slots, running=running, queue=queue, apps=apps, name=f"slurm@{s}"
     )
     state = with_forecast(state, day, seen, s, forecaster) if n_apps else state
     return state, s, elapsed
