@@ -19,6 +19,18 @@ from agents.slurm.jsonread import SlurmJob, SlurmNode, SlurmReservation
 NOW = float(int(time.time()))  # the tests' "now": cycles read the wall clock, so the fake's times are near it
 
 
+def driver_config(*, default_type: str, chat: int, ramp: int = 2, **slurm: object) -> dict:
+    """A driver configuration as a dict: partition ``gpu`` owned (4 cores a GPU, and ``slurm``'s other keys), 24 slots
+    of an hour, jobs of ``default_type`` unless told, and an app "chat" needing ``chat`` GPUs in every slot."""
+    return {
+        "slurm": {"partitions": ["gpu"], "cpus_per_gpu": 4, **slurm},
+        "owned": {"partitions": ["gpu"]},
+        "horizon": {"slots": 24, "slot_minutes": 60},
+        "workloads": {"default_type": default_type},
+        "realtime": [{"name": "chat", "demand": [chat] * 24, "ramp": ramp, "penalty": 8}],
+    }
+
+
 def running(jid: str, node: str, first: int, gpus: int, *, ends: float = NOW + 3600, **fields) -> SlurmJob:
     """A job running on GPUs ``first .. first+gpus-1`` of ``node`` until ``ends``."""
     base = dict(

@@ -22,7 +22,7 @@ from gpu_env.occupancy import Occupancy
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import Scenario
 from gpu_env.validation import validate
-from tests.conftest import make_scenario
+from tests.conftest import make_app, make_job, make_scenario
 from tests.test_greedy import odd_scenarios
 
 
@@ -34,12 +34,13 @@ def _wide_head(*queued: dict) -> Scenario:
     """4 GPUs in one node, 8 slots. A running job holds GPUs 0-1 in slots 0-2; a 4-GPU job must wait for slot 3."""
     return make_scenario(
         horizon={"slots": 8},
-        jobs=[
-            {"id": "run", "type": "training", "gpus": 2, "duration": 3, "running_on": [0, 1]},
-            {"id": "wide", "type": "training", "gpus": 4, "duration": 2, "priority": 5},
-            *queued,
-        ],
+        jobs=[make_job("run", 2, 3, running_on=[0, 1]), make_job("wide", 4, 2, priority=5), *queued],
     )
+
+
+def _two_gpus(*jobs: dict, slots: int) -> Scenario:
+    """Two GPUs in one node for ``slots`` slots: one 2-GPU job at a time."""
+    return make_scenario(cluster={"gpus": 2, "node_size": 2}, horizon={"slots": slots}, jobs=list(jobs))
 
 
 # ----------------------------------------------------------------------------- hand-worked slots
@@ -53,7 +54,7 @@ def test_registered_after_fifo():
 def test_short_job_backfills_in_front_of_the_blocked_head():
     # Slot 0: "wide" (priority 5) does not fit (GPUs 0-1 are held until 3): it is the head and reserves slot 3.
     # "short" (2 GPUs for 2 slots, priority 1) fits on GPUs 2-3 and ends at 2 <= 3: it starts now.
-    sc = _wide_head({"id": "short", "type": "batch_inference", "gpus": 2, "duration": 2})
+    sc = _wide_head(make_job("short", 2, 2, type="batch_inference"))
     run = backfill.simulate(sc)
     assert run.reservations[0] == Reservation(slot=0, job=_index(sc, "wide"), start=3, first_gpu=0)
     assert run.backfilled == [_index(sc, "short")]
@@ -70,7 +71,7 @@ def test_short_job_backfills_in_front_of_the_blocked_head():
 def test_backfill_that_would_delay_the_head_is_refused():
     # "long" (2 GPUs for 4 slots) fits on GPUs 2-3 at slot 0 but would hold them until 4, past the head's
     # reservation at 3, and the head's only block (0-3) needs them: refused in slots 0, 1 and 2.
-    sc = _wide_head({"id": "long", "type": "quantization", "gpus": 2, "duration": 4})
+    sc = _wide_head(make_job("long", 2, 4, type="quantization"))
     run = backfill.simulate(sc)
     head, long = _index(sc, "wide"), _index(sc, "long")
     # Slots 3-4: the head has started; "long" is the head itself now and waits for slot 5.
@@ -102,9 +103,9 @@ def test_long_backfill_on_gpus_the_head_does_not_need_is_allowed():
         cluster={"gpus": 8, "node_size": 8},
         horizon={"slots": 8},
         jobs=[
-            {"id": "run", "type": "training", "gpus": 6, "duration": 3, "running_on": [0, 1, 2, 3, 4, 5]},
-            {"id": "wide", "type": "training", "gpus": 4, "duration": 2, "priority": 5},
-            {"id": "long", "type": "quantization", "gpus": 2, "duration": 6},
+            make_job("run", 6, 3, running_on=[0, 1, 2, 3, 4, 5]),
+            make_job("wide", 4, 2, priority=5),
+            make_job("long", 2, 6, type="quantization"),
         ],
     )
     run = backfill.simulate(sc)
@@ -121,11 +122,11 @@ def test_backfill_refused_for_capacity_over_the_heads_span():
     sc = make_scenario(
         cluster={"gpus": 8, "node_size": 8},
         horizon={"slots": 10},
-        realtime=[{"name": "chat", "demand": [4] * 10, "ramp": 1, "initial": 4, "penalty": 5}],
+        realtime=[make_app("chat", [4] * 10, ramp=1, initial=4, penalty=5)],
         jobs=[
-            {"id": "run", "type": "training", "gpus": 2, "duration": 3, "running_on": [0, 1]},
-            {"id": "wide", "type": "training", "gpus": 4, "duration": 2, "priority": 5},
-            {"id": "thin", "type": "batch_inference", "gpus": 1, "duration": 5},
+            make_job("run", 2, 3, running_on=[0, 1]),
+            make_job("wide", 4, 2, priority=5),
+            make_job("thin", 1, 5, type="batch_inference"),
         ],
     )
     run = backfill.simulate(sc)
@@ -142,14 +143,11 @@ def test_backfill_refused_for_capacity_over_the_heads_span():
 def test_priority_is_worth_per_gpu_slot():
     # Two GPUs, one job at a time. "cheap" has priority 3; "valued" has value 40 over 2 x 4 GPU-slots, worth 5
     # per GPU-slot; "last" has value 8, worth 1. EASY runs them by worth, not by file order.
-    sc = make_scenario(
-        cluster={"gpus": 2, "node_size": 2},
-        horizon={"slots": 12},
-        jobs=[
-            {"id": "cheap", "type": "training", "gpus": 2, "duration": 4, "priority": 3},
-            {"id": "valued", "type": "training", "gpus": 2, "duration": 4, "value": 40},
-            {"id": "last", "type": "training", "gpus": 2, "duration": 4, "value": 8},
-        ],
+    sc = _two_gpus(
+        make_job("cheap", 2, 4, priority=3),
+        make_job("valued", 2, 4, value=40),
+        make_job("last", 2, 4, value=8),
+        slots=12,
     )
     assert [sc.jobs[i].id for i in backfill.priority_order(sc)] == ["valued", "cheap", "last"]
     starts = {p.job: p.start for p in backfill.plan(sc).placements}
@@ -157,15 +155,7 @@ def test_priority_is_worth_per_gpu_slot():
 
 
 def test_ties_go_by_release_then_file_order():
-    sc = make_scenario(
-        cluster={"gpus": 2, "node_size": 2},
-        horizon={"slots": 12},
-        jobs=[
-            {"id": "later", "type": "training", "gpus": 2, "duration": 2, "release": 1},
-            {"id": "b", "type": "training", "gpus": 2, "duration": 2},
-            {"id": "c", "type": "training", "gpus": 2, "duration": 2},
-        ],
-    )
+    sc = _two_gpus(make_job("later", 2, 2, release=1), make_job("b", 2, 2), make_job("c", 2, 2), slots=12)
     assert [sc.jobs[i].id for i in backfill.priority_order(sc)] == ["b", "c", "later"]
     assert {p.job: p.start for p in backfill.plan(sc).placements} == {"b": 0, "c": 2, "later": 4}
 
@@ -175,12 +165,8 @@ def test_the_apps_peak_is_held():
     # The 2-GPU job never fits (dropped when it is first the head); the 1-GPU jobs run one after the other.
     sc = make_scenario(
         horizon={"slots": 6},
-        realtime=[{"name": "rt", "demand": [1, 1, 3, 1, 1, 1], "ramp": 2, "initial": 1, "penalty": 5}],
-        jobs=[
-            {"id": "pair", "type": "training", "gpus": 2, "duration": 1, "priority": 9},
-            {"id": "one", "type": "training", "gpus": 1, "duration": 2},
-            {"id": "two", "type": "training", "gpus": 1, "duration": 2},
-        ],
+        realtime=[make_app("rt", [1, 1, 3, 1, 1, 1], ramp=2, initial=1, penalty=5)],
+        jobs=[make_job("pair", 2, 1, priority=9), make_job("one", 1, 2), make_job("two", 1, 2)],
     )
     run = backfill.simulate(sc)
     plan = backfill.plan(sc)
@@ -195,14 +181,11 @@ def test_the_apps_peak_is_held():
 def test_a_deadline_that_cannot_be_met_leaves_the_job_out():
     # "first" holds both GPUs in slots 0-2. "late" must end by 4 (start by 2): it cannot, and is left out;
     # "spare", with room in its deadline, runs after "first".
-    sc = make_scenario(
-        cluster={"gpus": 2, "node_size": 2},
-        horizon={"slots": 8},
-        jobs=[
-            {"id": "first", "type": "training", "gpus": 2, "duration": 3, "priority": 5},
-            {"id": "late", "type": "batch_inference", "gpus": 2, "duration": 2, "priority": 4, "deadline": 4},
-            {"id": "spare", "type": "batch_inference", "gpus": 2, "duration": 2, "deadline": 6},
-        ],
+    sc = _two_gpus(
+        make_job("first", 2, 3, priority=5),
+        make_job("late", 2, 2, type="batch_inference", priority=4, deadline=4),
+        make_job("spare", 2, 2, type="batch_inference", deadline=6),
+        slots=8,
     )
     run = backfill.simulate(sc)
     assert run.dropped == [_index(sc, "late")]
@@ -211,13 +194,10 @@ def test_a_deadline_that_cannot_be_met_leaves_the_job_out():
 
 def test_a_job_whose_window_closes_while_it_waits_is_left_out():
     # "blocker" holds both GPUs in slots 0-3; "wait" (release 1, deadline 5) could start at 2 at the latest.
-    sc = make_scenario(
-        cluster={"gpus": 2, "node_size": 2},
-        horizon={"slots": 8},
-        jobs=[
-            {"id": "blocker", "type": "training", "gpus": 2, "duration": 4, "priority": 1},
-            {"id": "wait", "type": "batch_inference", "gpus": 1, "duration": 3, "release": 1, "deadline": 5},
-        ],
+    sc = _two_gpus(
+        make_job("blocker", 2, 4, priority=1),
+        make_job("wait", 1, 3, type="batch_inference", release=1, deadline=5),
+        slots=8,
     )
     plan = backfill.plan(sc)
     assert [p.job for p in plan.placements] == ["blocker"]

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agents import cli
 from gpu_env import batch
 from gpu_env.batch import kernels
+from tests.conftest import warm_up_line
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPILED = batch.compile_stats().compiled  # numba on (not GPUALLOC_NUMBA=0)
@@ -107,8 +107,5 @@ def test_engine_warm_up_reports_its_kernels():
 
 
 def test_warm_up_line_reports_the_decoder_and_the_engine(capsys):
-    assert cli.main(["warm-up"]) == 0
-    out, err = capsys.readouterr()
-    assert len(out.strip().splitlines()) == 1 and out.startswith("gpualloc warm-up: "), out
+    out = warm_up_line(capsys)
     assert ("the batched engine's kernels were" in out) if COMPILED else ("the batched engine runs as plain" in out)
-    assert "Traceback" not in err

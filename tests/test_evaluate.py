@@ -24,7 +24,7 @@ from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import load_scenario, save_scenario
 from gpu_env.validation import validate
-from tests.conftest import HANG_GUARD_S
+from tests.conftest import HANG_GUARD_S, SEVEN
 
 ROOT = Path(__file__).resolve().parents[1]
 # Time is a controlled input: no wall limit is ever reached (NO_WALL s) and CP-SAT stops after a deterministic time
@@ -238,16 +238,6 @@ def test_every_real_scheduler_through_evaluate_py(tmp_path, scenarios):
 
 
 # ----------------------------------------------------------------------------- the same table over every backend
-
-SEVEN = (
-    "mixed-control",
-    "training-heavy",
-    "realtime-diurnal",
-    "batch-fragmentation",
-    "priority-inversion",
-    "uniform-priority",
-    "scale-64x30",
-)
 
 
 def evaluate_seven(out: Path, *backend: str) -> dict:

@@ -29,18 +29,9 @@ from agents.fanout import (
 from agents.options import PlanOptions
 from gpu_env.generators import generate
 from gpu_env.scenario import load_scenario
-from tests.conftest import HANG_GUARD_S
+from tests.conftest import HANG_GUARD_S, SEVEN
 
 ROOT = Path(__file__).resolve().parents[1]
-SEVEN = (
-    "mixed-control",
-    "training-heavy",
-    "realtime-diurnal",
-    "batch-fragmentation",
-    "priority-inversion",
-    "uniform-priority",
-    "scale-64x30",
-)
 DETERMINISTIC = ("fifo", "greedy", "ppo")
 SEED = 3
 # Time is a controlled input: no wall limit is ever reached (NO_WALL) and CP-SAT stops at a deterministic-time

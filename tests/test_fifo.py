@@ -11,21 +11,17 @@ from gpu_env.generators import FAMILIES, generate
 from gpu_env.plan import Placement
 from gpu_env.scenario import Job, Scenario
 from gpu_env.validation import validate
-from tests.conftest import make_scenario
+from tests.conftest import make_app, make_job, make_scenario, two_node_day
 
 
 def hand_scenario():
     # G=4 in nodes of 2, T=6. The app peaks at 3: FIFO reserves 2, then 3 for the rest of the day.
     # A running job holds GPU 3 in slots 0-1.
-    return make_scenario(
-        cluster={"gpus": 4, "node_size": 2},
-        realtime=[{"name": "rt", "demand": [1, 1, 2, 3, 1, 1], "ramp": 1, "initial": 1, "penalty": 5}],
-        jobs=[
-            {"id": "run", "type": "training", "gpus": 1, "duration": 2, "running_on": [3]},
-            {"id": "J1", "type": "training", "gpus": 1, "duration": 2},
-            {"id": "J2", "type": "batch_inference", "gpus": 2, "duration": 1, "priority": 9},
-            {"id": "J3", "type": "quantization", "gpus": 1, "duration": 3, "release": 1},
-        ],
+    return two_node_day(
+        [1, 1, 2, 3, 1, 1],
+        make_job("J1", 1, 2),
+        make_job("J2", 2, 1, type="batch_inference", priority=9),
+        make_job("J3", 1, 3, type="quantization", release=1),
     )
 
 
@@ -53,10 +49,10 @@ def test_fifo_slot_by_slot():
 def test_reservation_cut_by_inherited_work_and_earlier_apps():
     s = make_scenario(
         realtime=[
-            {"name": "a", "demand": [4, 4, 4, 4, 4, 4], "ramp": 2, "initial": 1, "penalty": 5},
-            {"name": "b", "demand": [1, 1, 1, 1, 1, 1], "ramp": 1, "initial": 1, "penalty": 5},
+            make_app("a", [4, 4, 4, 4, 4, 4], ramp=2, initial=1, penalty=5),
+            make_app("b", [1, 1, 1, 1, 1, 1], ramp=1, initial=1, penalty=5),
         ],
-        jobs=[{"id": "run", "type": "training", "gpus": 2, "duration": 3, "running_on": [0, 1]}],
+        jobs=[make_job("run", 2, 3, running_on=[0, 1])],
     )
     curves = fifo.peak_reservation(s)
     # a: 1 -> 3 cut to 2 free, then 4 cut to 2 while the running job holds 2 GPUs, then 4.
@@ -67,23 +63,14 @@ def test_reservation_cut_by_inherited_work_and_earlier_apps():
 
 def test_fifo_ignores_priority_and_waits_for_its_turn():
     s = make_scenario(
-        cluster={"gpus": 2, "node_size": 2},
-        jobs=[
-            {"id": "low", "type": "training", "gpus": 2, "duration": 4},
-            {"id": "high", "type": "training", "gpus": 2, "duration": 4, "priority": 10},
-        ],
+        cluster={"gpus": 2, "node_size": 2}, jobs=[make_job("low", 2, 4), make_job("high", 2, 4, priority=10)]
     )
     plan = fifo.plan(s)
     assert plan.placements == [Placement("low", 0, (0, 1)), Placement("high", 4, (0, 1))]
 
 
 def test_deadline_and_horizon_leave_a_job_unplaced():
-    s = make_scenario(
-        jobs=[
-            {"id": "a", "type": "training", "gpus": 4, "duration": 5},
-            {"id": "b", "type": "training", "gpus": 1, "duration": 1, "deadline": 3},
-        ],
-    )
+    s = make_scenario(jobs=[make_job("a", 4, 5), make_job("b", 1, 1, deadline=3)])
     plan = fifo.plan(s)
     # b would start at 5 (after a), too late for its deadline 3.
     assert [p.job for p in plan.placements] == ["a"]

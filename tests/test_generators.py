@@ -12,23 +12,23 @@ from hypothesis import strategies as st
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
 from gpu_env.scenario import load_scenario
 
-TABLE = {  # SPEC section 5: (GPUs, node size)
-    "mixed-control": (16, 8),
-    "training-heavy": (8, 8),
-    "realtime-diurnal": (32, 8),
-    "batch-fragmentation": (16, 8),
-    "priority-inversion": (24, 8),
-    "uniform-priority": (16, 8),
-    "scale-64x30": (64, 8),
+GPUS = {  # SPEC section 5: each family's GPUs, all in nodes of 8
+    "mixed-control": 16,
+    "training-heavy": 8,
+    "realtime-diurnal": 32,
+    "batch-fragmentation": 16,
+    "priority-inversion": 24,
+    "uniform-priority": 16,
+    "scale-64x30": 64,
 }
 CONFIGS = Path(__file__).resolve().parent.parent / "configs" / "scenarios"
 
 
 def test_the_seven_families_exist_with_their_sizes():
-    assert set(FAMILIES) == set(TABLE)
-    for name, (gpus, node) in TABLE.items():
+    assert set(FAMILIES) == set(GPUS)
+    for name, gpus in GPUS.items():
         s = generate(name, seed=1)
-        assert (s.gpus, s.node_size, s.slots) == (gpus, node, 24)
+        assert (s.gpus, s.node_size, s.slots) == (gpus, 8, 24)
         assert s.family == name and s.seed == 1
     assert len(generate("scale-64x30", seed=1).jobs) == 30
 

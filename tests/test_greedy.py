@@ -18,8 +18,9 @@ from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
 from gpu_env.metrics import compute_metrics
 from gpu_env.occupancy import Occupancy
 from gpu_env.plan import Placement, Plan
+from gpu_env.scenario import Scenario
 from gpu_env.validation import validate
-from tests.conftest import make_scenario
+from tests.conftest import make_app, make_job, make_scenario
 
 families = st.sampled_from(sorted(FAMILIES))
 seeds = st.integers(min_value=0, max_value=10**6)
@@ -82,7 +83,7 @@ def test_plan_through_the_registry_round_trips():
 def test_no_jobs_and_no_apps():
     empty = make_scenario()
     assert greedy.plan(empty).placements == []
-    no_apps = make_scenario(jobs=[{"id": "a", "type": "training", "gpus": 2, "duration": 3}])
+    no_apps = make_scenario(jobs=[make_job("a", 2, 3)])
     plan = greedy.plan(no_apps)
     assert plan.placements == [Placement("a", 0, (0, 1))]
     assert validate(no_apps, plan) == []
@@ -133,19 +134,17 @@ def test_restart_config_is_checked():
 # ----------------------------------------------------------------------------- hand-worked cases
 
 
+def _two_gpus_four_slots(*jobs: dict) -> Scenario:
+    """G=2, T=4, no decay."""
+    return make_scenario(cluster={"gpus": 2}, horizon={"slots": 4}, jobs=list(jobs))
+
+
 def test_valuable_job_arriving_later_gets_the_slot():
     # G=2, T=4, no decay. FIFO starts 'low' (2 GPUs x 4 slots, worth 1) at 0 and 'high' (released at 1,
     # 2 GPUs x 2 slots, worth 5) never fits: 8. Greedy puts 'high' at 1 and 'low' after it at 3,
     # where one of its slots lies inside the horizon: 5*2*2 + 1*2*1 = 22, the optimum (placing 'low'
     # anywhere before 3 blocks 'high').
-    s = make_scenario(
-        cluster={"gpus": 2},
-        horizon={"slots": 4},
-        jobs=[
-            {"id": "low", "type": "training", "gpus": 2, "duration": 4, "priority": 1},
-            {"id": "high", "type": "training", "gpus": 2, "duration": 2, "release": 1, "priority": 5},
-        ],
-    )
+    s = _two_gpus_four_slots(make_job("low", 2, 4, priority=1), make_job("high", 2, 2, release=1, priority=5))
     assert _objective(s, fifo.plan(s)) == 8
     plan = greedy.plan(s)
     assert sorted(plan.placements, key=lambda p: p.job) == [Placement("high", 1, (0, 1)), Placement("low", 3, (0, 1))]
@@ -157,8 +156,8 @@ def test_realtime_follows_demand_not_the_peak():
     # 3-GPU job never fits. Greedy serves the demand exactly (the ramp allows 1 -> 3 in one slot) and the
     # job runs in slots 0-1 with no shortfall.
     s = make_scenario(
-        realtime=[{"name": "rt", "demand": [1, 1, 3, 3, 1, 1], "ramp": 2, "initial": 1, "penalty": 10}],
-        jobs=[{"id": "A", "type": "batch_inference", "gpus": 3, "duration": 2}],
+        realtime=[make_app("rt", [1, 1, 3, 3, 1, 1], ramp=2, initial=1, penalty=10)],
+        jobs=[make_job("A", 3, 2, type="batch_inference")],
     )
     assert fifo.plan(s).placements == []
     plan = greedy.plan(s)
@@ -173,8 +172,8 @@ def test_realtime_ramps_early_enough_for_the_peak():
     # not earlier, and comes down after the peak as fast as the ramp allows.
     s = make_scenario(
         cluster={"gpus": 8},
-        realtime=[{"name": "rt", "demand": [1, 1, 1, 1, 4, 1], "ramp": 1, "initial": 1, "penalty": 10}],
-        jobs=[{"id": "A", "type": "training", "gpus": 4, "duration": 6}],
+        realtime=[make_app("rt", [1, 1, 1, 1, 4, 1], ramp=1, initial=1, penalty=10)],
+        jobs=[make_job("A", 4, 6)],
     )
     plan = greedy.plan(s)
     assert plan.curves == {"rt": [1, 1, 2, 3, 4, 3]}
@@ -188,8 +187,8 @@ def _whole_cluster_job(priority: float):
     # Placing it at 0 drops the app to 0 for two slots: value 8w against a penalty of 20.
     return make_scenario(
         horizon={"slots": 4},
-        realtime=[{"name": "rt", "demand": [1, 1, 1, 1], "ramp": 1, "initial": 1, "penalty": 10}],
-        jobs=[{"id": "J", "type": "training", "gpus": 4, "duration": 2, "priority": priority}],
+        realtime=[make_app("rt", [1, 1, 1, 1], ramp=1, initial=1, penalty=10)],
+        jobs=[make_job("J", 4, 2, priority=priority)],
     )
 
 
@@ -219,8 +218,8 @@ def test_value_per_gpu_slot_times_decay_against_the_penalty(release: int, placed
     s = make_scenario(
         cluster={"gpus": 2},
         horizon={"slots": 3, "decay": 0.9},
-        realtime=[{"name": "rt", "demand": [2, 2, 2], "ramp": 2, "initial": 2, "penalty": 5}],
-        jobs=[{"id": "J", "type": "quantization", "gpus": 1, "duration": 1, "release": release, "priority": 5.5}],
+        realtime=[make_app("rt", [2, 2, 2], ramp=2, initial=2, penalty=5)],
+        jobs=[make_job("J", 1, 1, type="quantization", release=release, priority=5.5)],
     )
     plan = greedy.plan(s)
     assert bool(plan.placements) is placed
@@ -235,8 +234,8 @@ def test_trade_keeps_the_ramp_and_finds_the_cheapest_start():
     # The optimum is 12 - 6 = 6.
     s = make_scenario(
         horizon={"slots": 6},
-        realtime=[{"name": "rt", "demand": [3] * 6, "ramp": 1, "initial": 3, "penalty": 1}],
-        jobs=[{"id": "J", "type": "training", "gpus": 4, "duration": 1, "priority": 3}],
+        realtime=[make_app("rt", [3] * 6, ramp=1, initial=3, penalty=1)],
+        jobs=[make_job("J", 4, 1, priority=3)],
     )
     plan = greedy.plan(s)
     assert plan.placements == [Placement("J", 5, (0, 1, 2, 3))]
@@ -252,11 +251,8 @@ def test_inline_and_deferred_trades_both_run_and_the_best_wins():
     # Deferring trades to the jobs left out places 'small' at 0 first, and 'big' then never fits: 12.
     s = make_scenario(
         horizon={"slots": 4},
-        realtime=[{"name": "rt", "demand": [1, 1, 1, 1], "ramp": 1, "initial": 1, "penalty": 1}],
-        jobs=[
-            {"id": "big", "type": "training", "gpus": 4, "duration": 2, "priority": 2},
-            {"id": "small", "type": "training", "gpus": 3, "duration": 4, "priority": 1},
-        ],
+        realtime=[make_app("rt", [1, 1, 1, 1], ramp=1, initial=1, penalty=1)],
+        jobs=[make_job("big", 4, 2, priority=2), make_job("small", 3, 4, priority=1)],
     )
     assert greedy.solve(s, replace(DEFAULT, trades=("inline",), promote_rounds=0)).objective == 20
     assert greedy.solve(s, replace(DEFAULT, trades=("after",), promote_rounds=0)).objective == 12
@@ -299,14 +295,7 @@ def test_the_guard_returns_fifo_when_the_heuristic_scores_less():
     # G=2, T=4, no decay. FAST sweeps by priority: 'hi' (2 GPUs x 1 slot, released at 2, worth 2) goes
     # at 2, so 'lo' (2 GPUs x 4 slots, worth 1.5) waits until 3 with one slot inside the horizon:
     # 2*2*1 + 1.5*2*1 = 7. FIFO starts 'lo' at 0 and never fits 'hi': 1.5*2*4 = 12.
-    s = make_scenario(
-        cluster={"gpus": 2},
-        horizon={"slots": 4},
-        jobs=[
-            {"id": "lo", "type": "training", "gpus": 2, "duration": 4, "priority": 1.5},
-            {"id": "hi", "type": "training", "gpus": 2, "duration": 1, "release": 2, "priority": 2},
-        ],
-    )
+    s = _two_gpus_four_slots(make_job("lo", 2, 4, priority=1.5), make_job("hi", 2, 1, release=2, priority=2))
     assert _objective(s, fifo.plan(s)) == 12
     unguarded = greedy.solve(s, replace(FAST, fifo_guard=False))
     assert unguarded.objective == 7 and not unguarded.guard_fired

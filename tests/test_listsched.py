@@ -52,6 +52,18 @@ def pending(sc: Scenario) -> list[int]:
     return [i for i, job in enumerate(sc.jobs) if job.running_on is None]
 
 
+def per_job(data: st.DataObject, inst: ListInstance, values: st.SearchStrategy[int]) -> np.ndarray:
+    """One value drawn from ``values`` per job of the instance."""
+    n = inst.k.size
+    return np.array(data.draw(st.lists(values, min_size=n, max_size=n)), dtype=np.int64)
+
+
+def three_orders(sc: Scenario, seed: int) -> np.ndarray:
+    """Three random orders of the pending jobs (three empty ones where none is pending)."""
+    rng = np.random.default_rng(seed)
+    return np.array([rng.permutation(pending(sc)) for _ in range(3)]) if pending(sc) else np.zeros((3, 0), int)
+
+
 def placements(dec: Decoded, i: int) -> dict[int, tuple[int, int]]:
     """Row i of a decode as job -> (start, first GPU), inherited jobs included."""
     return {j: (int(dec.start[i, j]), int(dec.first[i, j])) for j in range(dec.start.shape[1]) if dec.start[i, j] >= 0}
@@ -574,9 +586,7 @@ def test_the_rules_read_back_from_a_plan_decode_it_again(family: str, seed: int,
     """Decoded with per-job rules, a plan's rules read back (:func:`rules_from_plan`) decode the same plan."""
     sc = small(family, seed, gpus)
     inst = ListInstance.build(sc)
-    n = inst.k.size
-    codes = sorted(listsched.BLOCK_RULES.values())
-    drawn = np.array(data.draw(st.lists(st.sampled_from(codes), min_size=n, max_size=n)), dtype=np.int64)
+    drawn = per_job(data, inst, st.sampled_from(sorted(listsched.BLOCK_RULES.values())))
     order = np.random.default_rng(seed).permutation(pending(sc)).astype(np.int64)
     dec = decode(inst, order[None, :], np.array([MODE_OFF]), rules=drawn[None, :])
     assert_valid_rows(sc, dec)
@@ -593,8 +603,7 @@ def test_decodes_with_the_learned_block_rule_validate(family: str, seed: int, gp
     inst = ListInstance.build(sc)
     F = len(listsched.BLOCK_FEATURES)
     weights = np.array(data.draw(st.lists(st.floats(-3, 3), min_size=F, max_size=F)))
-    rng = np.random.default_rng(seed)
-    orders = np.array([rng.permutation(pending(sc)) for _ in range(3)]) if pending(sc) else np.zeros((3, 0), int)
+    orders = three_orders(sc, seed)
     rules = np.full((3, inst.k.size), listsched.BLOCK_LEARNED)
     dec = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]), rules=rules, block_weights=weights)
     assert_valid_rows(sc, dec)
@@ -642,10 +651,8 @@ def test_rules_from_plan_refuses_what_it_cannot_read():
 def test_decodes_with_any_preferred_blocks_validate(family: str, seed: int, gpus: int, data: st.DataObject):
     sc = small(family, seed, gpus)
     inst = ListInstance.build(sc)
-    n = inst.k.size
-    prefer = np.array(data.draw(st.lists(st.integers(-1, sc.gpus - 1), min_size=n, max_size=n)), dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    orders = np.array([rng.permutation(pending(sc)) for _ in range(3)]) if pending(sc) else np.zeros((3, 0), int)
+    prefer = per_job(data, inst, st.integers(-1, sc.gpus - 1))
+    orders = three_orders(sc, seed)
     dec = decode(inst, orders, np.array([MODE_OFF, MODE_INLINE, MODE_AFTER]), prefer=prefer)
     assert_valid_rows(sc, dec)
 

@@ -34,6 +34,14 @@ def test_allowed_starts_are_the_rules(k: int, gpus: int, node_size: int):
         assert [a for a in range(64) if pattern >> a & 1] == rules.allowed_block_starts(k, 64, node_size).tolist()
 
 
+STATES = {  # what random_state takes: a family's scenario at a size (12: nodes of 6) and draws for its busy cells
+    "family": st.sampled_from(sorted(FAMILIES)),
+    "seed": st.integers(0, 1000),
+    "gpus": st.sampled_from((8, 12, 16, 80)),
+    "data": st.data(),
+}
+
+
 def random_state(family: str, seed: int, gpus: int, data: st.DataObject) -> tuple[ListInstance, np.ndarray, Scratch]:
     sc = (
         generate(family, seed, gpus=gpus)
@@ -54,12 +62,7 @@ def free_over(busy: np.ndarray, t: int, d: int, a: int, k: int) -> bool:
 
 
 @quiet
-@given(
-    family=st.sampled_from(sorted(FAMILIES)),
-    seed=st.integers(0, 1000),
-    gpus=st.sampled_from((8, 12, 16, 80)),
-    data=st.data(),
-)
+@given(**STATES)
 def test_lowest_free_block_and_capacity_are_the_rules(family: str, seed: int, gpus: int, data: st.DataObject):
     inst, busy, sc = random_state(family, seed, gpus, data)
     T = inst.slots
@@ -125,12 +128,7 @@ def mask_of(words: np.ndarray) -> int:
 
 
 @quiet
-@given(
-    family=st.sampled_from(sorted(FAMILIES)),
-    seed=st.integers(0, 1000),
-    gpus=st.sampled_from((8, 12, 16, 80)),
-    data=st.data(),
-)
+@given(**STATES)
 def test_free_block_starts_and_the_blocks_a_new_block_meets_are_the_rules(
     family: str, seed: int, gpus: int, data: st.DataObject
 ):

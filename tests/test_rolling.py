@@ -24,7 +24,7 @@ from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import App, Job, JobType, ScenarioError, load_scenario, save_scenario
 from gpu_env.validation import validate
-from tests.conftest import make_scenario
+from tests.conftest import make_app, make_job, make_scenario
 
 EXACT = ["cpsat", "full"]  # OR-Tools is a hard dependency (pyproject.toml): no silent skip when it is missing
 # Time is a controlled input: no re-plan ever reaches its wall limit, and CP-SAT stops after a deterministic time
@@ -42,11 +42,11 @@ def _flat_day():
     return make_scenario(
         cluster={"gpus": 8, "node_size": 8},
         horizon={"slots": 6, "decay": 0.99},
-        realtime=[{"name": "chat", "demand": [2] * 6, "ramp": 1, "initial": 2, "penalty": 10}],
+        realtime=[make_app("chat", [2] * 6, ramp=1, initial=2, penalty=10)],
         jobs=[
-            {"id": "etl", "type": "batch_inference", "gpus": 2, "duration": 2, "running_on": [6, 7]},
-            {"id": "a", "type": "training", "gpus": 4, "duration": 3, "priority": 2},
-            {"id": "b", "type": "quantization", "gpus": 2, "duration": 2},
+            make_job("etl", 2, 2, type="batch_inference", running_on=[6, 7]),
+            make_job("a", 4, 3, priority=2),
+            make_job("b", 2, 2, type="quantization"),
         ],
     )
 
@@ -56,11 +56,8 @@ def _surprise_day():
     return make_scenario(
         cluster={"gpus": 8, "node_size": 8},
         horizon={"slots": 8, "decay": 0.99},
-        realtime=[{"name": "chat", "demand": [2] * 8, "ramp": 2, "initial": 2, "penalty": 10}],
-        jobs=[
-            {"id": f"j{i}", "type": "batch_inference", "gpus": 2, "duration": 2, "release": r}
-            for i, r in enumerate((0, 0, 2, 4, 5))
-        ],
+        realtime=[make_app("chat", [2] * 8, ramp=2, initial=2, penalty=10)],
+        jobs=[make_job(f"j{i}", 2, 2, type="batch_inference", release=r) for i, r in enumerate((0, 0, 2, 4, 5))],
     )
 
 
@@ -95,7 +92,7 @@ def test_peaks_come_early_and_late():
     sc = make_scenario(
         cluster={"gpus": 32},
         horizon={"slots": 24},
-        realtime=[{"name": "x", "demand": [2] * 10 + [20] + [2] * 13, "ramp": 4, "penalty": 1}],
+        realtime=[make_app("x", [2] * 10 + [20] + [2] * 13, ramp=4, penalty=1)],
     )
     model = rolling.NoiseModel(sigma=0.4, rho=0.8, shift=4.0)
     peaks = {int(np.argmax(model.draw(sc, s)[0])) for s in range(30)}
@@ -170,13 +167,13 @@ def test_exact_planner_rolling_is_time_consistent(scheduler: str):
     sc = make_scenario(
         cluster={"gpus": 8, "node_size": 4},
         horizon={"slots": 8, "decay": 0.9},
-        realtime=[{"name": "chat", "demand": [1, 2, 4, 4, 3, 2, 1, 1], "ramp": 1, "initial": 1, "penalty": 3}],
+        realtime=[make_app("chat", [1, 2, 4, 4, 3, 2, 1, 1], ramp=1, initial=1, penalty=3)],
         jobs=[
-            {"id": "run", "type": "training", "gpus": 2, "duration": 3, "running_on": [0, 1], "priority": 2},
-            {"id": "a", "type": "training", "gpus": 4, "duration": 4, "priority": 1},
-            {"id": "b", "type": "batch_inference", "gpus": 2, "duration": 2, "release": 1, "priority": 3},
-            {"id": "c", "type": "quantization", "gpus": 1, "duration": 3, "release": 2, "deadline": 7, "value": 9},
-            {"id": "d", "type": "batch_inference", "gpus": 4, "duration": 2, "release": 3, "priority": 2},
+            make_job("run", 2, 3, running_on=[0, 1], priority=2),
+            make_job("a", 4, 4, priority=1),
+            make_job("b", 2, 2, type="batch_inference", release=1, priority=3),
+            make_job("c", 1, 3, type="quantization", release=2, deadline=7, value=9),
+            make_job("d", 4, 2, type="batch_inference", release=3, priority=2),
         ],
     )
     # A late job worth 4 per GPU-slot against a penalty of 3: at slot 3 it is worth 4 * 0.8**3 = 2.05 in
@@ -184,8 +181,8 @@ def test_exact_planner_rolling_is_time_consistent(scheduler: str):
     late = make_scenario(
         cluster={"gpus": 2},
         horizon={"slots": 6, "decay": 0.8},
-        realtime=[{"name": "api", "demand": [0, 0, 0, 2, 2, 2], "ramp": 2, "initial": 0, "penalty": 3}],
-        jobs=[{"id": "late", "type": "training", "gpus": 2, "duration": 3, "release": 3, "priority": 4}],
+        realtime=[make_app("api", [0, 0, 0, 2, 2, 2], ramp=2, initial=0, penalty=3)],
+        jobs=[make_job("late", 2, 3, release=3, priority=4)],
     )
     options = SOLVE
     for scenario in (sc, late):
@@ -398,13 +395,13 @@ def _manager_day():
     return make_scenario(
         cluster={"gpus": 4, "node_size": 4},
         horizon={"slots": 4},
-        realtime=[{"name": "chat", "demand": [1, 1, 1, 1], "ramp": 1, "initial": 1, "penalty": 10}],
+        realtime=[make_app("chat", [1, 1, 1, 1], ramp=1, initial=1, penalty=10)],
         jobs=[
-            {"id": "run", "type": "training", "gpus": 1, "duration": 2, "running_on": [3]},
-            {"id": "a", "type": "training", "gpus": 2, "duration": 2, "priority": 1},
-            {"id": "late", "type": "quantization", "gpus": 1, "duration": 2, "deadline": 2, "priority": 0.5},
-            {"id": "b", "type": "batch_inference", "gpus": 2, "duration": 2, "release": 1, "priority": 3},
-            {"id": "c", "type": "quantization", "gpus": 1, "duration": 1, "release": 2, "deadline": 3},
+            make_job("run", 1, 2, running_on=[3]),
+            make_job("a", 2, 2, priority=1),
+            make_job("late", 1, 2, type="quantization", deadline=2, priority=0.5),
+            make_job("b", 2, 2, type="batch_inference", release=1, priority=3),
+            make_job("c", 1, 1, type="quantization", release=2, deadline=3),
         ],
     )
 

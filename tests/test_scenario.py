@@ -292,8 +292,36 @@ def test_the_fast_path_never_accepts_a_job_the_rules_refuse():
 # ----------------------------------------------------------------------------- adversarial files (issue 10, section 4)
 
 BASE = "name: x\ncluster: {gpus: 8, node_size: 4}\nhorizon: {slots: 4}\n"
-APP = "- {name: chat, demand: [1, 2, 2, 1], ramp: 1, penalty: 5}\n"
-JOB = "- {id: a, type: training, gpus: 2, duration: 2}\n"
+
+
+def _flow(fields: dict[str, Any]) -> str:
+    return "- {" + ", ".join(f"{key}: {value}" for key, value in fields.items()) + "}\n"
+
+
+def job_line(**fields: Any) -> str:
+    """A job of 2 GPUs for 2 slots as a YAML list item, with ``fields`` changed or added (``job_line(gpus=0)``)."""
+    return _flow({"id": "a", "type": "training", "gpus": 2, "duration": 2, **fields})
+
+
+def app_line(**fields: Any) -> str:
+    """An app "chat" as a YAML list item, with ``fields`` changed or added (``app_line(ramp=-1)``)."""
+    return _flow({"name": "chat", "demand": [1, 2, 2, 1], "ramp": 1, "penalty": 5, **fields})
+
+
+def with_jobs(*jobs: str) -> str:
+    return BASE + "jobs:\n" + "".join(jobs)
+
+
+def with_apps(*apps: str) -> str:
+    return BASE + "realtime:\n" + "".join(apps)
+
+
+def one_job(**fields: Any) -> str:
+    return with_jobs(job_line(**fields))
+
+
+def one_app(**fields: Any) -> str:
+    return with_apps(app_line(**fields))
 
 
 def _bomb(levels: int = 9) -> str:
@@ -303,24 +331,15 @@ def _bomb(levels: int = 9) -> str:
     return "\n".join(lines) + "\n"
 
 
+HUGE = 10**20  # more digits than a file may write
+WIDE = BASE.replace("gpus: 8, node_size: 4", "gpus: 16384")  # the most GPUs: the slots alone reach the grid limit
+
 # (kind, file suffix, text, field named, words in the reason)
 ADVERSARIAL = [
     ("python tag", ".yaml", "name: !!python/object/apply:os.system ['echo hi']\n" + BASE[8:], "<line 1>", "YAML"),
     ("python name tag", ".yaml", "name: !!python/name:os.system\n" + BASE[8:], "<line 1>", "YAML"),
-    (
-        "NaN",
-        ".yaml",
-        BASE + "jobs:\n- {id: a, type: training, gpus: 2, duration: 2, priority: .nan}\n",
-        "jobs[0].priority",
-        "finite",
-    ),
-    (
-        "infinite",
-        ".yaml",
-        BASE + "jobs:\n- {id: a, type: training, gpus: 2, duration: 2, value: .inf}\n",
-        "jobs[0].value",
-        "finite",
-    ),
+    ("NaN", ".yaml", one_job(priority=".nan"), "jobs[0].priority", "finite"),
+    ("infinite", ".yaml", one_job(value=".inf"), "jobs[0].value", "finite"),
     (
         "minus infinite",
         ".yaml",
@@ -336,25 +355,13 @@ ADVERSARIAL = [
         "finite",
     ),
     ("true as a count", ".yaml", BASE.replace("gpus: 8", "gpus: true"), "cluster.gpus", "integer"),
-    (
-        "negative ramp",
-        ".yaml",
-        BASE + "realtime:\n" + APP.replace("ramp: 1", "ramp: -1"),
-        "realtime[0].ramp",
-        "at least 0",
-    ),
-    (
-        "negative demand",
-        ".yaml",
-        BASE + "realtime:\n" + APP.replace("[1, 2, 2, 1]", "[1, -2, 2, 1]"),
-        "realtime[0].demand[1]",
-        "at least 0",
-    ),
-    ("duplicate app names", ".yaml", BASE + "realtime:\n" + APP + APP, "realtime[1].name", "duplicate"),
+    ("negative ramp", ".yaml", one_app(ramp=-1), "realtime[0].ramp", "at least 0"),
+    ("negative demand", ".yaml", one_app(demand=[1, -2, 2, 1]), "realtime[0].demand[1]", "at least 0"),
+    ("duplicate app names", ".yaml", with_apps(app_line(), app_line()), "realtime[1].name", "duplicate"),
     (
         "alias bomb",
         ".yaml",
-        BASE + "realtime:\n- name: chat\n  ramp: 1\n  penalty: 5\n  demand:\n" + _bomb(),
+        with_apps("- name: chat\n  ramp: 1\n  penalty: 5\n  demand:\n" + _bomb()),
         "realtime[0].demand[0]",
         "integer",
     ),
@@ -364,43 +371,16 @@ ADVERSARIAL = [
     ("unknown key", ".yaml", BASE + "colour: red\n", "colour", "unknown key"),
     ("missing key", ".yaml", "name: x\ncluster: {gpus: 8}\n", "horizon", "missing"),
     ("wrong type", ".yaml", BASE.replace("gpus: 8", "gpus: eight"), "cluster.gpus", "integer"),
-    ("non-positive size", ".yaml", BASE + "jobs:\n" + JOB.replace("gpus: 2", "gpus: 0"), "jobs[0].gpus", "positive"),
-    (
-        "non-positive duration",
-        ".yaml",
-        BASE + "jobs:\n" + JOB.replace("duration: 2", "duration: -1"),
-        "jobs[0].duration",
-        "positive",
-    ),
-    (
-        "demand not of length T",
-        ".yaml",
-        BASE + "realtime:\n" + APP.replace("[1, 2, 2, 1]", "[1, 2]"),
-        "realtime[0].demand",
-        "4 values",
-    ),
-    ("duplicate id", ".yaml", BASE + "jobs:\n" + JOB + JOB, "jobs[1].id", "duplicate"),
-    (
-        "job larger than the cluster",
-        ".yaml",
-        BASE + "jobs:\n" + JOB.replace("gpus: 2", "gpus: 16"),
-        "jobs[0].gpus",
-        "cluster has 8",
-    ),
-    (
-        "running_on not a valid block",
-        ".yaml",
-        BASE + "jobs:\n" + JOB.replace("}", ", running_on: [3, 4]}"),
-        "jobs[0].running_on",
-        "inside one node",
-    ),
+    ("non-positive size", ".yaml", one_job(gpus=0), "jobs[0].gpus", "positive"),
+    ("non-positive duration", ".yaml", one_job(duration=-1), "jobs[0].duration", "positive"),
+    ("demand not of length T", ".yaml", one_app(demand=[1, 2]), "realtime[0].demand", "4 values"),
+    ("duplicate id", ".yaml", with_jobs(job_line(), job_line()), "jobs[1].id", "duplicate"),
+    ("job larger than the cluster", ".yaml", one_job(gpus=16), "jobs[0].gpus", "cluster has 8"),
+    ("running_on not a valid block", ".yaml", one_job(running_on=[3, 4]), "jobs[0].running_on", "inside one node"),
     (
         "running_on overlapping another",
         ".yaml",
-        BASE
-        + "jobs:\n"
-        + JOB.replace("}", ", running_on: [0, 1]}")
-        + JOB.replace("id: a", "id: b").replace("}", ", running_on: [1, 2]}"),
+        with_jobs(job_line(running_on=[0, 1]), job_line(id="b", running_on=[1, 2])),
         "jobs[1].running_on",
         "already held",
     ),
@@ -408,77 +388,20 @@ ADVERSARIAL = [
     ("huge cluster", ".yaml", BASE.replace("gpus: 8", "gpus: 1000000000000"), "cluster.gpus", "at most 16384"),
     ("huge horizon", ".yaml", BASE.replace("slots: 4", "slots: 1000000000000"), "horizon.slots", "at most 10080"),
     # more absurd sizes, each under one of the limits
-    (
-        "huge duration",
-        ".yaml",
-        BASE + "jobs:\n" + JOB.replace("duration: 2", "duration: 1000000000000"),
-        "jobs[0].duration",
-        "at most 10080",
-    ),
-    (
-        "huge release",
-        ".yaml",
-        BASE + "jobs:\n" + JOB.replace("}", ", release: 100000000000000000000}"),
-        "jobs[0].release",
-        "about 21 digits",
-    ),
-    (
-        "huge demand",
-        ".yaml",
-        BASE + "realtime:\n" + APP.replace("[1, 2, 2, 1]", "[1, 2, 2, 100000000000000000000]"),
-        "realtime[0].demand[3]",
-        "at most 16384",
-    ),
-    (
-        "huge ramp",
-        ".yaml",
-        BASE + "realtime:\n" + APP.replace("ramp: 1", "ramp: 100000000000000000000"),
-        "realtime[0].ramp",
-        "at most 16384",
-    ),
-    (
-        "integer beyond the float range",
-        ".yaml",
-        BASE + "jobs:\n" + JOB.replace("}", ", priority: 1" + "0" * 400 + "}"),
-        "jobs[0].priority",
-        "finite",
-    ),
+    ("huge duration", ".yaml", one_job(duration=10**12), "jobs[0].duration", "at most 10080"),
+    ("huge release", ".yaml", one_job(release=HUGE), "jobs[0].release", "about 21 digits"),
+    ("huge demand", ".yaml", one_app(demand=[1, 2, 2, HUGE]), "realtime[0].demand[3]", "at most 16384"),
+    ("huge ramp", ".yaml", one_app(ramp=HUGE), "realtime[0].ramp", "at most 16384"),
+    ("integer beyond the float range", ".yaml", one_job(priority=10**400), "jobs[0].priority", "finite"),
     ("integer of 5000 digits", ".json", '{"name": "x", "cluster": {"gpus": 1' + "0" * 5000 + "}}", "<file>", "digits"),
-    (
-        "priority beyond the weight limit",
-        ".yaml",
-        BASE + "jobs:\n" + JOB.replace("}", ", priority: 1.0e+300}"),
-        "jobs[0].priority",
-        "<= 1e+06",
-    ),
-    (
-        "penalty beyond the weight limit",
-        ".yaml",
-        BASE + "realtime:\n" + APP.replace("penalty: 5", "penalty: 2.0e+6"),
-        "realtime[0].penalty",
-        "<= 1e+06",
-    ),
-    (
-        "value beyond the weight limit per GPU-slot",
-        ".yaml",
-        BASE + "jobs:\n" + JOB.replace("}", ", value: 4000001.0}"),
-        "jobs[0].value",
-        "<= 4e+06",
-    ),
-    (
-        "grid beyond the limit",
-        ".yaml",
-        BASE.replace("gpus: 8, node_size: 4", "gpus: 16384").replace("slots: 4", "slots: 1025"),
-        "horizon.slots",
-        "GPU-slots",
-    ),
+    ("priority beyond the weight limit", ".yaml", one_job(priority="1.0e+300"), "jobs[0].priority", "<= 1e+06"),
+    ("penalty beyond the weight limit", ".yaml", one_app(penalty="2.0e+6"), "realtime[0].penalty", "<= 1e+06"),
+    ("value beyond the weight limit per GPU-slot", ".yaml", one_job(value="4000001.0"), "jobs[0].value", "<= 4e+06"),
+    ("grid beyond the limit", ".yaml", WIDE.replace("slots: 4", "slots: 1025"), "horizon.slots", "GPU-slots"),
     (
         "grid beyond the limit past the horizon",
         ".yaml",
-        BASE.replace("gpus: 8, node_size: 4", "gpus: 16384").replace("slots: 4", "slots: 168")
-        + "jobs:\n"
-        + JOB
-        + JOB.replace("id: a", "id: b").replace("duration: 2", "duration: 900"),
+        WIDE.replace("slots: 4", "slots: 168") + "jobs:\n" + job_line() + job_line(id="b", duration=900),
         "jobs[1].duration",
         "GPU-slots",
     ),

@@ -17,8 +17,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -26,19 +26,15 @@ import pytest
 from agents.slurm import jsonread
 from agents.slurm.client import SlurmClient
 from agents.slurm.config import load_config
-from agents.slurm.localcluster import INSTALL_HINT, LocalCluster, missing_tools
+from agents.slurm.localcluster import LocalCluster
 from agents.slurm.loop import cycle, run_loop
 from tests.conftest import HANG_GUARD_S
+from tests.real_slurm import all_jobs, client_of, cluster_fixture, queue, skip_without_slurm, wait_for
 from tests.slurm_helpers import JsonLines
 
 pytestmark = pytest.mark.slurm
 
-_MISSING = missing_tools()
-if _MISSING:
-    _WHY = f"Slurm is not here (missing: {', '.join(_MISSING)}); {INSTALL_HINT}"
-    if os.environ.get("GPUALLOC_REQUIRE_SLURM") == "1":  # .ci/run installed it: a skip there is a failure
-        raise RuntimeError(_WHY)
-    pytest.skip(_WHY, allow_module_level=True)
+skip_without_slurm()
 
 HANG_GUARD = HANG_GUARD_S  # how long a poll or a command may wait for Slurm: a hang guard, never a speed check
 
@@ -59,23 +55,7 @@ realtime:
 """
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("slurm")
-    local = LocalCluster(root, nodes=4, gpus_per_node=8, timeout=HANG_GUARD_S)
-    saved = os.environ.get("SLURM_CONF")
-    try:
-        local.start()
-        os.environ["SLURM_CONF"] = str(local.conf)
-        yield local
-    finally:
-        try:
-            local.stop()
-        finally:
-            if saved is None:
-                os.environ.pop("SLURM_CONF", None)
-            else:
-                os.environ["SLURM_CONF"] = saved
+cluster = cluster_fixture("slurm", nodes=4, set_conf=True)
 
 
 @pytest.fixture
@@ -85,20 +65,18 @@ def fresh(cluster: LocalCluster, tmp_path: Path):
     for r in _reservations(cluster):
         cluster.scontrol("delete", f"ReservationName={r.name}")
     cluster.scontrol("update", "NodeName=gpu[01-04]", "State=RESUME", check=False)
-    _wait(lambda: not _jobs(cluster), "an empty queue")
+    wait_for(lambda: not queue(cluster), "an empty queue")
     cluster.wait_idle()
     path = _write(tmp_path / "slurm.yaml", CONFIG)
     config = load_config(path)
-    client = SlurmClient(env=cluster.env, timeout=HANG_GUARD_S, retries=4, retry_delay=0.5)
-    return cluster, config, client, path
+    return cluster, config, client_of(cluster), path
 
 
-def _start_loop(
-    config: object, client: object, every: float, **kwargs: object
-) -> tuple[list[dict], threading.Event, list[BaseException], threading.Thread]:
-    """``run_loop`` (greedy, no budget) in a daemon thread: its parsed lines, its stop, what it raised, the thread.
+@contextmanager
+def _looping(config: object, client: object, every: float, **kwargs: object) -> Iterator[list[dict]]:
+    """``run_loop`` (greedy, no budget) in a daemon thread while the block runs: its parsed lines.
 
-    The loop must never raise; a test reports what ``errors`` holds.
+    At the block's end the loop is stopped and joined: it must have ended and raised nothing (it never raises).
     """
     stream = JsonLines()
     stop = threading.Event()
@@ -112,24 +90,22 @@ def _start_loop(
 
     thread = threading.Thread(target=body, daemon=True)
     thread.start()
-    return stream.lines, stop, errors, thread
+    try:
+        yield stream.lines
+    finally:
+        stop.set()
+        thread.join(timeout=HANG_GUARD)
+    assert not errors and not thread.is_alive(), errors
 
 
-def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _squeue(cluster: LocalCluster) -> dict:
-    return json.loads(cluster.run("squeue", "--all", "--json").stdout)
-
-
-def _jobs(cluster: LocalCluster) -> dict[str, jsonread.SlurmJob]:
-    return {j.id: j for j in jsonread.read_jobs(_squeue(cluster)) if j.state in ("PENDING", "RUNNING", "CONFIGURING")}
+def _wait_for_a_quiet_cycle(lines: list[dict]) -> int:
+    """Wait for a cycle, after the lines already written, that finds nothing left to change; where it waited from."""
+    n = len(lines)
+    wait_for(
+        lambda: any(line.get("cycle") == "commit" and line["changes"] == [] for line in lines[n:]),
+        "a cycle that finds nothing left to change",
+    )
+    return n
 
 
 def _reservations(cluster: LocalCluster) -> list[jsonread.SlurmReservation]:
@@ -138,14 +114,14 @@ def _reservations(cluster: LocalCluster) -> list[jsonread.SlurmReservation]:
 
 def _state(cluster: LocalCluster) -> tuple:
     """What a cycle may change, as read from Slurm: each job's state, reason, nodes, node list; reservations."""
-    jobs = tuple(sorted((j.id, j.state, j.reason, j.nodes, j.required_nodes) for j in _jobs(cluster).values()))
+    jobs = tuple(sorted((j.id, j.state, j.reason, j.nodes, j.required_nodes) for j in queue(cluster).values()))
     res = tuple(sorted((r.name, r.nodes, tuple(sorted(r.cores.items()))) for r in _reservations(cluster)))
     return jobs, res
 
 
 def _settled(cluster: LocalCluster, owned: set[str]) -> bool:
     """Every owned job runs or is held (none released and still pending)."""
-    jobs = _jobs(cluster)
+    jobs = queue(cluster)
     return all(jobs[j].state == "RUNNING" or jobs[j].held for j in owned if j in jobs)
 
 
@@ -162,7 +138,7 @@ def _submit_mix(cluster: LocalCluster) -> dict[str, str]:
         "foreign_running": cluster.sbatch("-p", "batch", "--gres=gpu:2", "-t", "600", "--wrap", "sleep 3600"),
         "foreign_held": cluster.sbatch("-p", "batch", "--hold", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 3600"),
     }
-    _wait(lambda: _jobs(cluster)[ids["foreign_running"]].state == "RUNNING", "the foreign job to run")
+    wait_for(lambda: queue(cluster)[ids["foreign_running"]].state == "RUNNING", "the foreign job to run")
     own = [
         ("train16", ["-N2", "--gres=gpu:8", "-t", "180", "--comment", "type=training priority=3"]),
         ("train8", ["--gres=gpu:h100:8", "-t", "120", "--comment", "type=training priority=2"]),
@@ -197,9 +173,9 @@ def test_cycle_runs_exactly_the_plans_slot_zero(fresh, tmp_path: Path) -> None:
     started = {p.job for p in result.decision.start_now}
     assert started and started < owned  # something starts now, not everything fits
     assert set(result.snapshot.owned) == owned
-    _wait(lambda: _settled(cluster, owned), "the released jobs to start")
+    wait_for(lambda: _settled(cluster, owned), "the released jobs to start")
 
-    jobs = _jobs(cluster)
+    jobs = queue(cluster)
     running_owned = {j for j in owned if jobs[j].state == "RUNNING"}
     assert running_owned == started
     for p in result.decision.start_now:
@@ -253,15 +229,15 @@ def test_unreadable_jobs_and_nodes_are_named_and_left_alone(fresh, capsys: pytes
     result = cycle(config, client, "greedy")
     assert {p.job for p in result.decision.start_now} == {good}
     assert "gpu04" not in result.snapshot.nodes
-    _wait(lambda: _jobs(cluster)[good].state == "RUNNING", "the readable job to start")
+    wait_for(lambda: queue(cluster)[good].state == "RUNNING", "the readable job to start")
     # no cycle can ever plan the two others: left to Slurm (released, never held for ever), one line each
     left = {line["job"]: line["why"] for line in result.lines if line.get("action") == "leave"}
     assert set(left) == {per_task, no_gpu} and "per task" in left[per_task] and "no gpu" in left[no_gpu], left
     assert [c.summary() for c in result.changes][-2:] == [f"leave {per_task}", f"leave {no_gpu}"]
-    jobs = _jobs(cluster)
+    jobs = queue(cluster)
     assert not jobs[per_task].held and not jobs[no_gpu].held
     assert "gpu04" not in jobs[good].nodes
-    _wait(lambda: all(_jobs(cluster).get(j) is None or _jobs(cluster)[j].state == "RUNNING" for j in left),
+    wait_for(lambda: all(queue(cluster).get(j) is None or queue(cluster)[j].state == "RUNNING" for j in left),
           "Slurm to start the jobs left to it")  # fmt: skip
     again = cycle(config, client, "greedy")
     assert not any(c.kind in ("hold", "leave") for c in again.changes), again.changes
@@ -284,23 +260,14 @@ def test_bad_config_is_one_line_and_changes_nothing(fresh, tmp_path: Path, capsy
 def test_the_loop_survives_a_controller_restart(fresh) -> None:
     cluster, config, client, _ = fresh
     first = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:4", "-t", "120", "--wrap", "sleep 3600")
-    lines, stop, errors, thread = _start_loop(config, client, 0.01)
-    try:
-        _wait(lambda: any(line.get("cycle") == "commit" for line in lines), "a first cycle")
-        _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the first job to start")
+    with _looping(config, client, 0.01) as lines:
+        wait_for(lambda: any(line.get("cycle") == "commit" for line in lines), "a first cycle")
+        wait_for(lambda: queue(cluster)[first].state == "RUNNING", "the first job to start")
         cluster.restart_controller()
         second = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:8", "-t", "60", "--wrap", "sleep 3600")
-        _wait(lambda: _jobs(cluster)[second].state == "RUNNING", "the loop to start a job after the restart")
-        n = len(lines)
-        _wait(
-            lambda: any(line.get("cycle") == "commit" and line["changes"] == [] for line in lines[n:]),
-            "a cycle that finds nothing left to change",
-        )
-    finally:
-        stop.set()
-        thread.join(timeout=HANG_GUARD)
-    assert not errors and not thread.is_alive()
-    jobs = _jobs(cluster)
+        wait_for(lambda: queue(cluster)[second].state == "RUNNING", "the loop to start a job after the restart")
+        n = _wait_for_a_quiet_cycle(lines)
+    jobs = queue(cluster)
     assert jobs[first].state == "RUNNING" and jobs[second].state == "RUNNING"
     quiet = [line for line in lines[n:] if line.get("cycle") == "commit" and line["changes"] == []]
     assert quiet and quiet[0]["failed"] == []
@@ -322,29 +289,24 @@ def test_a_job_that_ends_early_starts_the_next_at_the_next_poll(fresh, tmp_path:
     first = cluster.sbatch(
         "-p", "batch", "-N4", "--gres=gpu:8", "-t", "30", "--wrap", f"while [ ! -e {go} ]; do sleep 0.1; done"
     )  # every GPU of the cluster, a limit far longer than it runs
-    _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the first job to run")
+    wait_for(lambda: queue(cluster)[first].state == "RUNNING", "the first job to run")
     second = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:8", "-t", "60", "--wrap", "sleep 3600")
     poll, debounce = 0.5, 0.5
-    lines, stop, errors, thread = _start_loop(config, client, 600, poll_seconds=poll, debounce_seconds=debounce)
-    try:
-        _wait(lambda: any(line.get("cycle") == "commit" for line in lines), "the clock's first cycle")
+    with _looping(config, client, 600, poll_seconds=poll, debounce_seconds=debounce) as lines:
+        wait_for(lambda: any(line.get("cycle") == "commit" for line in lines), "the clock's first cycle")
         opening = next(line for line in lines if "cycle" in line)
         assert opening["trigger"] == "clock" and opening["start_now"] == [], opening
         go.touch()
-        _wait(lambda: _jobs(cluster)[second].state == "RUNNING", "the loop to start the held job")
+        wait_for(lambda: queue(cluster)[second].state == "RUNNING", "the loop to start the held job")
         third = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
-        _wait(lambda: _jobs(cluster)[third].state == "RUNNING", "the loop to start a job submitted")
-    finally:
-        stop.set()
-        thread.join(timeout=HANG_GUARD)
-    assert not errors and not thread.is_alive()
+        wait_for(lambda: queue(cluster)[third].state == "RUNNING", "the loop to start a job submitted")
     cycles = [line for line in lines if "cycle" in line]
     assert [c["trigger"] for c in cycles if c["trigger"] == "clock"] == ["clock"]  # the clock came once
     started = {j: c for c in cycles for j in c.get("start_now", [])}
     assert started[second]["trigger"] == "ended" and first in started[second]["events"]["ended"]["ids"]
     assert started[third]["trigger"] == "submitted" and third in started[third]["events"]["submitted"]["ids"]
     assert cycles.index(started[second]) < cycles.index(started[third])
-    done = {j.id: j for j in jsonread.read_jobs(_squeue(cluster))}
+    done = all_jobs(cluster)
     assert done[first].state == "COMPLETED" and done[second].start_time >= done[first].end_time
     latency = done[second].start_time - done[first].end_time  # whole seconds of Slurm's clock
     print(f"job {second} started {latency} s after job {first} ended (poll {poll} s, debounce {debounce} s)")
@@ -371,7 +333,7 @@ def test_a_full_node_and_an_app_without_a_reservation_plans(fresh, tmp_path: Pat
     cluster = fresh[0]
     cluster.scontrol("update", "NodeName=gpu[02-04]", "State=DRAIN", "Reason=test")
     jobs = [cluster.sbatch("-p", "batch", "--gres=gpu:4", "-t", "60", "--wrap", "sleep 3600") for _ in range(2)]
-    _wait(lambda: all(_jobs(cluster)[j].state == "RUNNING" for j in jobs), "two 4-GPU jobs to run")
+    wait_for(lambda: all(queue(cluster)[j].state == "RUNNING" for j in jobs), "two 4-GPU jobs to run")
     path = _write(tmp_path / "smallest.yaml", SMALLEST)
     before = _state(cluster)
     assert main(["slurm", "cycle", "--config", str(path), "--dry-run"]) == 0
@@ -395,7 +357,7 @@ def test_a_full_node_and_an_app_without_a_reservation_plans(fresh, tmp_path: Pat
         f"gpualloc slurm: app chat relaxed: {relaxed[0]['why']}"
     ]
     assert _reservations(cluster) == []  # nothing is free now: the app's reservation went
-    assert all(_jobs(cluster)[j].state == "RUNNING" for j in jobs)
+    assert all(queue(cluster)[j].state == "RUNNING" for j in jobs)
 
 
 # ----------------------------------------------------------------------------- issue 25: reservations, one writer
@@ -415,7 +377,7 @@ def test_slurm_cannot_resize_a_core_reservation_and_moves_its_end_in_place(fresh
 
     cluster, _, client, _ = fresh
     job = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
-    _wait(lambda: _jobs(cluster)[job].state == "RUNNING", "a job on gpu01")
+    wait_for(lambda: queue(cluster)[job].state == "RUNNING", "a job on gpu01")
     name = "gpualloc-chat.gpu01"
     client.create_reservation(name, {"gpu01": 8}, 60, ["root"], "gpu")
     for change in ("CoreCnt=12", "Nodes=gpu02", "Nodes=gpu01 CoreCnt=4"):
@@ -462,7 +424,7 @@ def test_an_app_grows_and_shrinks_on_a_full_node_without_dropping_below_its_plan
     cluster, config, client, _ = fresh
     cluster.scontrol("update", "NodeName=gpu[02-04]", "State=DRAIN", "Reason=test")
     busy = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:4", "-t", "60", "--wrap", "sleep 3600")
-    _wait(lambda: _jobs(cluster)[busy].state == "RUNNING", "4 GPUs of gpu01 busy")
+    wait_for(lambda: queue(cluster)[busy].state == "RUNNING", "4 GPUs of gpu01 busy")
     watch = _Watching(client, cluster, "gpu01")
 
     def step(gpus: int) -> commit.Commit:
@@ -490,15 +452,15 @@ def test_an_app_grows_and_shrinks_on_a_full_node_without_dropping_below_its_plan
     step(2)
     assert min(watch.seen) >= 1
     other = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
-    _wait(lambda: _jobs(cluster)[other].state == "RUNNING", "gpu01 full")
+    wait_for(lambda: queue(cluster)[other].state == "RUNNING", "gpu01 full")
     waiting = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 3600")
     done = step(1)  # full: nothing fits beside (refused); 1 made over its own cores (Flags=OVERLAP), then the 2 go
     assert watch.seen == [2, 3, 1] and not done.above_plan  # refused beside; 3 while the new lies over the old
     assert done.calls == ["create gpualloc-chat.gpu01~2 (1 GPU on gpu01 over its own)", "delete gpualloc-chat.gpu01"]
     # no core was free between the create and the delete: the foreign job waiting on gpu01 got the freed GPU's
     # cores only once the old reservation was gone
-    _wait(lambda: _jobs(cluster)[waiting].state == "RUNNING", "the foreign job on the freed GPU")
-    per_node = sum(sum(_gpus_per_node(j).values()) for j in _jobs(cluster).values() if j.state == "RUNNING")
+    wait_for(lambda: queue(cluster)[waiting].state == "RUNNING", "the foreign job on the freed GPU")
+    per_node = sum(sum(_gpus_per_node(j).values()) for j in queue(cluster).values() if j.state == "RUNNING")
     assert per_node + 1 <= 8
 
 
@@ -542,12 +504,12 @@ def test_a_writer_killed_during_an_scontrol_keeps_the_lock_until_the_call_lands(
     env = {**cluster.env, "PYTHONPATH": str(root)}
     writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(lock_path), str(bin_dir), job], env=env)
     try:
-        _wait(lambda: (tmp_path / "started").exists(), "the writer's scontrol to start")
+        wait_for(lambda: (tmp_path / "started").exists(), "the writer's scontrol to start")
         writer.send_signal(signal.SIGKILL)
         writer.wait(timeout=HANG_GUARD)
         with pytest.raises(BusyError, match="test writer"):  # the writer is dead; its scontrol holds the lock
             Lock(lock_path, "second writer").acquire()
-        assert not _jobs(cluster)[job].held
+        assert not queue(cluster)[job].held
         (tmp_path / "go").touch()
 
         def free() -> bool:
@@ -557,8 +519,8 @@ def test_a_writer_killed_during_an_scontrol_keeps_the_lock_until_the_call_lands(
                 return False
             return True
 
-        _wait(free, "the lock to be free once the dead writer's scontrol ended")
-        assert _jobs(cluster)[job].held  # the change landed before a second writer could read
+        wait_for(free, "the lock to be free once the dead writer's scontrol ended")
+        assert queue(cluster)[job].held  # the change landed before a second writer could read
     finally:
         (tmp_path / "go").touch()
         if writer.poll() is None:
@@ -570,23 +532,23 @@ def test_an_owned_job_a_dead_commit_released_is_held_while_it_is_outside_the_pla
     outside the plan, so a cycle holds it, with why. Once the dependency is met, the next cycle plans and starts it."""
     cluster, config, client, _ = fresh
     first = cluster.sbatch("-p", "batch", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 3600")
-    _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the job it depends on")
+    wait_for(lambda: queue(cluster)[first].state == "RUNNING", "the job it depends on")
     # pending and released: only its dependency keeps Slurm from starting it outside any plan
     job = cluster.sbatch(
         "-p", "gpu", "--gres=gpu:2", "-t", "60", f"--dependency=afterany:{first}", "--wrap", "sleep 600"
     )
-    assert not _jobs(cluster)[job].held
+    assert not queue(cluster)[job].held
     result = cycle(config, client, "greedy", confirm_seconds=0)
     assert f"hold {job}" in [c.summary() for c in result.changes] and not result.commit.failed
-    assert _jobs(cluster)[job].held
+    assert queue(cluster)[job].held
     (line,) = [line for line in result.lines if line.get("job") == job]
     assert line["action"] == "hold" and line["why"].startswith(f"outside the plan: has a dependency (afterany:{first}")
     cluster.run("scancel", first)
-    _wait(lambda: first not in _jobs(cluster), "the dependency to end")
-    _wait(lambda: not _jobs(cluster)[job].dependency, "Slurm to clear the met dependency")
+    wait_for(lambda: first not in queue(cluster), "the dependency to end")
+    wait_for(lambda: not queue(cluster)[job].dependency, "Slurm to clear the met dependency")
     again = cycle(config, client, "greedy", confirm_seconds=HANG_GUARD)
     assert not again.commit.failed
-    _wait(lambda: _jobs(cluster)[job].state == "RUNNING", "the job, planned now, to start")
+    wait_for(lambda: queue(cluster)[job].state == "RUNNING", "the job, planned now, to start")
 
 
 def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:
@@ -605,7 +567,7 @@ def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:
             [*run, "--log", str(log)], env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
         )
     try:
-        _wait(lambda: log.exists() and '"cycle"' in log.read_text(), "the loop's first cycle")
+        wait_for(lambda: log.exists() and '"cycle"' in log.read_text(), "the loop's first cycle")
         second = subprocess.run(run, env=env, capture_output=True, text=True, timeout=HANG_GUARD)
         lines = second.stderr.strip().splitlines()
         assert second.returncode == 2 and len(lines) == 1, second.stderr
@@ -616,7 +578,7 @@ def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:
             [*cli, "cycle", "--config", str(path)], env=env, capture_output=True, timeout=HANG_GUARD
         )
         assert manual.returncode == 0, manual.stderr
-        _wait(lambda: _jobs(cluster)[first].state == "RUNNING", "the job to start (by the cycle or the loop)")
+        wait_for(lambda: queue(cluster)[first].state == "RUNNING", "the job to start (by the cycle or the loop)")
 
         # the loop may be mid-commit itself (a job's state changed): the test waits its turn as any writer does
         with Lock(Path(config.state_dir) / WRITER, "the test, as a writer mid-commit", wait=HANG_GUARD):
@@ -627,9 +589,9 @@ def test_one_writer_at_a_time_on_a_live_cluster(fresh, tmp_path: Path) -> None:
             )  # fmt: skip
             said = waiting.stderr.readline()
             assert "another writer commits (pid" in said and "the test, as a writer mid-commit" in said, said
-            assert _jobs(cluster)[held].held  # nobody commits while the lock is held
+            assert queue(cluster)[held].held  # nobody commits while the lock is held
         assert waiting.wait(timeout=HANG_GUARD) == 0, waiting.stderr.read()
-        _wait(lambda: _jobs(cluster)[held].state == "RUNNING", "the waiting cycle (or the loop) to start the job")
+        wait_for(lambda: queue(cluster)[held].state == "RUNNING", "the waiting cycle (or the loop) to start the job")
     finally:
         loop.send_signal(signal.SIGTERM)
         try:
@@ -715,7 +677,7 @@ def _owned(ids: dict[str, str]) -> set[str]:
 
 def _check(cluster, owned: set[str], result, config, *, reservations: bool = True) -> None:
     """The invariants after a cycle: GPUs held once, owned jobs running, held or reported; reservations = plan."""
-    jobs = _jobs(cluster)
+    jobs = queue(cluster)
     taken: dict[tuple[str, int], str] = {}
     for job in jobs.values():
         if job.state != "RUNNING":
@@ -754,7 +716,7 @@ def _reset(cluster) -> None:
     for r in _reservations(cluster):
         cluster.scontrol("delete", f"ReservationName={r.name}", check=False)
     cluster.scontrol("update", "NodeName=gpu[01-04]", "State=RESUME", check=False)
-    _wait(lambda: not _jobs(cluster), "an empty queue")
+    wait_for(lambda: not queue(cluster), "an empty queue")
     cluster.wait_idle()
 
 
@@ -780,7 +742,7 @@ def test_a_commit_killed_at_any_point_is_completed_by_the_next_cycle(fresh) -> N
         for attempt in (1, 2, 3):
             second += attempt > 1
             again = cycle(config, client, "greedy")
-            _wait(lambda ids=ids: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+            wait_for(lambda ids=ids: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
             _check(cluster, _owned(ids), again, config, reservations=not again.commit.failed)
             if not again.commit.failed:
                 break
@@ -828,7 +790,7 @@ def test_sigkill_of_a_running_loop_inside_its_commit(fresh, tmp_path: Path) -> N
         timeout=HANG_GUARD,
     )
     assert second.returncode == 0, second.stderr
-    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    wait_for(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
     result = cycle(config, SlurmClient(env=cluster.env, timeout=HANG_GUARD, retries=4, retry_delay=0.5), "greedy")
     assert [c for c in result.changes if c.kind != "reserve"] == [], result.changes  # the app may ramp on
     _check(cluster, _owned(ids), result, config)
@@ -847,24 +809,15 @@ def test_slurmctld_stopped_in_the_middle_of_a_commit(fresh) -> None:
 
         def later() -> None:
             cluster.start_controller()
-            _wait(lambda: cluster.run("scontrol", "ping", check=False).returncode == 0, "slurmctld back")
+            wait_for(lambda: cluster.run("scontrol", "ping", check=False).returncode == 0, "slurmctld back")
             restarted.set()
 
         threading.Thread(target=later, daemon=True).start()
 
     faulty = Faulty(client, at=3, when="before", fault=stop_controller)
-    lines, stop, errors, thread = _start_loop(config, faulty, 0.02)
-    try:
-        _wait(lambda: faulty.hit and restarted.is_set(), "the controller stopped mid-commit and back")
-        n = len(lines)
-        _wait(
-            lambda: any(line.get("cycle") == "commit" and line["changes"] == [] for line in lines[n:]),
-            "a cycle that finds nothing left to change",
-        )
-    finally:
-        stop.set()
-        thread.join(timeout=HANG_GUARD)
-    assert not errors and not thread.is_alive()
+    with _looping(config, faulty, 0.02) as lines:
+        wait_for(lambda: faulty.hit and restarted.is_set(), "the controller stopped mid-commit and back")
+        _wait_for_a_quiet_cycle(lines)
     # the commit's retries may outlast the restart, or its last changes fail and the next cycle makes them
     print(
         "cycles while slurmctld was away:",
@@ -881,7 +834,7 @@ def test_a_drained_node_and_a_node_down_with_jobs_on_it(fresh) -> None:
     not usable, and the invariants hold; once both are resumed they are planned again."""
     cluster, config, client, _ = fresh
     on_three = cluster.sbatch("-p", "batch", "-w", "gpu03", "--gres=gpu:4", "-t", "60", "--wrap", "sleep 3600")
-    _wait(lambda: _jobs(cluster)[on_three].state == "RUNNING", "a job on gpu03")
+    wait_for(lambda: queue(cluster)[on_three].state == "RUNNING", "a job on gpu03")
     ids = _submit_mix(cluster)
     cluster.scontrol("update", "NodeName=gpu04", "State=DRAIN", "Reason=test")
     cluster.scontrol("update", "NodeName=gpu03", "State=DOWN", "Reason=test")
@@ -889,16 +842,16 @@ def test_a_drained_node_and_a_node_down_with_jobs_on_it(fresh) -> None:
     left = {n.id for n in result.snapshot.notes if n.kind == "node"}
     assert "gpu04" in left and "gpu04" not in result.snapshot.nodes
     assert ("gpu03" in left) != ("gpu03" in result.snapshot.nodes)  # down and left alone, or back and planned
-    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    wait_for(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
     _check(cluster, _owned(ids), result, config)
-    jobs = _jobs(cluster)
+    jobs = queue(cluster)
     for p in result.decision.start_now:
         assert not set(jobs[p.job].nodes) & left, (p.job, jobs[p.job].nodes, left)
     cluster.scontrol("update", "NodeName=gpu[03-04]", "State=RESUME", check=False)
-    _wait(lambda: _up(cluster, "gpu03,gpu04"), "gpu03 and gpu04 up")
+    wait_for(lambda: _up(cluster, "gpu03,gpu04"), "gpu03 and gpu04 up")
     again = cycle(config, client, "greedy")
     assert {"gpu03", "gpu04"} <= set(again.snapshot.nodes), [str(n) for n in again.snapshot.notes]
-    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    wait_for(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
     _check(cluster, _owned(ids), again, config)
 
 
@@ -924,12 +877,12 @@ def test_a_node_whose_gres_turns_unreadable_at_the_commit(fresh) -> None:
     for change, why in result.commit.failed:
         assert "gpu02" in change.nodes and "node gpu02 is left alone now" in why, (change, why)
     assert {c.target for c, _ in result.commit.failed} == {c.target for c in on_two}
-    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
-    jobs = _jobs(cluster)
+    wait_for(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    jobs = queue(cluster)
     assert all(jobs[c.target].held for c in on_two if c.kind == "place")
     after = cycle(config, faulty, "greedy")
     assert "gpu02" not in after.snapshot.nodes and any(n.id == "gpu02" for n in after.snapshot.notes)
-    _wait(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
+    wait_for(lambda: _settled(cluster, _owned(ids)), "the owned jobs to run or be held")
     _check(cluster, _owned(ids), after, config)
 
 
@@ -943,13 +896,13 @@ def test_a_foreign_job_between_the_read_and_a_release(fresh) -> None:
     def fill(node: str) -> str:
         """Another user's job on every GPU of ``node`` that neither a job nor the app's reservations hold."""
         used = sum(
-            sum(_gpus_per_node(j).get(node, 0) for _ in [0]) for j in _jobs(cluster).values() if j.state == "RUNNING"
+            sum(_gpus_per_node(j).get(node, 0) for _ in [0]) for j in queue(cluster).values() if j.state == "RUNNING"
         )
         reserved = sum(r.cores.get(node, r.core_count) // 4 for r in _reservations(cluster) if node in r.nodes)
         jid = cluster.sbatch(
             "-p", "batch", "-w", node, f"--gres=gpu:{8 - used - reserved}", "-t", "60", "--wrap", "sleep 3600"
         )
-        _wait(lambda: _jobs(cluster)[jid].state == "RUNNING", "the foreign job to run")
+        wait_for(lambda: queue(cluster)[jid].state == "RUNNING", "the foreign job to run")
         return jid
 
     class Racing(Faulty):
@@ -978,6 +931,6 @@ def test_a_foreign_job_between_the_read_and_a_release(fresh) -> None:
     ((job, foreign),) = taken.items()
     whole_node = [c for c in result.changes if c.target == job]
     assert whole_node and dict(result.commit.failed).get(whole_node[0], "").startswith("released but not started")
-    jobs = _jobs(cluster)
+    jobs = queue(cluster)
     assert jobs[job].held and jobs[foreign].state == "RUNNING"
     _check(cluster, _owned(ids), result, config)

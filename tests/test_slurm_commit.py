@@ -18,15 +18,19 @@ from agents.slurm import commit, loop, snapshot
 from agents.slurm.config import config_from_dict
 from agents.slurm.errors import SlurmError
 from agents.slurm.lock import RUN, WRITER, BusyError, Lock
-from tests.slurm_helpers import LOST, NOW, UNANSWERED, FakeSlurm, JsonLines, core_reservation, pending, running
+from tests.slurm_helpers import (
+    LOST,
+    NOW,
+    UNANSWERED,
+    FakeSlurm,
+    JsonLines,
+    core_reservation,
+    driver_config,
+    pending,
+    running,
+)
 
-CONFIG = {
-    "slurm": {"partitions": ["gpu"], "cpus_per_gpu": 4},
-    "owned": {"partitions": ["gpu"]},
-    "horizon": {"slots": 24, "slot_minutes": 60},
-    "workloads": {"default_type": "training"},
-    "realtime": [{"name": "chat", "demand": [4] * 24, "ramp": 2, "penalty": 8}],
-}
+CONFIG = driver_config(default_type="training", chat=4)
 NO_APPS = {**CONFIG, "realtime": []}
 
 

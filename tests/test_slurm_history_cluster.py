@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -21,29 +20,16 @@ from agents.rolling.history import load_history
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
 from agents.slurm.live import day_template
-from agents.slurm.localcluster import ACCOUNTING_HINT, INSTALL_HINT, LocalCluster, missing_tools
+from agents.slurm.localcluster import LocalCluster
 from tests.conftest import HANG_GUARD_S
+from tests.real_slurm import skip_without_slurm, wait_for
 
 pytestmark = pytest.mark.slurm
 
-_MISSING = missing_tools(accounting=True)
-if _MISSING:
-    _WHY = f"Slurm with accounting is not here (missing: {', '.join(_MISSING)}); {INSTALL_HINT}; {ACCOUNTING_HINT}"
-    if os.environ.get("GPUALLOC_REQUIRE_SLURM") == "1":
-        raise RuntimeError(_WHY)
-    pytest.skip(_WHY, allow_module_level=True)
+skip_without_slurm(accounting=True)
 
 SLOT = 3.0  # seconds
 DAY_SLOTS = 10
-
-
-def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_history_writes_the_days_real_jobs_ran_in(tmp_path: Path, monkeypatch, capsys) -> None:
@@ -88,13 +74,14 @@ def test_history_writes_the_days_real_jobs_ran_in(tmp_path: Path, monkeypatch, c
                 j["state"]["current"] in ("COMPLETED", "CANCELLED") and j["time"]["end"] for j in jobs.values()
             )
 
-        _wait(all_ended, "sacct to record the four jobs' ends")  # records land 1-3 s after a job ends
+        wait_for(all_ended, "sacct to record the four jobs' ends", every=0.5)  # records land 1-3 s after a job ends
         jobs = accounted()
         config = config_from_dict(config_data, "<test>")
         clock = DayClock.of(config)
         released = {jid: j["time"]["eligible"] or j["time"]["submission"] for jid, j in jobs.items()}
         last_day_ends = clock.day_begins(max(released.values())) + clock.day_seconds
-        _wait(lambda: time.time() >= last_day_ends, "the last day of the jobs to be over")  # a wait on the clock
+        # a wait on the clock
+        wait_for(lambda: time.time() >= last_day_ends, "the last day of the jobs to be over", every=0.5)
 
         path = tmp_path / "slurm.yaml"
         path.write_text(yaml.safe_dump(config_data))

@@ -186,17 +186,23 @@ def test_the_loop_records_the_day_and_the_next_day_reads_it(tmp_path: Path) -> N
     assert any("recorded" in n for n in result.lines[-1]["history_notes"])
 
 
-def test_the_plan_of_slot_s_reads_the_demand_observed_before_s(tmp_path: Path) -> None:
-    """A reading counts for the slot it was taken in: the state at slot 2 holds slots 0-1 observed, and the
-    forecast ahead is corrected by them."""
+def _observed(tmp_path: Path, readings: tuple[int, ...]) -> tuple[DayClock, DayRecord, snapshot.Snapshot]:
+    """The clock, a day's record of the app's ``readings`` (one in each of the day's first slots, 10 s in), and a
+    snapshot taken in slot 2."""
     config = config_from_dict(_app_config(tmp_path))
     clock = DayClock.of(config)
     begins = clock.day_begins(NOW)
     record = DayRecord.new(config, begins)
     fake = FakeSlurm()
-    for s, value in enumerate((6, 6, 1)):
+    for s, value in enumerate(readings):
         record.see(snapshot.take(fake, config, begins + s * HOUR + 10), {"chat": value})
-    snap = snapshot.take(fake, config, begins + 2 * HOUR + 20)
+    return clock, record, snapshot.take(fake, config, begins + 2 * HOUR + 20)
+
+
+def test_the_plan_of_slot_s_reads_the_demand_observed_before_s(tmp_path: Path) -> None:
+    """A reading counts for the slot it was taken in: the state at slot 2 holds slots 0-1 observed, and the
+    forecast ahead is corrected by them."""
+    clock, record, snap = _observed(tmp_path, (6, 6, 1))
     state, s, _ = state_of(snap, record, clock)
     assert s == 2 and state.observed == ((6, 6),) and state.day_forecast[0][:2] == (2, 2)
     assert state.apps[0].demand[0] > 2  # corrected upward by what slots 0-1 showed, not by slot 2's reading
@@ -207,14 +213,7 @@ def test_the_plan_of_slot_s_reads_the_demand_observed_before_s(tmp_path: Path) -
 def test_the_loop_state_is_the_simulators_with_the_planners_own_forecast(tmp_path: Path) -> None:
     """One builder: the state at slot 2 is the simulator's (:func:`with_forecast`) with the forecaster the planner
     was fitted with, whatever it is (here a point forecast with a margin of 2 error levels)."""
-    config = config_from_dict(_app_config(tmp_path))
-    clock = DayClock.of(config)
-    begins = clock.day_begins(NOW)
-    record = DayRecord.new(config, begins)
-    fake = FakeSlurm()
-    for s, value in enumerate((6, 1, 3)):
-        record.see(snapshot.take(fake, config, begins + s * HOUR + 10), {"chat": value})
-    snap = snapshot.take(fake, config, begins + 2 * HOUR + 20)
+    clock, record, snap = _observed(tmp_path, (6, 1, 3))
     forecaster = HedgedForecaster("corrected", 2.0)
     state, s, _ = state_of(snap, record, clock, forecaster)
     F, seen = np.array(state.day_forecast), np.array(state.observed)

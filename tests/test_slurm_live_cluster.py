@@ -6,55 +6,26 @@ follows: one 2-node cluster for the module, waits that poll Slurm with a deadlin
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from pathlib import Path
 
 import pytest
 
 from agents.rolling.history import load_history
-from agents.slurm import jsonread
-from agents.slurm.client import SlurmClient
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
 from agents.slurm.live import LiveSetup, day_template
-from agents.slurm.localcluster import INSTALL_HINT, LocalCluster, missing_tools
+from agents.slurm.localcluster import LocalCluster
 from agents.slurm.loop import cycle
 from agents.slurm.record import History
 from tests.conftest import HANG_GUARD_S
+from tests.real_slurm import all_jobs, client_of, cluster_fixture, skip_without_slurm, wait_for
 
 pytestmark = pytest.mark.slurm
 
-_MISSING = missing_tools()
-if _MISSING:
-    _WHY = f"Slurm is not here (missing: {', '.join(_MISSING)}); {INSTALL_HINT}"
-    if os.environ.get("GPUALLOC_REQUIRE_SLURM") == "1":
-        raise RuntimeError(_WHY)
-    pytest.skip(_WHY, allow_module_level=True)
+skip_without_slurm()
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    local = LocalCluster(tmp_path_factory.mktemp("slurm-live"), nodes=2, gpus_per_node=8, timeout=HANG_GUARD_S)
-    try:
-        local.start()
-        yield local
-    finally:
-        local.stop()
-
-
-def _all_jobs(cluster: LocalCluster) -> dict[str, jsonread.SlurmJob]:
-    return {j.id: j for j in jsonread.read_jobs(json.loads(cluster.run("squeue", "--all", "--json").stdout))}
-
-
-def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+cluster = cluster_fixture("slurm-live", nodes=2)
 
 
 def test_the_loop_records_a_real_day_that_the_next_day_reads(cluster: LocalCluster, tmp_path: Path) -> None:
@@ -78,13 +49,13 @@ def test_the_loop_records_a_real_day_that_the_next_day_reads(cluster: LocalClust
         },
         "<test>",
     )
-    client = SlurmClient(env=cluster.env, timeout=HANG_GUARD_S, retries=4, retry_delay=0.5)
+    client = client_of(cluster)
     jid = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:1", "-t", "2", "--comment", "type=training",
                          "--wrap", "sleep 1")  # fmt: skip
     observe = lambda _config: ({"chat": 3}, [])  # noqa: E731
     first = cycle(config, client, LiveSetup(), observe=observe)
     assert first.lines[-1]["start_now"] == [jid] and not first.commit.failed
-    _wait(lambda: _all_jobs(cluster)[jid].state == "COMPLETED", "the job to complete")
+    wait_for(lambda: all_jobs(cluster)[jid].state == "COMPLETED", "the job to complete")
     second = cycle(config, client, LiveSetup(), observe=observe)
     assert not second.commit.failed
     clock = DayClock.of(config)

@@ -19,16 +19,11 @@ from agents.slurm.config import config_from_dict, load_config
 from agents.slurm.errors import CommandError, ConfigError, UnreadableError
 from gpu_env.validation import validate
 from tests.conftest import HANG_GUARD_S
+from tests.slurm_helpers import driver_config
 
 DATA = Path(__file__).parent / "data" / "slurm"
 
-CONFIG = {
-    "slurm": {"partitions": ["gpu"], "cpus_per_gpu": 4},
-    "owned": {"partitions": ["gpu"]},
-    "horizon": {"slots": 24, "slot_minutes": 60},
-    "workloads": {"default_type": "batch_inference"},
-    "realtime": [{"name": "chat", "demand": [3] * 24, "ramp": 2, "penalty": 8}],
-}
+CONFIG = driver_config(default_type="batch_inference", chat=3)
 
 
 def _load(name: str) -> dict:

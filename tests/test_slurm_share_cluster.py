@@ -12,9 +12,7 @@ guards against a hang.
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -22,18 +20,13 @@ import pytest
 from agents.slurm import jsonread, snapshot
 from agents.slurm.client import SlurmClient
 from agents.slurm.config import load_config
-from agents.slurm.localcluster import INSTALL_HINT, LocalCluster, missing_tools
+from agents.slurm.localcluster import LocalCluster
 from agents.slurm.loop import cycle
-from tests.conftest import HANG_GUARD_S
+from tests.real_slurm import client_of, cluster_fixture, queue, skip_without_slurm, wait_for
 
 pytestmark = pytest.mark.slurm
 
-_MISSING = missing_tools()
-if _MISSING:
-    _WHY = f"Slurm is not here (missing: {', '.join(_MISSING)}); {INSTALL_HINT}"
-    if os.environ.get("GPUALLOC_REQUIRE_SLURM") == "1":  # .ci/run installed it: a skip there is a failure
-        raise RuntimeError(_WHY)
-    pytest.skip(_WHY, allow_module_level=True)
+skip_without_slurm()
 
 CONFIG = """\
 slurm: {partitions: [gpu], gres: gpu, gpu_type: h100, cpus_per_gpu: 4, retries: 4, timeout: 900, confirm: 900,
@@ -48,28 +41,7 @@ realtime:
 """
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory):
-    local = LocalCluster(tmp_path_factory.mktemp("slurm-share"), nodes=1, gpus_per_node=8, timeout=HANG_GUARD_S)
-    try:
-        local.start()
-        yield local
-    finally:
-        local.stop()
-
-
-def _wait(condition, what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD_S
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def _jobs(cluster: LocalCluster) -> dict[str, jsonread.SlurmJob]:
-    data = json.loads(cluster.run("squeue", "--all", "--json").stdout)
-    return {j.id: j for j in jsonread.read_jobs(data) if j.state in ("PENDING", "RUNNING", "CONFIGURING")}
+cluster = cluster_fixture("slurm-share", nodes=1)
 
 
 def _held(cluster: LocalCluster, config) -> dict[str, int]:
@@ -121,7 +93,7 @@ def _step(cluster: LocalCluster, tmp_path: Path, client: SlurmClient, demand: di
     for seen in watch.seen:  # after every change: never below the smaller of before and the plan
         for app, g in plan.items():
             assert seen.get(app, 0) >= min(before.get(app, 0), g), (demand, before, watch.seen)
-    _wait(lambda: all(_jobs(cluster)[j].state == "RUNNING" or _jobs(cluster)[j].held for j in owned), "settled")
+    wait_for(lambda: all(queue(cluster)[j].state == "RUNNING" or queue(cluster)[j].held for j in owned), "settled")
     return config, result
 
 
@@ -129,8 +101,8 @@ def _probe_still_waits(cluster: LocalCluster, waiting: str) -> None:
     """Another user's job waiting for 2 GPUs on the full node has not started, once Slurm's scheduler has been past
     it: a later 1-GPU probe is submitted and waited for until Slurm gives it a pending reason (or starts it)."""
     probe = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 600")
-    _wait(lambda: _jobs(cluster)[probe].state != "PENDING" or _jobs(cluster)[probe].reason != "None", "the probe")
-    jobs = _jobs(cluster)
+    wait_for(lambda: queue(cluster)[probe].state != "PENDING" or queue(cluster)[probe].reason != "None", "the probe")
+    jobs = queue(cluster)
     try:
         assert jobs[probe].state == "PENDING", f"a foreign job started on a core the apps' plan keeps: {jobs[probe]}"
         assert jobs[waiting].state == "PENDING", jobs[waiting]
@@ -140,9 +112,9 @@ def _probe_still_waits(cluster: LocalCluster, waiting: str) -> None:
 
 def test_two_then_three_apps_grow_shrink_and_swap_on_a_full_node(cluster: LocalCluster, tmp_path: Path) -> None:
     os.environ["SLURM_CONF"] = str(cluster.conf)
-    client = SlurmClient(env=cluster.env, timeout=HANG_GUARD_S, retries=4, retry_delay=0.5)
+    client = client_of(cluster)
     busy = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:3", "-t", "600", "--wrap", "sleep 3600")
-    _wait(lambda: _jobs(cluster)[busy].state == "RUNNING", "3 GPUs of gpu01 busy")
+    wait_for(lambda: queue(cluster)[busy].state == "RUNNING", "3 GPUs of gpu01 busy")
     config, _ = _step(cluster, tmp_path, client, {"a": 3, "b": 2}, set())  # each beside: the node is full now
     assert sorted(_held(cluster, config).items()) == [("a", 3), ("b", 2)]
     waiting = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 600")
@@ -157,8 +129,8 @@ def test_two_then_three_apps_grow_shrink_and_swap_on_a_full_node(cluster: LocalC
     # b shrinks beside a, and a job of the allocator is planned (and starts) on the GPU b gives back
     job = cluster.sbatch("-p", "gpu", "--hold", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 600")
     config, result = _step(cluster, tmp_path, client, {"a": 1, "b": 3}, {job})
-    assert [p.job for p in result.decision.start_now] == [job] and _jobs(cluster)[job].state == "RUNNING"
-    assert _jobs(cluster)[job].nodes == ("gpu01",)
+    assert [p.job for p in result.decision.start_now] == [job] and queue(cluster)[job].state == "RUNNING"
+    assert queue(cluster)[job].nodes == ("gpu01",)
     _probe_still_waits(cluster, waiting)
 
     # a third app comes onto the full node (b gives it one), then all three move
@@ -170,4 +142,4 @@ def test_two_then_three_apps_grow_shrink_and_swap_on_a_full_node(cluster: LocalC
     # the apps give GPUs back: now the waiting job may have them (the plan frees 2)
     config, result = _step(cluster, tmp_path, client, {"a": 1, "b": 1}, {job})
     assert _held(cluster, config) == {"a": 1, "b": 1}
-    _wait(lambda: _jobs(cluster)[waiting].state == "RUNNING", "the waiting job on the GPUs the apps gave back")
+    wait_for(lambda: queue(cluster)[waiting].state == "RUNNING", "the waiting job on the GPUs the apps gave back")

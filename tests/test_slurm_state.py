@@ -17,15 +17,9 @@ from agents.slurm import loop, snapshot
 from agents.slurm.config import config_from_dict
 from gpu_env.scenario import ScenarioError, scenario_from_dict
 from gpu_env.validation import validate
-from tests.slurm_helpers import NOW, FakeSlurm, JsonLines, core_reservation, pending, running
+from tests.slurm_helpers import NOW, FakeSlurm, JsonLines, core_reservation, driver_config, pending, running
 
-CONFIG = {
-    "slurm": {"partitions": ["gpu"], "cpus_per_gpu": 4, "confirm": 0},
-    "owned": {"partitions": ["gpu"]},
-    "horizon": {"slots": 24, "slot_minutes": 60},
-    "workloads": {"default_type": "batch_inference"},
-    "realtime": [{"name": "chat", "demand": [2] * 24, "ramp": 1, "penalty": 8}],
-}
+CONFIG = driver_config(default_type="batch_inference", chat=2, ramp=1, confirm=0)
 
 
 def _config(**app: object) -> dict:

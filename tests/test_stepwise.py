@@ -20,6 +20,7 @@ from gpu_env import stepwise as compiled
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.listsched import MODE_AFTER, MODE_INLINE, MODES, ListInstance, decode, new_live, new_scratch
 from gpu_env.queue_features import cluster_features, job_features
+from gpu_env.scenario import Scenario
 from gpu_env.stepwise import STEP_FEATURES, WINDOW, StepHead
 from gpu_env.validation import validate
 
@@ -46,6 +47,23 @@ def rank_head(n: int, hidden: int = 4) -> tuple[np.ndarray, StepHead]:
     return rows, StepHead(w_step, np.eye(hidden)[0], np.zeros(1))
 
 
+def ranked(sc: Scenario) -> tuple[ListInstance, np.ndarray, np.ndarray, StepHead]:
+    """A scenario's list instance and priority base, and a head that reads only the window rank."""
+    inst = ListInstance.build(sc)
+    rows, head = rank_head(len(sc.jobs))
+    return inst, stepwise.priority_base(sc, inst), rows, head
+
+
+def drawn_case(
+    family: str, seed: int, gpus: int, weights: int
+) -> tuple[Scenario, ListInstance, np.ndarray, np.ndarray, StepHead]:
+    """A family's scenario, its list instance and priority base, and a random head (seeded by ``weights``)."""
+    sc = generate(family, seed, gpus=gpus)
+    inst = ListInstance.build(sc)
+    rows, head = random_head(np.random.default_rng(weights), len(sc.jobs))
+    return sc, inst, stepwise.priority_base(sc, inst), rows, head
+
+
 CASES = {
     "family": st.sampled_from(sorted(FAMILIES)),
     "seed": st.integers(0, 10_000),
@@ -59,10 +77,7 @@ CASES = {
 @given(**CASES)
 def test_a_rollout_is_its_order_decoded(family: str, seed: int, gpus: int, mode: int, weights: int):
     """The turn order replayed by the decoder gives the rollout's plan: one rule set, placed by the decoder."""
-    sc = generate(family, seed, gpus=gpus)
-    inst = ListInstance.build(sc)
-    base = stepwise.priority_base(sc, inst)
-    rows, head = random_head(np.random.default_rng(weights), len(sc.jobs))
+    sc, inst, base, rows, head = drawn_case(family, seed, gpus, weights)
     r = compiled.roll(inst, base, rows, head, mode, temperature=0.5, seed=weights)
     assert sorted(r.order[: r.turns].tolist()) == sorted(base.tolist()) and r.turns == base.size
     replayed = decode(inst, r.order[None], np.array([mode]))
@@ -81,10 +96,7 @@ def test_a_rollout_is_its_order_decoded(family: str, seed: int, gpus: int, mode:
 @given(**CASES)
 def test_the_cached_earliest_starts_are_the_fresh_ones(family: str, seed: int, gpus: int, mode: int, weights: int):
     """Each turn's features, replayed turn by turn on the decoder's own state, from an earliest start found anew."""
-    sc = generate(family, seed, gpus=gpus)
-    inst = ListInstance.build(sc)
-    base = stepwise.priority_base(sc, inst)
-    rows, head = random_head(np.random.default_rng(weights), len(sc.jobs))
+    sc, inst, base, rows, head = drawn_case(family, seed, gpus, weights)
     mode = mode if sc.apps else listsched.MODE_OFF
     r = compiled.roll(inst, base, rows, head, mode, temperature=1.0, seed=weights)
     live, sc_ = new_live(inst), new_scratch(inst)
@@ -124,9 +136,7 @@ def test_the_cached_earliest_starts_are_the_fresh_ones(family: str, seed: int, g
 def test_a_job_that_fits_only_by_a_trade_shows_its_value_and_the_trades_cost():
     """training-heavy seed 20002 (8 GPUs): the 8-GPU, priority-8 job fits only by taking the app's GPU for 6 slots."""
     sc = generate("training-heavy", 20_002)
-    inst = ListInstance.build(sc)
-    base = stepwise.priority_base(sc, inst)
-    rows, head = rank_head(len(sc.jobs))
+    inst, base, rows, head = ranked(sc)
     r = compiled.roll(inst, base, rows, head, MODE_INLINE)
     j = [job.id for job in sc.jobs].index("train-6")
     w = r.window[0].tolist().index(j)
@@ -326,9 +336,7 @@ def test_training_is_seeded():
 def test_a_forced_first_turn_takes_that_window_position_and_the_policy_decides_the_rest():
     """POMO's multiple starts: ``first`` decides the first turn only; the rollout still decodes to its own plan."""
     sc = generate("mixed-control", 3)
-    inst = ListInstance.build(sc)
-    base = stepwise.priority_base(sc, inst)
-    rows, head = rank_head(len(sc.jobs))
+    inst, base, rows, head = ranked(sc)
     plain = compiled.roll(inst, base, rows, head, MODE_INLINE)
     forced = compiled.roll(inst, base, rows, head, MODE_INLINE, first=3)
     assert plain.chosen[0] == 0 and forced.chosen[0] == 3 and forced.order[0] == base[3]

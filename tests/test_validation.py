@@ -5,20 +5,16 @@ from __future__ import annotations
 from gpu_env.plan import Placement, Plan
 from gpu_env.rules import Rule
 from gpu_env.validation import validate
-from tests.conftest import make_scenario
+from tests.conftest import make_job, make_scenario, two_node_day
 
 
 def scenario():
     # G=4 in nodes of 2, T=6; one app; a running job on GPU 3; three pending jobs.
-    return make_scenario(
-        cluster={"gpus": 4, "node_size": 2},
-        realtime=[{"name": "rt", "demand": [1, 1, 1, 1, 1, 1], "ramp": 1, "initial": 1, "penalty": 5}],
-        jobs=[
-            {"id": "run", "type": "training", "gpus": 1, "duration": 2, "running_on": [3]},
-            {"id": "a", "type": "training", "gpus": 2, "duration": 3, "release": 1, "deadline": 5},
-            {"id": "b", "type": "quantization", "gpus": 1, "duration": 2},
-            {"id": "big", "type": "training", "gpus": 4, "duration": 1},
-        ],
+    return two_node_day(
+        [1, 1, 1, 1, 1, 1],
+        make_job("a", 2, 3, release=1, deadline=5),
+        make_job("b", 1, 2, type="quantization"),
+        make_job("big", 4, 1),
     )
 
 
@@ -40,13 +36,7 @@ def test_rule1_two_jobs_on_one_gpu():
 
 
 def test_rule1_holds_past_the_horizon():
-    s = make_scenario(
-        horizon={"slots": 3},
-        jobs=[
-            {"id": "x", "type": "training", "gpus": 1, "duration": 5},
-            {"id": "y", "type": "training", "gpus": 1, "duration": 2},
-        ],
-    )
+    s = make_scenario(horizon={"slots": 3}, jobs=[make_job("x", 1, 5), make_job("y", 1, 2)])
     # x runs 0-4 (past T = 3), y runs 2-3: one clash reported, at its first cell.
     plan = Plan("tiny", "t", [Placement("x", 0, (0,)), Placement("y", 2, (0,))], {})
     messages = [str(v) for v in validate(s, plan)]
