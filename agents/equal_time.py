@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from agents import greedy, ppo
+from agents.benchmarking import table
 from agents.options import DEFAULT_SAMPLES, Guard, PlanOptions
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
@@ -137,16 +138,24 @@ def calibrate_restarts(
 def calibration_table(calibrations: list[Calibration]) -> list[str]:
     """One row per size class: the shipped planner's median, greedy's at each restart count, the chosen count."""
     grid = list(dict.fromkeys(r for c in calibrations for r in c.greedy_ms))
-    lines = [
-        "| size class | instances x rounds | shipped ms | "
-        + " | ".join(f"greedy + {r} ms" for r in grid)
-        + " | **chosen restarts** |",
-        "| --- | ---: | ---: | " + " | ".join("---:" for _ in grid) + " | ---: |",
+    head = [
+        "size class",
+        "instances x rounds",
+        "shipped ms",
+        *(f"greedy + {r} ms" for r in grid),
+        "**chosen restarts**",
     ]
-    for c in calibrations:
-        cells = " | ".join(
-            (f"**{c.greedy_ms[r]:.2f}**" if r == c.chosen else f"{c.greedy_ms[r]:.2f}") if r in c.greedy_ms else "–"
-            for r in grid
-        )
-        lines.append(f"| {c.label} | {c.instances} x {c.rounds} | {c.shipped_ms:.2f} | {cells} | **{c.chosen}** |")
-    return lines
+    rows = [
+        [
+            c.label,
+            f"{c.instances} x {c.rounds}",
+            f"{c.shipped_ms:.2f}",
+            *(
+                (f"**{c.greedy_ms[r]:.2f}**" if r == c.chosen else f"{c.greedy_ms[r]:.2f}") if r in c.greedy_ms else "–"
+                for r in grid
+            ),
+            f"**{c.chosen}**",
+        ]
+        for c in calibrations
+    ]
+    return table(head, rows).splitlines()

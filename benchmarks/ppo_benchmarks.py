@@ -83,7 +83,7 @@ if str(ROOT) not in sys.path:
 # full (OR-Tools) imported here, where a fan-out worker starts, not inside a task's timeout alarm
 from agents import ppo  # noqa: E402
 from agents.arguments import add_fanout_options, family_names, fanout_backend, gpu_counts  # noqa: E402
-from agents.benchmarking import EPS, best_known, checked, machine, one_core  # noqa: E402
+from agents.benchmarking import EPS, best_known, checked, machine, one_core, table  # noqa: E402
 from agents.equal_time import (  # noqa: E402
     one_options,
     shipped_options,
@@ -268,22 +268,20 @@ def arms_table(rows: list[Row]) -> list[str]:
         ("one", "one (policy alone)", "one"),
         ("shipped", f"shipped ({DEFAULT_SAMPLES} candidates, {DEFAULT_GUARD.value} guard)", "shipped"),
     ]
-    lines = [
-        "| planner | mean / best | mean / greedy | below greedy | median ms | median ms / greedy's |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
-    ]
+    body = []
     for key, label, ms_key in arms:
         rs = [r for r in rows if getattr(r, key) is not None and ms_key in r.ms and "greedy" in r.ms]
-        if not rs:
-            continue
-        ms = [r.ms[ms_key] for r in rs]
-        per = [r.ms[ms_key] / r.ms["greedy"] for r in rs]
-        lines.append(
-            f"| {label} | {_mean(rs, key):.4f} | {_mean(rs, key, 'greedy'):.4f} "
-            f"| {sum(getattr(r, key) < r.greedy - EPS for r in rs)} of {len(rs)} | {np.median(ms):.2f} "
-            f"| {np.median(per):.2f} |"
-        )
-    return lines
+        if rs:
+            body.append([
+                label,
+                f"{_mean(rs, key):.4f}",
+                f"{_mean(rs, key, 'greedy'):.4f}",
+                f"{sum(getattr(r, key) < r.greedy - EPS for r in rs)} of {len(rs)}",
+                f"{np.median([r.ms[ms_key] for r in rs]):.2f}",
+                f"{np.median([r.ms[ms_key] / r.ms['greedy'] for r in rs]):.2f}",
+            ])  # fmt: skip
+    head = ["planner", "mean / best", "mean / greedy", "below greedy", "median ms", "median ms / greedy's"]
+    return table(head, body).splitlines()
 
 
 def seven_table(rows: list[Row]) -> list[str]:

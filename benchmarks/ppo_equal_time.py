@@ -61,7 +61,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents import greedy, ppo  # noqa: E402
-from agents.benchmarking import EPS, best_known, machine, one_core  # noqa: E402
+from agents.benchmarking import EPS, best_known, machine, one_core, table  # noqa: E402
 from agents.equal_time import (  # noqa: E402
     CALIBRATION_ROUNDS,
     DECODE_RESTARTS,
@@ -267,26 +267,26 @@ def chosen_temperature(rows: list[dict[str, Any]], temperatures: list[float]) ->
 def tuning_table(rows: list[dict[str, Any]], temperatures: list[float], chosen: float) -> list[str]:
     """Per temperature: mean objective / plain greedy's per size class and over all, runs above greedy, median ms."""
     classes = list(dict.fromkeys(r["size_class"] for r in rows))
-    lines = [
-        "| temperature | "
-        + " | ".join(f"{class_label(c)}: mean / greedy" for c in classes)
-        + " | **all: mean / greedy** | runs above greedy | runs below greedy | median ms |",
-        "| ---: | " + " | ".join("---:" for _ in classes) + " | ---: | ---: | ---: | ---: |",
+    head = [
+        "temperature",
+        *(f"{class_label(c)}: mean / greedy" for c in classes),
+        "**all: mean / greedy**",
+        "runs above greedy",
+        "runs below greedy",
+        "median ms",
     ]
+    body = []
     for t in temperatures:
         rs = [r for r in rows if r["temperature"] == t]
-        cells = " | ".join(
-            f"{np.mean([r['objective'] / r['greedy'] for r in rs if r['size_class'] == c]):.4f}" for c in classes
-        )
-        mean = np.mean([r["objective"] / r["greedy"] for r in rs])
-        above = sum(r["objective"] > r["greedy"] + EPS for r in rs)
-        below = sum(r["objective"] < r["greedy"] - EPS for r in rs)
-        name = f"**{t:g}** (chosen)" if t == chosen else f"{t:g}"
-        lines.append(
-            f"| {name} | {cells} | **{mean:.4f}** | {above} of {len(rs)} | {below} | "
-            f"{np.median([r['ms'] for r in rs]):.2f} |"
-        )
-    return lines
+        body.append([
+            f"**{t:g}** (chosen)" if t == chosen else f"{t:g}",
+            *(f"{np.mean([r['objective'] / r['greedy'] for r in rs if r['size_class'] == c]):.4f}" for c in classes),
+            f"**{np.mean([r['objective'] / r['greedy'] for r in rs]):.4f}**",
+            f"{sum(r['objective'] > r['greedy'] + EPS for r in rs)} of {len(rs)}",
+            sum(r["objective"] < r["greedy"] - EPS for r in rs),
+            f"{np.median([r['ms'] for r in rs]):.2f}",
+        ])  # fmt: skip
+    return table(head, body, right=0).splitlines()
 
 
 # ----------------------------------------------------------------------------- tables

@@ -119,13 +119,7 @@ def _check_times(scenario: Scenario, good: _Placed, flag: _Flag) -> None:
 
 
 def _check_blocks(scenario: Scenario, good: _Placed, flag: _Flag) -> None:
-    """Rule 4: contiguous, node-aware blocks (of the placements with the job's number of GPUs).
-
-    Args:
-        scenario: The scenario.
-        good: The placements of real jobs.
-        flag: Records a violation.
-    """
+    """Rule 4: contiguous, node-aware blocks, of the ``good`` placements (real jobs) with the job's number of GPUs."""
     for index, _, gpus in good:
         job = scenario.jobs[index]
         if len(gpus) == job.gpus:
@@ -159,12 +153,9 @@ def _check_inherited(scenario: Scenario, seen: dict[str, int], good: _Placed, fl
 
 
 def _check_clashes(scenario: Scenario, good: _Placed, flag: _Flag) -> None:
-    """Rule 1: one job per GPU per slot, past the horizon too (each pair of jobs flagged once, at its first cell).
+    """Rule 1: one job per GPU per slot among the ``good`` placements (real jobs), past the horizon too.
 
-    Args:
-        scenario: The scenario.
-        good: The placements of real jobs.
-        flag: Records a violation.
+    Each pair of jobs is flagged once, at its first cell.
     """
     cells: dict[tuple[int, int], str] = {}
     clashes: dict[tuple[str, str], tuple[int, int]] = {}

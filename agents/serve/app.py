@@ -281,12 +281,7 @@ def _cancelled_of(request: Request) -> Callable[[], Awaitable[bool]]:
 
 
 def _add_allocator_routes(app: FastAPI, service: Service) -> None:
-    """Register ``/v1/plan``, ``/v1/validate`` and ``/v1/decide`` on ``app``.
-
-    Args:
-        app: The app.
-        service: The app's service.
-    """
+    """Register ``/v1/plan``, ``/v1/validate`` and ``/v1/decide`` on ``app``, served by ``service``."""
     limits = service.settings.limits
 
     @app.post("/v1/plan", tags=["allocator"])
@@ -353,12 +348,7 @@ def _add_allocator_routes(app: FastAPI, service: Service) -> None:
 
 
 def _add_compare_route(app: FastAPI, service: Service) -> None:
-    """Register ``/v1/compare`` on ``app``.
-
-    Args:
-        app: The app.
-        service: The app's service.
-    """
+    """Register ``/v1/compare`` on ``app``, served by ``service``."""
     limits = service.settings.limits
 
     @app.post("/v1/compare", tags=["allocator"])
@@ -407,12 +397,7 @@ def _add_compare_route(app: FastAPI, service: Service) -> None:
 
 
 def _add_operations_routes(app: FastAPI, service: Service) -> None:
-    """Register ``/healthz``, ``/readyz`` and ``/metrics`` on ``app``.
-
-    Args:
-        app: The app.
-        service: The app's service.
-    """
+    """Register ``/healthz``, ``/readyz`` and ``/metrics`` on ``app``, served by ``service``."""
 
     @app.get("/healthz", tags=["operations"])
     async def healthz() -> dict[str, str]:
@@ -446,12 +431,7 @@ def _add_operations_routes(app: FastAPI, service: Service) -> None:
 
 
 def _add_page_routes(app: FastAPI, service: Service) -> None:
-    """Register the what-if page (``/``) and ``/favicon.ico`` on ``app``.
-
-    Args:
-        app: The app.
-        service: The app's service.
-    """
+    """Register the what-if page (``/``) and ``/favicon.ico`` on ``app``, served by ``service``."""
 
     @app.get("/favicon.ico", include_in_schema=False)
     async def favicon() -> Response:
