@@ -826,6 +826,7 @@ LIVE_COLOURS = {
     "anticipate-residual": "#8c564b",
     "anticipate-histfc": "#9467bd",
     "anticipate-consensus": "#ff7f0e",
+    "anticipate-base": "#2ca02c",
     "anticipate-oracle": "#7f0000",
     "anticipate-nohist-oracle": "#c76b6b",
     "anticipate-histfc-oracle": "#4b2a6b",
@@ -833,7 +834,7 @@ LIVE_COLOURS = {
     NEWSVENDOR: "#17becf",
 }
 """The live variants: the live planner in strong red, without history pale, with the history's forecaster purple,
-the live policy trained by PPO green; their oracle twins darker (drawn dotted)."""
+its base decision green; their oracle twins darker (drawn dotted)."""
 
 
 def _darker(colour: str, share: float = 0.55) -> str:

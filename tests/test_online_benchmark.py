@@ -228,3 +228,14 @@ def test_every_live_variant_and_its_oracle_twin_has_a_colour_in_the_figure() -> 
     from benchmarks.online_benchmark import LIVE, LIVE_COLOURS, ORACLE
 
     assert set(LIVE) | set(ORACLE) <= set(LIVE_COLOURS)
+
+
+def test_the_base_arm_plays_the_base_decision_at_every_cycle(day):
+    """``anticipate-base``: the fitted planner with nothing to sample commits its base decision every cycle."""
+    settings = replace(SETTINGS, sigmas=(0.3,), runtimes=("trace",), planners=("anticipate-base", "anticipate"))
+    rows = bench.play_day(day, settings, family="training-heavy", seed=SEED, num_jobs=4)
+    by = {row["planner"]: row for row in rows}
+    assert by["anticipate-base"]["valid"] and by["anticipate-base"]["departures"] == 0
+    planner, _, _ = arms.live_scheduler("anticipate-base", day, day, (), "trace", SEED, settings)
+    assert not planner.anticipates and planner.demand is None
+    assert "anticipate-base" in arms.DEFAULT_LIVE

@@ -61,12 +61,14 @@ LIVE_OPTIONS: dict[str, dict[str, Any]] = {
     "anticipate-no-hedges": {"margins": ()},
     "anticipate-no-future-plans": {"future_plans": 0},
     "anticipate-record-fast": {"forecaster": {"prior_cells": 12.0}},
+    "anticipate-base": {"arrivals": None, "runtimes": None, "demand": None},
 }
 """Variants of ``anticipate`` that change one setting of its rule, for the ablations of docs/rolling.md:
 ``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-residual-futures`` futures whose spread is what
 the level correction leaves (:class:`agents.rolling.demand.DemandModel`'s ``spread``), ``-fast`` rollouts by greedy's
 one sweep, ``-no-hedges`` no plans at margins around the point forecast among the candidates, ``-no-future-plans``
-no plans of sampled futures among them."""
+no plans of sampled futures among them, ``-base`` its base decision (greedy with the fill) at every cycle: nothing is
+sampled, so no candidate is raced (:meth:`agents.rolling.anticipate.AnticipatingPlanner.weigh`)."""
 for _name in LIVE_OPTIONS:
     LIVE[_name] = LIVE["anticipate-record" if "forecaster" in LIVE_OPTIONS[_name] else "anticipate"]
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
@@ -95,6 +97,7 @@ def with_oracles(planners: Sequence[str]) -> tuple[str, ...]:
 
 DEFAULT_LIVE = (
     "anticipate",
+    "anticipate-base",
     "anticipate-nohist",
     "anticipate-residual",
     "anticipate-backtest",
