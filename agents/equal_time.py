@@ -18,8 +18,6 @@ import numpy as np
 from agents import greedy, ppo
 from agents.benchmarking import table
 from agents.options import DEFAULT_SAMPLES, Guard, PlanOptions
-from gpu_env.metrics import compute_metrics
-from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
 
 __all__ = [
@@ -27,13 +25,11 @@ __all__ = [
     "DECODE_RESTARTS",
     "GREEDY_ORDERS",
     "RESTART_GRID",
-    "RESTART_TEMPERATURE",
     "Calibration",
     "calibrate_restarts",
     "calibration_table",
     "one_options",
     "restarts_config",
-    "restarts_plan",
     "shipped_options",
 ]
 
@@ -52,29 +48,14 @@ GREEDY_ORDERS = len(greedy.DEFAULT.orderings) * len(greedy.DEFAULT.trades) + int
 """Orders plain greedy decodes before promotion: each ordering in each trade mode, and the FIFO seed (5)."""
 DECODE_RESTARTS = DEFAULT_SAMPLES - GREEDY_ORDERS
 """Restarts that give greedy the shipped learned planner's decode count: 5 + 7 = 12 orders."""
-RESTART_TEMPERATURE = 0.1
-"""The restarts' Gumbel temperature of ``benchmarks/ppo_benchmarks.py``, chosen by ``benchmarks/ppo_equal_time.py``
-on its tuning draws with 1,024-GPU instances (results/ppo_equal_time.md: 1.0072 of greedy's objective with 7
-restarts, 0.3 1.0071). Without them (results/ppo_equal_time_wide.md) 0.3 wins by as little (1.0095 against
-1.0094): the two are level, and ppo_equal_time.py tunes its own in each run."""
 RESTART_GRID = (0, 1, 2, 4, 7, 10, 14, 20, 28, 40, 56, 80)
 """Restart counts the equal-time calibration (:func:`calibrate_restarts`) times."""
 CALIBRATION_ROUNDS = 5
 
 
-def restarts_config(restarts: int, temperature: float = RESTART_TEMPERATURE) -> greedy.GreedyConfig:
+def restarts_config(restarts: int, temperature: float) -> greedy.GreedyConfig:
     """Greedy as shipped (:data:`agents.greedy.DEFAULT`) plus ``restarts`` Gumbel restarts of its own key."""
     return replace(greedy.DEFAULT, restarts=restarts, restart_temperature=temperature)
-
-
-def restarts_plan(sc: Scenario, config: greedy.GreedyConfig, seed: int = 0) -> Plan:
-    """Greedy's plan under ``config`` (restarts seeded by ``seed``), timed and with metrics, as ``run_scheduler``."""
-    started = time.perf_counter()
-    plan = greedy.solve(sc, config, seed=seed).plan
-    plan.solve_ms = (time.perf_counter() - started) * 1000.0
-    plan.scheduler = "greedy"
-    plan.metrics = compute_metrics(sc, plan)
-    return plan
 
 
 @dataclass
@@ -102,11 +83,11 @@ def calibrate_restarts(
     instances: list[Scenario],
     policy: Path,
     label: str,
+    temperature: float,
     rounds: int = CALIBRATION_ROUNDS,
     grid: tuple[int, ...] = RESTART_GRID,
-    temperature: float = RESTART_TEMPERATURE,
 ) -> Calibration:
-    """Time greedy with each restart count of ``grid`` against ppo as shipped, interleaved per instance.
+    """Time greedy with each restart count of ``grid`` (at ``temperature``) against ppo as shipped, per instance.
 
     Each instance: one warm-up call of every planner, then ``rounds`` rounds (round r: seed r, the planners in
     an order rotated by r), each call timed with ``time.perf_counter`` around the planner (``ppo.plan``,

@@ -593,7 +593,7 @@ def _timed(st: Study, temperature: float | None, stepwise: Any) -> None:
                 st.restarts_time[c] = st.fixed.get(c, st.fixed.get("*", 0))
                 continue
             group = [i.scenario for i in st.tuning if i.size_class == c]
-            cal = calibrate_restarts(group, st.policy, class_label(c), st.rounds, RESTART_GRID, temperature)
+            cal = calibrate_restarts(group, st.policy, class_label(c), temperature, st.rounds, RESTART_GRID)
             st.calibrations.append(cal)
             st.restarts_time[c] = cal.chosen
             say(f"equal-time restarts at {class_label(c)}: {cal.chosen}")
