@@ -80,7 +80,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# full (OR-Tools) imported here, where a fan-out worker starts, not inside a task's timeout alarm
+# full (OR-Tools) imported here, where a fan-out worker starts, not inside a task's timeout alarm (docs/fanout.md):
+# best_known imports it lazily, so without this line the first task of each worker would
+import agents.full  # noqa: E402, F401
 from agents import ppo  # noqa: E402
 from agents.arguments import add_fanout_options, family_names, fanout_backend, gpu_counts  # noqa: E402
 from agents.benchmarking import EPS, best_known, checked, machine, one_core, table  # noqa: E402
