@@ -75,8 +75,8 @@ def planner_for(spec: Mapping[str, Any], day: Any, past: Sequence[Any], seed: in
     if margin is not None:
         fields["forecaster"] = replace(planner.forecaster, margin=float(margin))
     weight = fields.pop("prior_weight", None)
-    if weight is not None and planner.demand is not None:
-        fields["demand"] = replace(planner.demand, prior_weight=float(weight))
+    if weight is not None and planner.errors is not None:
+        fields["errors"] = replace(planner.errors, prior_weight=float(weight))
     if "headroom" in fields:
         fields["headroom"] = tuple(fields["headroom"])
     return replace(planner, **fields)

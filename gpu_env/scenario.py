@@ -104,6 +104,10 @@ class App:
     ramp: int  # R: most GPUs added or removed between consecutive slots
     initial: int  # GPUs serving it just before slot 0
     penalty: float  # P: cost of one unserved GPU-slot
+    forecast: tuple[int, ...] | None = None
+    """A recorded day's forecast (T,): what the forecast said of ``demand`` before the day began (None: not
+    recorded). A past day, or a day replayed live (``gpualloc replay``), carries it beside the demand that
+    came; the planners never read it as demand (docs/rolling.md, "Days as they happened")."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,7 @@ class Scenario:
                     "ramp": app.ramp,
                     "initial": app.initial,
                     "penalty": _plain(app.penalty),
+                    **({"forecast": list(app.forecast)} if app.forecast is not None else {}),
                 }
                 for app in self.apps
             ]
@@ -211,7 +216,7 @@ def _plain(x: float) -> float | int:
 _TOP_KEYS = {"name", "cluster", "horizon", "realtime", "jobs", "family", "seed"}
 _CLUSTER_KEYS = {"gpus", "node_size"}
 _HORIZON_KEYS = {"slots", "slot_minutes", "decay"}
-_APP_KEYS = {"name", "demand", "ramp", "initial", "penalty"}
+_APP_KEYS = {"name", "demand", "ramp", "initial", "penalty", "forecast"}
 _JOB_KEYS = {"id", "type", "gpus", "duration", "release", "priority", "deadline", "value", "running_on", "runtime"}
 
 
@@ -378,7 +383,14 @@ def _read_apps(r: FieldReader, value: Any) -> tuple[App, ...]:
         if isinstance(demand, list):
             demand = tuple(demand)
         first = demand[0] if isinstance(demand, tuple) and demand else 0
-        apps.append(App(entry["name"], demand, entry["ramp"], entry.get("initial", first), _as_float(entry["penalty"])))
+        forecast = entry.get("forecast")
+        if isinstance(forecast, list):
+            forecast = tuple(forecast)
+        apps.append(
+            App(
+                entry["name"], demand, entry["ramp"], entry.get("initial", first), _as_float(entry["penalty"]), forecast
+            )
+        )
     return tuple(apps)
 
 
@@ -551,6 +563,10 @@ def _check(sc: Scenario, r: FieldReader) -> dict[str, int]:
         r.integer(app.ramp, f"{path}.ramp", 0, MAX_GPUS)
         r.integer(app.initial, f"{path}.initial", 0, MAX_GPUS)
         r.number(app.penalty, f"{path}.penalty", minimum=0.0, maximum=MAX_WEIGHT)
+        if app.forecast is not None:
+            forecast = _int_tuple(r, app.forecast, f"{path}.forecast", MAX_GPUS)
+            if len(forecast) != slots:
+                raise r.fail(f"{path}.forecast", f"expected {slots} values (horizon.slots), got {len(forecast)}")
 
     if not isinstance(sc.jobs, tuple):
         raise r.fail("jobs", f"expected a tuple of jobs, got {_kind(sc.jobs)}")

@@ -15,8 +15,9 @@ from agents.registry import run_scheduler
 from agents.rolling import simulation
 from agents.rolling.allocator import ClusterState, decision_from_plan
 from agents.rolling.anticipate import AnticipatingPlanner, Candidate, choose, commit_slot, live_planner
-from agents.rolling.demand import DEFAULT_RHO, DemandModel
-from agents.rolling.forecast import NoiseModel, with_demand
+from agents.rolling.errors import DEFAULT_RHO, ErrorModel, calibration
+from agents.rolling.forecast import NoiseModel, as_recorded, with_demand
+from agents.rolling.history import HistoryError
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
@@ -35,34 +36,65 @@ def _today(slots: int) -> Scenario:
     return Scenario("today", gpus=8, slots=slots, apps=(App("chat", (2,) * slots, ramp=8, initial=2, penalty=10.0),))
 
 
-# ----------------------------------------------------------------------------- the demand model
+# ----------------------------------------------------------------------------- the error model
 
 
-def test_demand_model_fit_hand_worked() -> None:
-    """Two past days 2, 4, 2 and 4, 2, 4: profile 3; deviations -1/3, +1/3, ...; level 1/3, persistence -1 -> 0."""
-    model = DemandModel.fit(_past([[2, 4, 2], [4, 2, 4]]), _today(3))
-    assert model.sigma_prior[0] == pytest.approx(1 / 3)
-    assert model.rho[0] == 0.0  # an alternating deviation has autocorrelation -1, clipped at 0
+def _recorded(pairs: list[tuple[list[int], list[int]]]) -> list[Scenario]:
+    """Past days recorded as (forecast, demand that came)."""
+    return [
+        Scenario(
+            "past",
+            gpus=16,
+            slots=len(a),
+            apps=(App("chat", tuple(a), ramp=16, initial=a[0], penalty=10.0, forecast=tuple(f)),),
+        )
+        for f, a in pairs
+    ]
 
 
-def test_demand_model_without_two_past_curves_has_no_prior() -> None:
-    model = DemandModel.fit(_past([[2, 4, 2]]), _today(3))
-    assert model.sigma_prior[0] == 0.0 and model.rho[0] == DEFAULT_RHO
+def test_error_model_without_recorded_forecasts_reads_each_curve_against_the_others() -> None:
+    """Past days 2, 4, 2 and 4, 2, 4 (no forecast): errors -1/2, 1, -1/2 and 1, -1/2, 1; level sqrt(5/8)."""
+    model = ErrorModel.fit(_past([[2, 4, 2], [4, 2, 4]]), _today(3))
+    assert model.source == "profile"
+    assert model.prior[0] == pytest.approx(math.sqrt(5 / 8))
+    assert model.rho[0] == 0.0  # an alternating error has autocorrelation -1, clipped at 0
+
+
+def test_error_model_fits_the_recorded_errors() -> None:
+    """Forecast 4, 4, 4 against 5, 6, 4: errors 1/4, 1/2, 0."""
+    model = ErrorModel.fit(_recorded([([4, 4, 4], [5, 6, 4]), ([4, 4, 4], [4, 4, 4])]), _today(3))
+    assert model.source == "recorded"
+    assert model.prior[0] == pytest.approx(math.sqrt((1 / 16 + 1 / 4) / 6))
+    assert model.paths.shape == (2, 1, 3)
+    assert model.paths[0, 0].tolist() == pytest.approx([0.25, 0.5, 0.0])
+
+
+def test_error_model_with_one_past_curve_and_no_forecast_has_no_prior() -> None:
+    model = ErrorModel.fit(_past([[2, 4, 2]]), _today(3))
+    assert model.source == "none" and model.prior[0] == 0.0 and model.rho[0] == DEFAULT_RHO
+
+
+def test_a_history_that_mixes_recorded_and_unrecorded_days_is_refused_naming_the_field() -> None:
+    days = [*_recorded([([4, 4, 4], [5, 6, 4])]), *_past([[2, 4, 2]])]
+    with pytest.raises(HistoryError, match=r"b\.yaml: realtime\[0\]\.forecast: a past day must carry"):
+        ErrorModel.fit(days, _today(3), sources=["a.yaml", "b.yaml"])
+    with pytest.raises(HistoryError, match=r"realtime\[0\]\.forecast"):
+        ErrorModel.fit(_past([[2, 4, 2], [4, 2, 4]]), _today(3), require_forecasts=True)
 
 
 def test_level_mixes_the_prior_with_todays_errors() -> None:
     """Prior 0.2 counted as 4 slots, then 4 slots observed exact: sqrt(4 * 0.04 / 8)."""
-    model = DemandModel(np.array([0.2]), np.array([0.8]))
+    model = ErrorModel(np.zeros((0, 1, 8)), np.array([0.8]), np.array([0.2]))
     F = np.full((1, 8), 5)
     assert model.level(F, F[:, :4], 4)[0] == pytest.approx(math.sqrt(4 * 0.04 / 8))
     # one slot observed 50 % high, no prior: the level is 0.5
-    bare = DemandModel.observed_only(1)
+    bare = ErrorModel.none(1, 8)
     assert bare.level(F, np.array([[5, 5, 5, 15 / 2]]), 4)[0] == pytest.approx(math.sqrt(0.25 / 4))
 
 
-def test_sampled_paths_follow_the_ar1_law_from_the_error_now() -> None:
+def test_without_past_paths_the_paths_follow_the_ar1_law_from_the_error_now() -> None:
     """Lead 1: mean F (1 + rho e), sd F sigma sqrt(1 - rho^2), with e the last two slots' error."""
-    model = DemandModel(np.array([0.2]), np.array([0.5]), prior_weight=1e9)  # the level stays the prior's
+    model = ErrorModel(np.zeros((0, 1, 6)), np.array([0.5]), np.array([0.2]), prior_weight=1e9)  # the prior's level
     F = np.full((1, 6), 100)
     seen = np.array([[100, 100, 120, 120]])  # error now: +20 %
     rng = np.random.default_rng(0)
@@ -73,13 +105,52 @@ def test_sampled_paths_follow_the_ar1_law_from_the_error_now() -> None:
     assert paths[:, 1].std() == pytest.approx(100 * 0.2 * math.sqrt(1 - 0.5**4), rel=0.05)  # wider at lead 2
 
 
+def test_a_recorded_path_is_resampled_whole_and_started_where_today_is() -> None:
+    """The one past day ran 50 % over its forecast all day (rho: the default 0.8, a flat path has no variation).
+    Today has met its forecast so far: the future starts at today's error 0 and returns to the past day's +50 %
+    as 0.8**h fades the gap: 10 (1 + 0.5 - 0.5 * 0.8**h) = 11, 11.8, 12.44."""
+    model = ErrorModel.fit(_recorded([([10] * 6, [15] * 6)]), replace(_today(6), gpus=16))
+    F = np.full((1, 6), 10)
+    path = model.sample(np.random.default_rng(0), F, F[:, :3], 3, gpus=16)
+    assert path.tolist() == [[11, 12, 12]]
+
+
+def test_a_level_shift_that_happened_reaches_the_futures_as_often_as_it_happened() -> None:
+    """Of two past days, one met its forecast and one stepped 50 % above it from slot 12: from a morning that met
+    its forecast, about half the futures step up in the afternoon, and the 0.9 quantile is the step."""
+    flat = ([10] * 24, [10] * 24)
+    step = ([10] * 24, [10] * 12 + [15] * 12)
+    model = ErrorModel.fit(_recorded([flat, step]), replace(_today(24), gpus=16))
+    F = np.full((1, 24), 10)
+    rng = np.random.default_rng(1)
+    afternoons = np.array([model.sample(rng, F, F[:, :8], 8, gpus=16)[0, 8] for _ in range(400)])  # slot 16
+    assert 0.35 < float(np.mean(afternoons >= 14)) < 0.65
+    assert model.quantile(0.9, F, F[:, :8], 8, gpus=16)[0, 8] >= 14
+    assert model.quantile(0.4, F, F[:, :8], 8, gpus=16)[0, 8] == 10
+
+
 def test_sampled_paths_never_read_after_now_and_are_seeded() -> None:
-    model = DemandModel(np.array([0.3]), np.array([0.8]))
-    F = np.full((1, 6), 4)
-    a = model.sample(np.random.default_rng(3), F, np.array([[4, 5, 9, 9, 9, 9]]), 2, gpus=8)
-    b = model.sample(np.random.default_rng(3), F, np.array([[4, 5, 0, 1, 2, 3]]), 2, gpus=8)
-    assert a.tolist() == b.tolist()
-    assert a.shape == (1, 4) and a.min() >= 0 and a.max() <= 8
+    for model in (
+        ErrorModel(np.zeros((0, 1, 6)), np.array([0.8]), np.array([0.3])),
+        ErrorModel.fit(_recorded([([4] * 6, [5, 6, 4, 2, 3, 4]), ([4] * 6, [4] * 6)]), replace(_today(6), gpus=16)),
+    ):
+        F = np.full((1, 6), 4)
+        a = model.sample(np.random.default_rng(3), F, np.array([[4, 5, 9, 9, 9, 9]]), 2, gpus=8)
+        b = model.sample(np.random.default_rng(3), F, np.array([[4, 5, 0, 1, 2, 3]]), 2, gpus=8)
+        assert a.tolist() == b.tolist()
+        assert a.shape == (1, 4) and a.min() >= 0 and a.max() <= 8
+
+
+def test_calibration_of_exact_days_covers_everything_and_of_noisy_days_near_the_nominal_rate() -> None:
+    exact = _recorded([([4] * 12, [4] * 12)] * 3)
+    table = calibration(exact, samples=8)
+    assert np.all(table.coverage[~np.isnan(table.coverage)] == 1.0) and table.source == "recorded"
+    day = generate("realtime-diurnal", seed=5, gpus=32)
+    noisy = [as_recorded(day, NoiseModel(0.3).draw(day, s)) for s in range(8)]
+    table = calibration(noisy, quantiles=(0.8,), leads=(1, 4), samples=32)
+    assert table.cells.tolist()[0] > 0
+    assert np.all((table.coverage > 0.55) & (table.coverage <= 1.0))
+    assert "| 80% |" in table.table()
 
 
 # ----------------------------------------------------------------------------- the rule
@@ -179,7 +250,7 @@ def test_demand_in_the_futures_holds_a_cheap_job_that_would_take_the_apps_gpus()
     scenario, _ = state.to_scenario()
     base = decision_from_plan(scenario, run_scheduler("greedy", scenario))
     assert [p.job for p in base.start_now] == ["cheap"]
-    planner = AnticipatingPlanner(demand=DemandModel.observed_only(1), fill=False)
+    planner = AnticipatingPlanner(errors=ErrorModel.none(1), fill=False)
     decision = planner.decide(state, 2)
     assert decision.start_now == ()
     assert re.match(r"held: over \d+ futures", decision.why["cheap"])
@@ -188,7 +259,7 @@ def test_demand_in_the_futures_holds_a_cheap_job_that_would_take_the_apps_gpus()
 
 def test_an_exact_day_so_far_leaves_nothing_to_sample_and_the_base_decision_stands() -> None:
     state = _hedging_state((2, 2))
-    planner = AnticipatingPlanner(demand=DemandModel.observed_only(1), fill=False)
+    planner = AnticipatingPlanner(errors=ErrorModel.none(1), fill=False)
     decision = planner.decide(state, 2)
     assert [p.job for p in decision.start_now] == ["cheap"] and decision.why == {}
 

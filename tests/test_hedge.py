@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, decision_from_plan
 from agents.rolling.anticipate import AnticipatingPlanner, live_planner
-from agents.rolling.demand import DemandModel
+from agents.rolling.errors import ErrorModel
 from agents.rolling.forecast import Corrector, observed_error_level, residual_error_level
 from agents.rolling.hedge import (
     ChosenForecast,
@@ -108,9 +108,9 @@ def _below_forecast_state() -> ClusterState:
     )
 
 
-def _persistent() -> DemandModel:
+def _persistent() -> ErrorModel:
     """A history that says the app's error persists (rho 0.95) and is small day to day (0.1)."""
-    return DemandModel(np.array([0.1]), np.array([0.95]), spread="residual")
+    return ErrorModel(np.zeros((0, 1, 0)), np.array([0.95]), np.array([0.1]))
 
 
 def test_a_job_that_pays_only_if_the_apps_are_squeezed_starts_when_demand_runs_below_the_forecast() -> None:
@@ -118,7 +118,7 @@ def test_a_job_that_pays_only_if_the_apps_are_squeezed_starts_when_demand_runs_b
     scenario, _ = state.to_scenario()
     base = decision_from_plan(scenario, run_scheduler("greedy", scenario))
     assert base.start_now == ()  # planned on the raised forecast, the job waits
-    planner = AnticipatingPlanner(demand=_persistent(), fill=False)
+    planner = AnticipatingPlanner(errors=_persistent(), fill=False)
     decision = planner.decide(state, 4)
     assert [p.job for p in decision.start_now] == ["wide"]
     assert decision.chosen in ("margin -1", "margin 0")
@@ -127,8 +127,8 @@ def test_a_job_that_pays_only_if_the_apps_are_squeezed_starts_when_demand_runs_b
 
 
 def test_without_the_candidates_below_the_forecast_the_job_waits() -> None:
-    """The same state without hedge candidates (holds alone, as before them): nothing starts the job."""
-    planner = AnticipatingPlanner(demand=_persistent(), fill=False, margins=())
+    """The same state without hedge candidates (holds alone, as before them; no newsvendor plan): the job waits."""
+    planner = AnticipatingPlanner(errors=_persistent(), fill=False, margins=(), newsvendor=False)
     decision = planner.decide(_below_forecast_state(), 4)
     assert decision.start_now == ()
 

@@ -11,7 +11,7 @@ import pytest
 from agents.rolling import simulation
 from agents.rolling.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
 from agents.rolling.forecast import Corrector, NoiseModel, with_demand
-from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, history_error_level, load_history
+from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, load_history
 from agents.rolling.runtimes import TRACE_RUNTIMES, RuntimeSampler, draw_runtimes
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.scenario import App, Job, JobType, Scenario, load_scenario, save_scenario
@@ -108,15 +108,13 @@ def test_history_forecaster_profile_and_level() -> None:
     assert (high > low).all()
 
 
-def test_history_error_level_hand_worked() -> None:
-    """Past curves at 2 and 4: the profile is 3, each deviates by a third of it."""
+def test_the_live_planner_fits_one_error_model_that_its_forecast_reads() -> None:
+    """Past curves at 2 and 4, no forecast recorded: each against the other, errors -1/2 and +1."""
     days = [_day((), demand=(2, 2, 2, 2)), _day((), demand=(4, 4, 4, 4))]
-    assert history_error_level(days, days[0]) == pytest.approx(1 / 3)
-    assert history_error_level(days[:1], days[0]) == 0.0
-    assert history_error_level([days[0]] * 3, days[0]) == 0.0
     planner = live_planner(history=days, day=days[0], forecast="corrector")
-    assert planner.forecaster.prior_sigma == 0.0  # rolling greedy's forecast: the spread goes into the futures
-    assert planner.demand is not None and planner.demand.sigma_prior[0] == pytest.approx(1 / 3)
+    assert planner.errors is not None and planner.errors.prior[0] == pytest.approx(math.sqrt((0.25 + 1) / 2))
+    assert planner.forecaster.errors is planner.errors  # the corrector's margin is the model's level
+    assert live_planner(history=days, day=days[0], errors="none").errors.source == "none"
 
 
 def test_history_forecaster_identical_days_has_no_margin() -> None:

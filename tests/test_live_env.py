@@ -96,7 +96,7 @@ class _Zeros:
 def test_the_action_of_all_zeros_is_the_live_planners_base_decision(family, seed, sigma, model) -> None:
     """Nothing held, no headroom: greedy's plan with the idle GPUs given to the apps, as anticipate's base is."""
     day, actual, runtimes = _day(family, seed, sigma, model)
-    base = AnticipatingPlanner(arrivals=None, runtimes=None, demand=None)  # nothing to sample: its base decision
+    base = AnticipatingPlanner(arrivals=None, runtimes=None, errors=None)  # nothing to sample: its base decision
     ours = rolling(day, _Zeros(), actual, runtimes=runtimes)
     theirs = rolling(day, base, actual, runtimes=runtimes)
     assert ours.executed.placements == theirs.executed.placements

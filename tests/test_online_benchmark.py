@@ -189,10 +189,10 @@ def test_told_the_day_turns_off_a_demand_error_of_the_futures(day):
     @dataclass(frozen=True)
     class WithDemandError:
         forecaster: object = None
-        demand: object = "noise"
+        errors: object = "noise"
 
     told = arms.told_the_day(WithDemandError(), day)
-    assert told.demand is None and np.array_equal(told.forecaster.demand, day.demand)
+    assert told.errors is None and np.array_equal(told.forecaster.demand, day.demand)
 
 
 def test_the_oracle_flag_adds_the_live_variants_twins(day, rows):
@@ -237,5 +237,5 @@ def test_the_base_arm_plays_the_base_decision_at_every_cycle(day):
     by = {row["planner"]: row for row in rows}
     assert by["anticipate-base"]["valid"] and by["anticipate-base"]["departures"] == 0
     planner, _, _ = arms.live_scheduler("anticipate-base", day, day, (), "trace", SEED, settings)
-    assert not planner.anticipates and planner.demand is None
+    assert not planner.anticipates and planner.errors is None
     assert "anticipate-base" in arms.DEFAULT_LIVE

@@ -82,7 +82,7 @@ class ClusterState:
         day_forecast: Each app's forecast for the whole day, slots ``0..T-1`` of the day (empty: unknown), and
         observed: each app's actual demand in the slots of the day before now (empty: nothing observed).
             The live planner reads today's error from the two and draws its futures' demand around the
-            forecast (:mod:`agents.rolling.demand`); nothing at or after now is ever observed.
+            forecast (:mod:`agents.rolling.errors`); nothing at or after now is ever observed.
     """
 
     gpus: int

@@ -8,7 +8,8 @@ Optimization*, 2006). At every cycle:
    starts are the **base decision**, exactly what rolling greedy (with the fill) would do.
 2. ``samples`` possible futures are drawn: the known state plus the arrivals drawn from the cluster's history
    (:class:`agents.rolling.history.ArrivalModel`), each app's demand path drawn around the forecast by the
-   demand error model (:class:`agents.rolling.demand.DemandModel`), and, when a runtime distribution is
+   error model (:class:`agents.rolling.errors.ErrorModel`: a past day's recorded error path, conditioned on
+   today's), and, when a runtime distribution is
    given, the jobs' runtimes (:mod:`agents.rolling.runtimes`).
 3. The rule (``rule``) turns the futures into this slot's decision:
 
@@ -38,6 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -45,7 +47,7 @@ import numpy as np
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
-from agents.rolling.demand import DemandModel
+from agents.rolling.errors import ErrorModel
 from agents.rolling.fill import fill_ceiling, fill_idle
 from agents.rolling.forecast import Corrector, with_demand
 from agents.rolling.hedge import (
@@ -54,7 +56,7 @@ from agents.rolling.hedge import (
     choose_forecast,
     forecast_by_record,
     hedged_demand,
-    today_level,
+    newsvendor_ratio,
 )
 from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
 from agents.rolling.race import RaceResult, choose, race
@@ -107,7 +109,7 @@ FUTURE_PREFIX = "~future"
 LIVE_FORECAST = Corrector()
 """The live planner's demand forecast: the day's forecast corrected as rolling does (:class:`Corrector`'s
 defaults, no prior), so that its base decision is rolling greedy's; the uncertainty the history shows is
-drawn into the futures (:class:`DemandModel`) and hedged by the expectation rule (docs/rolling.md)."""
+drawn into the futures (:class:`ErrorModel`) and hedged by the expectation rule (docs/rolling.md)."""
 LIVE_PLANNERS = ("anticipate", "anticipate-ppo", "anticipate-consensus")
 """The live planners by name: expectation over sampled futures with greedy, or with ppo, as the base planner;
 the consensus vote with greedy. (The learned chooser of :mod:`agents.rolling.chooser` is not offered: it loses
@@ -229,7 +231,8 @@ class AnticipatingPlanner:
         fill: Give the GPUs the plan leaves idle to the real-time apps (:func:`fill_idle`).
         fill_z: ... up to the forecast plus this many observed relative error SDs (:func:`fill_ceiling`).
         rule: ``expectation`` or ``consensus`` (module docstring).
-        demand: The demand error model of the futures (None: every future has the state's forecast).
+        errors: The demand error model (:class:`ErrorModel`): the futures' demand paths, the hedges and the fill's
+            ceiling (None: every future has the state's forecast).
         confidence: Expectation: standard errors a departure from the base decision must clear.
         min_gain: Expectation: share of the base decision's value a departure must gain.
         margins: Expectation: error levels around the point forecast whose plans' starts are candidates.
@@ -245,6 +248,8 @@ class AnticipatingPlanner:
         min_share: Expectation: share of the futures in which a departure must do at least as well.
         base_fill: The base decision has its curves raised into idle GPUs (the fill); False: the base
             decision is the base planner's own (rolling greedy's), and the fill is one more candidate.
+        newsvendor: Expectation: the apps planned at the newsvendor quantile of the error model's paths is a
+            candidate (the hedge the penalty asks for: ``penalty / (penalty + worth)``, about 0.9).
     """
 
     base: str = "greedy"
@@ -259,7 +264,7 @@ class AnticipatingPlanner:
     fill: bool = True
     fill_z: float = DEFAULT_FILL_Z
     rule: str = "expectation"
-    demand: DemandModel | None = None
+    errors: ErrorModel | None = None
     confidence: float = DEFAULT_CONFIDENCE
     min_gain: float = DEFAULT_MIN_GAIN
     margins: tuple[float, ...] = field(default=DEFAULT_MARGINS)
@@ -270,6 +275,7 @@ class AnticipatingPlanner:
     fill_within_ramp: bool = False
     base_fill: bool = True
     min_share: float = 0.0
+    newsvendor: bool = True
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -440,10 +446,10 @@ class AnticipatingPlanner:
         if len(starts) > 1:
             held = self._filled(scenario, _without(plain, {p.job for p in starts}), state, now)
             out.append(Candidate.of("holding all", scenario, held))
-        for z, hedged in self.hedges(scenario, state, demand):
+        for label, hedged in self.hedges(scenario, state, demand):
             alt = run_scheduler(self.base, with_demand(scenario, hedged, scenario.name), options)
             alt = Plan(plain.scenario, alt.scheduler, list(alt.placements), dict(alt.curves))
-            out.append(Candidate.of(f"margin {z:g}", scenario, self._filled(scenario, alt, state, now)))
+            out.append(Candidate.of(label, scenario, self._filled(scenario, alt, state, now)))
         if self.arrivals is not None:
             for k in range(self.future_plans):
                 alt = self._future_plan(scenario, now, elapsed or {}, demand, k, options)
@@ -479,33 +485,34 @@ class AnticipatingPlanner:
 
     def hedges(
         self, scenario: Scenario, state: ClusterState, demand: tuple[np.ndarray, np.ndarray, int] | None
-    ) -> list[tuple[float, np.ndarray]]:
-        """The apps' demand planned at each of :attr:`margins` error levels around the point forecast.
+    ) -> list[tuple[str, np.ndarray]]:
+        """The apps' demand planned at each of :attr:`margins` and at the newsvendor quantile, labelled.
 
-        The point forecast is the day's forecast corrected by today's level (the planner's own point forecast
-        where it is a :class:`HedgedForecaster`), the error level what that correction leaves today with the
-        history's level as a prior (:func:`agents.rolling.hedge.today_level`). Without the day's record (a
-        state from a cluster manager with no day clock) the state's own forecast and error level stand in.
-        Nothing to hedge (no app, no error): none.
+        With the day's record (``demand``) the plans are quantiles of the error model's conditioned paths
+        (:meth:`ErrorModel.quantile`): margin ``z`` is the quantile ``Phi(z)`` at every lead (``z = -1``: about the
+        16th percentile), and ``newsvendor`` each app's quantile ``penalty / (penalty + worth)``, the worth being
+        the mean worth per GPU-slot of the jobs known now (:attr:`newsvendor`). Without it (a state from a cluster
+        manager with no day clock) the state's own forecast moved by ``z`` of its error level stands in
+        (:func:`agents.rolling.hedge.hedged_demand`). Nothing to hedge (no app, no error): none.
         """
-        if not scenario.apps or not self.margins:
+        if not scenario.apps or not (self.margins or self.newsvendor):
             return []
-        rho = self.demand.rho if self.demand is not None else np.full(len(scenario.apps), 0.8)
-        prior = self.demand.sigma_prior if self.demand is not None else np.zeros(len(scenario.apps))
-        if demand is not None and demand[2] > 0 and demand[0].shape[1] == demand[2] + scenario.slots:
+        G = scenario.gpus
+        if demand is not None and self.errors is not None and demand[0].shape[1] == demand[2] + scenario.slots:
             F, seen, now = demand
-            f = self.forecaster
-            f = f.current if isinstance(f, ChosenForecast) else f
-            f = f if isinstance(f, HedgedForecaster) else HedgedForecaster()
-            point = f.point_forecast(F, seen, now)
-            level = today_level(F, seen, now, prior)
-        else:
-            point = scenario.demand.astype(np.float64)
-            level = np.asarray(state.error_level or (0.0,) * len(scenario.apps), dtype=np.float64)
-            level = np.maximum(level, prior)
+            out = [
+                (f"margin {z:g}", self.errors.quantile(NormalDist().cdf(z), F, seen, now, gpus=G)) for z in self.margins
+            ]
+            if self.newsvendor:
+                q = np.array([newsvendor_ratio(app.penalty, _known_worth(scenario)) for app in scenario.apps])
+                out.append((f"margin q{float(np.mean(q)):.2f}", self.errors.quantile(q, F, seen, now, gpus=G)))
+            return out
+        level = np.asarray(state.error_level or (0.0,) * len(scenario.apps), dtype=np.float64)
         if not np.any(level > 0):
             return []
-        return [(z, hedged_demand(point, level, rho, z, scenario.gpus)) for z in self.margins]
+        rho = np.full(len(scenario.apps), 0.8)
+        point = scenario.demand.astype(np.float64)
+        return [(f"margin {z:g}", hedged_demand(point, level, rho, z, G)) for z in self.margins]
 
     def _future_plan(
         self,
@@ -541,7 +548,11 @@ class AnticipatingPlanner:
     def _filled(self, scenario: Scenario, plan: Plan, state: ClusterState, now: int) -> Plan:
         if not self.fill:
             return plan
-        cap = fill_ceiling(scenario, state.error_level, self.fill_z, now)
+        record = self._record(state, now, scenario)
+        if record is not None and self.errors is not None:
+            cap = fill_ceiling(scenario, tuple(self.errors.level(*record)), self.fill_z, now, mixed=True)
+        else:
+            cap = fill_ceiling(scenario, state.error_level, self.fill_z, now)
         if self.fill_within_ramp and scenario.apps:
             T = scenario.slots
             step = np.array([[app.ramp] for app in scenario.apps])
@@ -549,21 +560,31 @@ class AnticipatingPlanner:
             cap = within if cap is None else np.minimum(cap, within)
         return fill_idle(scenario, plan, cap)
 
+    def _record(self, state: ClusterState, now: int, scenario: Scenario) -> tuple[np.ndarray, np.ndarray, int] | None:
+        """The day's forecast, the demand observed before ``now`` and ``now``, from the state's record of the day.
+
+        None where the state carries no record of the day (a cluster manager with no day clock) or one of
+        another shape.
+        """
+        if not scenario.apps or not state.day_forecast:
+            return None
+        F = np.asarray(state.day_forecast, dtype=np.int64)
+        seen = np.asarray(state.observed, dtype=np.int64).reshape(F.shape[0], -1)[:, :now]
+        if F.shape[1] != now + scenario.slots or seen.shape[1] != now:
+            return None
+        return F, seen, now
+
     def _demand_inputs(
         self, state: ClusterState, now: int, scenario: Scenario
     ) -> tuple[np.ndarray, np.ndarray, int] | None:
         """The day's forecast, the demand observed and the slot the demand model reads; None: nothing to draw."""
-        if self.demand is None or not scenario.apps:
+        if self.errors is None or not scenario.apps:
             return None
-        if state.day_forecast:
-            F = np.asarray(state.day_forecast, dtype=np.int64)
-            seen = np.asarray(state.observed, dtype=np.int64).reshape(F.shape[0], -1)[:, :now]
-            at = now
-            if F.shape[1] != now + scenario.slots or seen.shape[1] != now:
-                F, seen, at = scenario.demand, np.zeros((len(scenario.apps), 0), dtype=np.int64), 0
-        else:  # no record of the day: the state's forecast ahead, the history's level alone
-            F, seen, at = scenario.demand, np.zeros((len(scenario.apps), 0), dtype=np.int64), 0
-        if not self.demand.uncertain(F, seen, at):
+        record = self._record(state, now, scenario)
+        if record is None:  # no record of the day: the state's forecast ahead, the history's level alone
+            record = scenario.demand, np.zeros((len(scenario.apps), 0), dtype=np.int64), 0
+        F, seen, at = record
+        if not self.errors.uncertain(F, seen, at):
             return None
         return F, seen, at
 
@@ -597,12 +618,20 @@ class AnticipatingPlanner:
         if self.arrivals is not None:
             horizon = scenario.slots if self.lookahead is None else min(scenario.slots, self.lookahead + 1)
             jobs.extend(
-                self.arrivals.sample(rng, now, scenario.gpus, scenario.node_size, horizon, prefix=FUTURE_PREFIX)
+                self.arrivals.sample(
+                    rng,
+                    now,
+                    scenario.gpus,
+                    scenario.node_size,
+                    horizon,
+                    prefix=FUTURE_PREFIX,
+                    value_scale=scenario.decay**now,
+                )
             )
         future = replace(scenario, jobs=tuple(jobs))
         if demand is not None:
             F, seen, at = demand
-            path = self.demand.sample(rng, F, seen, at, gpus=scenario.gpus)  # type: ignore[union-attr]
+            path = self.errors.sample(rng, F, seen, at, gpus=scenario.gpus)  # type: ignore[union-attr]
             future = with_demand(future, path[:, -scenario.slots :], scenario.name)
         return future
 
@@ -657,10 +686,17 @@ def commit_slot(
     if future.slots < 2:
         return float(value), None
     apps = tuple(
-        replace(app, demand=app.demand[1:], initial=int(a)) for app, a in zip(future.apps, app_gpus, strict=True)
+        replace(app, demand=app.demand[1:], initial=int(a), forecast=None)
+        for app, a in zip(future.apps, app_gpus, strict=True)
     )
     rest = replace(future, slots=future.slots - 1, apps=apps, jobs=tuple(jobs), name=f"{future.name}+1")
     return float(value), rest
+
+
+def _known_worth(scenario: Scenario) -> float:
+    """The mean worth per GPU-slot of the jobs a state knows (running and queued; 1 without any)."""
+    weights = [job.weight for job in scenario.jobs]
+    return float(np.mean(weights)) if weights else 1.0
 
 
 def _without(plan: Plan, held: set[str]) -> Plan:
@@ -669,18 +705,24 @@ def _without(plan: Plan, held: set[str]) -> Plan:
     return kept
 
 
+ERROR_SOURCES = ("auto", "recorded", "none")
+"""Where the live planner's error model learns from (:func:`live_planner`'s ``errors``)."""
 FORECASTS = ("auto", "corrector", "residual", "record", "backtest", "point", "history")
 """The live planner's forecasts by name (:func:`live_planner`)."""
 
 
 def forecast_of(
-    name: str, history: Sequence[Scenario], day: Scenario | None
+    name: str, history: Sequence[Scenario], day: Scenario | None, errors: ErrorModel | None = None
 ) -> Corrector | HistoryForecaster | HedgedForecaster | ChosenForecast:
-    """The live planner's demand forecast by name (:func:`live_planner`'s ``forecast``)."""
+    """The live planner's demand forecast by name (:func:`live_planner`'s ``forecast``).
+
+    ``corrector`` (and ``auto``) raises the corrected forecast by one error level of ``errors`` (the error model's,
+    its prior the history's recorded error), or of today's raw errors alone without one.
+    """
     if name == "auto":
         name = "corrector"
     if name == "corrector":
-        return LIVE_FORECAST
+        return LIVE_FORECAST if errors is None else replace(LIVE_FORECAST, errors=errors)
     if name == "residual":
         return replace(LIVE_FORECAST, spread="residual")
     if name == "point":
@@ -705,6 +747,8 @@ def live_planner(
     samples: int = DEFAULT_SAMPLES,
     seed: int = 0,
     forecast: str = "auto",
+    errors: str = "auto",
+    sources: Sequence[str] = (),
 ) -> AnticipatingPlanner:
     """A live planner by name, fitted from past days of the cluster.
 
@@ -728,9 +772,18 @@ def live_planner(
             - ``history``: each app's curve fitted from its past days (:class:`HistoryForecaster`; needs
               ``history`` and ``day``).
 
+        errors: Where the demand error model (:class:`ErrorModel`) learns from: ``auto`` (the history's recorded
+            forecasts and demand where the past days carry forecasts, else each past curve against the others'
+            mean), ``recorded`` (the recorded errors only: a past day without a forecast is an error), ``none``
+            (today's errors alone).
+        sources: The history's file names, for error messages.
+
     Raises:
-        ValueError: An unknown name or forecast, or ``history`` or ``backtest`` without a history.
+        ValueError: An unknown name, forecast or error source, or ``history`` or ``backtest`` without a history.
+        HistoryError: ``errors="recorded"`` with a past day that carries no forecast (names the file and field).
     """
+    if errors not in ERROR_SOURCES:
+        raise ValueError(f"unknown error source {errors!r} (expected one of: {', '.join(ERROR_SOURCES)})")
     if name not in LIVE_PLANNERS:
         raise ValueError(f"unknown live planner {name!r} (expected one of: {', '.join(LIVE_PLANNERS)})")
     large = day is not None and day.gpus >= LARGE_CLUSTER
@@ -738,13 +791,26 @@ def live_planner(
     if large:
         samples = max(1, samples // 2)
     arrivals = ArrivalModel.fit(history) if history else None
-    forecaster = forecast_of(forecast, history, day)
-    demand = None
-    if day is not None and name != "anticipate-consensus":  # the vote as it was measured: arrivals alone
-        demand = DemandModel.fit(history, day) if history else DemandModel.observed_only(len(day.apps))
+    model = None
+    if day is not None:
+        model = (
+            ErrorModel.fit(history, day, require_forecasts=errors == "recorded", sources=sources)
+            if history and errors != "none"
+            else ErrorModel.none(len(day.apps), day.slots)
+        )
+    forecaster = forecast_of(forecast, history, day, model)
     rule = "consensus" if name == "anticipate-consensus" else "expectation"
     planner = AnticipatingPlanner(
-        base, arrivals, runtimes, samples, DEFAULT_THRESHOLD, seed, name, forecaster, rule=rule, demand=demand
+        base,
+        arrivals,
+        runtimes,
+        samples,
+        DEFAULT_THRESHOLD,
+        seed,
+        name,
+        forecaster,
+        rule=rule,
+        errors=None if name == "anticipate-consensus" else model,  # the vote as it was measured: arrivals alone
     )
     if large:  # a plan costs 50-200 ms there: fewer extra candidates, the race at most twice the first futures
         planner = replace(planner, most_samples=2 * samples, margins=LARGE_MARGINS, future_plans=1)

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,8 @@ def kind_of(label: str) -> tuple[str, float]:
         return "holding all", 0.0
     if label.startswith("holding "):
         return "holding one", 0.0
+    if label.startswith("margin q"):  # the newsvendor quantile, as error levels of a normal law
+        return "margin", NormalDist().inv_cdf(float(label.split()[1][1:]))
     if label.startswith("margin "):
         return "margin", float(label.split()[1])
     return "future", 0.0

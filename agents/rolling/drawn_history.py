@@ -11,7 +11,7 @@ day ``k`` of the day with seed ``s`` has seed ``HISTORY_SEED_OFFSET + s * MAX_HI
 
 from __future__ import annotations
 
-from agents.rolling.forecast import NoiseModel, with_demand
+from agents.rolling.forecast import NoiseModel, as_recorded
 from gpu_env.generators import generate
 from gpu_env.scenario import Scenario
 
@@ -34,13 +34,13 @@ def past_days(
 ) -> list[Scenario]:
     """The history of the day with this seed: other days of its family, each with the demand that happened.
 
-    Each past day is drawn as a day of its own (``generate`` with its seed, at ``gpus`` GPUs) and its
-    forecast replaced by its actual demand at the same forecast error (``NoiseModel(sigma).draw`` with its
-    seed): the record of what happened, as a cluster's log would hold it.
+    Each past day is drawn as a day of its own (``generate`` with its seed, at ``gpus`` GPUs) and recorded as a
+    cluster's log holds it (:func:`agents.rolling.forecast.as_recorded`): its demand is the actual demand at the
+    same forecast error (``NoiseModel(sigma).draw`` with its seed), its ``forecast`` the forecast made for it.
     """
     out = []
     for past_seed in history_seeds(seed, days):
         past = generate(family, past_seed, gpus=gpus, num_jobs=num_jobs)
         demand = NoiseModel(sigma).draw(past, past_seed)
-        out.append(with_demand(past, demand, f"{past.name}-past-{past_seed}"))
+        out.append(as_recorded(past, demand, f"{past.name}-past-{past_seed}"))
     return out

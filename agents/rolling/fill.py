@@ -23,7 +23,9 @@ observed slots: with an exact forecast the ceiling falls back to the plan within
 FILL_PRIOR_WEIGHT = 4.0
 
 
-def fill_ceiling(scenario: Scenario, error_level: Sequence[float], z: float, observed: int) -> np.ndarray | None:
+def fill_ceiling(
+    scenario: Scenario, error_level: Sequence[float], z: float, observed: int, *, mixed: bool = False
+) -> np.ndarray | None:
     """How far :func:`fill_idle` may raise each app: ``ceil(demand * (1 + z * level))`` per slot.
 
     ``level`` mixes each app's relative forecast error observed over ``observed`` slots
@@ -31,11 +33,17 @@ def fill_ceiling(scenario: Scenario, error_level: Sequence[float], z: float, obs
     slots, as :class:`agents.rolling.Corrector`'s prior does. With an exact forecast the level falls
     towards 0 and little is raised above the plan: GPUs held by an app are shed only by its ramp and
     would keep the next jobs waiting. No error level given, or ``z`` infinite: no ceiling (``None``).
+
+    With ``mixed`` the level is used as it is: it already mixes a prior (the live planner's error model,
+    :meth:`agents.rolling.errors.ErrorModel.level`, whose prior is the history's recorded error).
     """
     if not error_level or not math.isfinite(z):
         return None
     err = np.asarray(error_level, dtype=np.float64).reshape(-1, 1)
-    level = np.sqrt((FILL_PRIOR_WEIGHT * FILL_PRIOR**2 + observed * err**2) / (FILL_PRIOR_WEIGHT + observed))
+    if mixed:
+        level = err
+    else:
+        level = np.sqrt((FILL_PRIOR_WEIGHT * FILL_PRIOR**2 + observed * err**2) / (FILL_PRIOR_WEIGHT + observed))
     return np.ceil(scenario.demand * (1.0 + z * level) - 1e-9).astype(np.int64)
 
 

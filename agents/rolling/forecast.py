@@ -10,8 +10,9 @@ by a safety margin.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -76,6 +77,24 @@ def with_demand(scenario: Scenario, demand: np.ndarray, name: str | None = None)
         raise ValueError("demand must be non-negative")
     apps = tuple(replace(app, demand=tuple(int(x) for x in demand[i])) for i, app in enumerate(scenario.apps))
     return replace(scenario, name=name or scenario.name, apps=apps)
+
+
+def as_recorded(scenario: Scenario, actual: np.ndarray, name: str | None = None) -> Scenario:
+    """A day as a cluster's log holds it.
+
+    Each app's ``demand`` is what came (``actual``), its ``forecast`` the scenario's demand (the forecast made for
+    the day).
+    """
+    day = with_demand(scenario, actual, name)
+    apps = tuple(replace(app, forecast=before.demand) for app, before in zip(day.apps, scenario.apps, strict=True))
+    return replace(day, apps=apps)
+
+
+def day_forecast(day: Scenario) -> np.ndarray | None:
+    """A recorded day's forecast, shape (apps, T); None when any app lacks one."""
+    if not day.apps or any(app.forecast is None for app in day.apps):
+        return None
+    return np.array([app.forecast for app in day.apps], dtype=np.int64).reshape(len(day.apps), day.slots)
 
 
 # ----------------------------------------------------------------------------- forecast correction
@@ -208,6 +227,8 @@ class Corrector:
         prior_sigma: Relative error level known before the day (0: none).
         prior_weight: How many observed slots the prior counts as.
         spread: ``raw`` (as shipped to rolling) or ``residual``: the error level the margin multiplies.
+        errors: The live planner's error model (:class:`agents.rolling.errors.ErrorModel`): when given, the margin
+            multiplies its level (the history's recorded error as the prior, today's errors mixed in) instead.
     """
 
     method: Correction = Correction.RATIO
@@ -218,6 +239,7 @@ class Corrector:
     prior_sigma: float = 0.0
     prior_weight: float = 4.0
     spread: Spread = Spread.RAW
+    errors: Any = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.method not in tuple(Correction):
@@ -241,6 +263,8 @@ class Corrector:
                 ``>= now`` are not read).
             now: The slot being planned.
         """
+        if self.errors is not None:
+            return np.asarray(self.errors.level(forecast, actual, now), dtype=np.float64)
         if self.spread == Spread.RESIDUAL:
             return residual_error_level(
                 forecast, actual, now, self.rho, self.window, self.limit, self.prior_sigma, self.prior_weight
@@ -262,7 +286,8 @@ class Corrector:
         if self.method == "none":
             return np.clip(np.round(ahead), 0, gpus).astype(np.int64)
         if now == 0:
-            raised = ahead * (1.0 + self.margin * self.prior_sigma)
+            level0 = self.error_level(F, actual, 0) if self.errors is not None else self.prior_sigma
+            raised = ahead * (1.0 + self.margin * np.reshape(level0, (-1, 1)))
             return self._integral(raised, gpus)
         lo = max(0, now - self.window)
         seen_f = F[:, lo:now].sum(axis=1)

@@ -167,9 +167,12 @@ class HedgedForecaster:
 def work_worth(days: Sequence[Scenario], day: Scenario) -> float:
     """What a GPU-slot of work is worth on this cluster: the mean worth per GPU-slot of the jobs of the days.
 
-    The past days' jobs where there are any, else the day's own queue as known now; 1 without any job.
+    The past days' jobs where there are any, else the day's jobs known at its start (running, or released at
+    slot 0: a later arrival is never read); 1 without any job.
     """
-    weights = [j.weight for d in days for j in d.jobs] or [j.weight for j in day.jobs]
+    weights = [j.weight for d in days for j in d.jobs] or [
+        j.weight for j in day.jobs if j.running_on is not None or j.release == 0
+    ]
     return float(np.mean(weights)) if weights else 1.0
 
 

@@ -161,6 +161,7 @@ class ArrivalModel:
         horizon: int,
         *,
         prefix: str = "future",
+        value_scale: float = 1.0,
     ) -> list[Job]:
         """One possible rest of the day: jobs released after slot ``now``, with release counted from ``now``.
 
@@ -176,6 +177,9 @@ class ArrivalModel:
             node_size: Its node size.
             horizon: Slots planned from ``now`` (arrivals at ``now + horizon`` or later are not drawn).
             prefix: Start of the sampled jobs' ids (no real job's id should start with it).
+            value_scale: Multiplies each sampled job's worth per GPU-slot: ``decay**now`` for a state whose known
+                jobs are worth that much less (:attr:`agents.rolling.ClusterState.value_scale`), so that an arrival
+                is worth what a known job of its kind is.
         """
         scale = gpus / self.gpus if self.gpus else 1.0
         fits = np.array([_placeable(j.gpus, gpus, node_size) for j in self.jobs], dtype=bool)
@@ -202,7 +206,7 @@ class ArrivalModel:
                         gpus=past.gpus,
                         duration=past.duration,
                         release=release,
-                        priority=past.weight,
+                        priority=past.weight * value_scale,
                         deadline=deadline,
                     )
                 )
@@ -316,24 +320,6 @@ class HistoryForecaster:
             ahead = level_corrected(self.profile[i], actual[i], now, self.rho[i], self.window, self.limit)
             out[i] = ahead * (1.0 + self.margin[i, 1 : T - now + 1])
         return np.clip(np.round(out), 0, gpus).astype(np.int64)
-
-
-def history_error_level(days: Sequence[Scenario], day: Scenario) -> float:
-    """How far the played day's apps' past curves stray from their own mean: a prior for the forecast's error.
-
-    For each app of ``day`` found in the past days, the root mean square of the relative deviations
-    ``(curve - profile) / max(profile, 1)`` of its past curves from their mean by slot; the mean over
-    those apps (0 when none is found or there is one past day). Past days recorded as they happened
-    carry both the day-to-day variation and the forecast error, so this is what a forecast of the day
-    can be expected to miss by before the day shows its own error.
-    """
-    levels = []
-    for app in day.apps:
-        c = past_curves(days, app.name, day.slots)
-        if len(c) < 2:
-            continue
-        levels.append(float(np.sqrt(np.mean(relative_deviations(c) ** 2))))
-    return float(np.mean(levels)) if levels else 0.0
 
 
 def past_curves(days: Sequence[Scenario], name: str, T: int) -> np.ndarray:

@@ -56,17 +56,17 @@ margin; :func:`agents.rolling.anticipate.forecast_of`), the live planner's name:
 consensus vote it replaced)."""
 LIVE_OPTIONS: dict[str, dict[str, Any]] = {
     "anticipate-fixed": {"most_samples": 8, "corrected": False},
-    "anticipate-residual-futures": {"spread": "residual"},
     "anticipate-fast": {"rollout": "fast"},
     "anticipate-no-hedges": {"margins": ()},
     "anticipate-no-future-plans": {"future_plans": 0},
     "anticipate-record-fast": {"forecaster": {"prior_cells": 12.0}},
-    "anticipate-base": {"arrivals": None, "runtimes": None, "demand": None},
+    "anticipate-no-newsvendor": {"newsvendor": False},
+    "anticipate-base": {"arrivals": None, "runtimes": None, "errors": None},
 }
 """Variants of ``anticipate`` that change one setting of its rule, for the ablations of docs/rolling.md:
-``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-residual-futures`` futures whose spread is what
-the level correction leaves (:class:`agents.rolling.demand.DemandModel`'s ``spread``), ``-fast`` rollouts by greedy's
-one sweep, ``-no-hedges`` no plans at margins around the point forecast among the candidates, ``-no-future-plans``
+``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-fast`` rollouts by greedy's
+one sweep, ``-no-hedges`` no plans at margins around the point forecast among the candidates, ``-no-newsvendor`` no
+plan at the newsvendor quantile among them, ``-no-future-plans``
 no plans of sampled futures among them, ``-base`` its base decision (greedy with the fill) at every cycle: nothing is
 sampled, so no candidate is raced (:meth:`agents.rolling.anticipate.AnticipatingPlanner.weigh`)."""
 for _name in LIVE_OPTIONS:
@@ -230,12 +230,12 @@ class ActualDemand:
 def told_the_day(planner: Any, realized: Scenario) -> Any:
     """The live planner told the realized day's actual demand: the information limit of its forecast.
 
-    Its forecaster becomes :class:`ActualDemand`; where the planner has a ``demand`` field (the demand
-    error of its sampled futures) it is set to None, so that the futures use the told demand as it is.
+    Its forecaster becomes :class:`ActualDemand`; where the planner has an ``errors`` field (its demand error
+    model) it is set to None, so that the futures use the told demand as it is.
     """
     changes: dict[str, Any] = {"forecaster": ActualDemand(realized.demand)}
-    if any(f.name == "demand" for f in fields(planner)):
-        changes["demand"] = None
+    if any(f.name == "errors" for f in fields(planner)):
+        changes["errors"] = None
     return replace(planner, **changes)
 
 
@@ -265,9 +265,6 @@ def live_scheduler(
         )
         planner = replace(planner, name=name)
         changes = dict(LIVE_OPTIONS.get(variant, {}))
-        if "spread" in changes and planner.demand is not None:
-            planner = replace(planner, demand=replace(planner.demand, spread=changes.pop("spread")))
-        changes.pop("spread", None)
         if "forecaster" in changes:
             planner = replace(planner, forecaster=replace(planner.forecaster, **changes.pop("forecaster")))
         planner = replace(planner, **changes)

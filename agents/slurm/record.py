@@ -15,7 +15,9 @@ scenario file that ``--history`` reads and the live planner fits its models on (
 its jobs are the day's arrivals (``release``: the slot of arrival; ``duration``: the time limit;
 ``runtime``: the slots it actually ran, when Slurm recorded its start and end within the record), and
 each app's ``demand`` is what was observed (the forecast in a slot without a reading; with ``anchor:
-now``, a slot no cycle saw has the forecast of the last slot before it that one did). A record that
+now``, a slot no cycle saw has the forecast of the last slot before it that one did), and its ``forecast``
+the forecast the cycles read (so that the live planner's error model learns from the errors that happened,
+and ``gpualloc replay`` can play the day again as it came). A record that
 cannot be read is reported and set aside (renamed ``.bad``), never guessed; a job whose fields break
 the format is reported with its id and left out of the day.
 
@@ -232,7 +234,14 @@ class DayRecord:
             demand = [forecast[t] if o is None else o for t, o in enumerate(rec.observed)]
             demand = [min(max(int(d), 0), max(self.gpus, 0)) for d in demand]
             apps.append(
-                {"name": name, "demand": demand, "ramp": rec.ramp, "initial": demand[0], "penalty": rec.penalty}
+                {
+                    "name": name,
+                    "demand": demand,
+                    "ramp": rec.ramp,
+                    "initial": demand[0],
+                    "penalty": rec.penalty,
+                    "forecast": [min(max(int(f), 0), max(self.gpus, 0)) for f in forecast],
+                }
             )
         base = {
             "name": self.name,
