@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 
@@ -207,19 +207,30 @@ def _under(traces: str | Path | None, name: str, option: str) -> Path:
 def _rows(path: Path, needed: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """CSV rows as dicts with their line numbers; errors name the file and the column."""
     source = str(path)
-    try:
-        handle = path.open(newline="", encoding="utf-8")
-    except FileNotFoundError:
-        raise ScenarioError(source, "<file>", "no such file (see docs/traces.md for where the traces live)") from None
-    except (IsADirectoryError, PermissionError) as exc:
-        raise ScenarioError(source, "<file>", f"cannot read: {exc}") from None
-    with handle:
+    with _open(path) as handle:
         reader = csv.DictReader(handle)
         missing = [c for c in needed if c not in (reader.fieldnames or [])]
         if missing:
             raise ScenarioError(source, "<header>", f"missing column(s): {', '.join(missing)}")
         for row in reader:
             yield reader.line_num, row
+
+
+def _open(path: Path) -> TextIO:
+    """A trace file open for reading as CSV; a missing or unreadable file is a ScenarioError naming it."""
+    source = str(path)
+    try:
+        return path.open(newline="", encoding="utf-8")
+    except FileNotFoundError:
+        raise ScenarioError(source, "<file>", "no such file (see docs/traces.md for where the traces live)") from None
+    except (IsADirectoryError, PermissionError) as exc:
+        raise ScenarioError(source, "<file>", f"cannot read: {exc}") from None
+
+
+def _fieldnames(path: Path) -> list[str]:
+    """A CSV file's header; errors name the file."""
+    with _open(path) as handle:
+        return next(csv.reader(handle), [])
 
 
 def _int(path: Path, line: int, row: dict[str, str], column: str, allow_empty: bool = False) -> int | None:
@@ -325,21 +336,52 @@ def read_requests_per_hour(path: str | Path, slot_minutes: float = 60.0) -> Dema
     return DemandSeries("lora", grid, start, slot_minutes)
 
 
-def read_helios_demand(path: str | Path, slot_minutes: float = 60.0, source: str = "helios") -> DemandSeries:
-    """Read a Helios per-minute VC file: demand = ``running_gpu_num + pending_gpu_num``, averaged per slot.
+HELIOS_COMPACT_COLUMNS = ("time", "minutes", "demand_gpu_minutes")
+"""Columns of a compact Helios file (``python -m gpu_env.traces compact``): per row, the start of a block of
+``minutes`` minutes and the sum over those minutes of ``running_gpu_num + pending_gpu_num``."""
 
-    Raises:
-        ScenarioError: A missing file or column, a malformed row, or a gap in the minutes.
-    """
-    path = Path(path)
+
+def _helios_minutes(path: Path) -> tuple[list[datetime], list[float]]:
+    """A Helios per-minute VC file's times and demand (``running_gpu_num + pending_gpu_num``)."""
     times, values = [], []
     for line, row in _rows(path, ("time", "running_gpu_num", "pending_gpu_num")):
         times.append(_parse_time(path, line, "time", row["time"]))
         running = _int(path, line, row, "running_gpu_num") or 0
         pending = _int(path, line, row, "pending_gpu_num") or 0
         values.append(float(running + pending))
-    grid, start = _on_grid(path, times, values, 1.0, slot_minutes, "mean")
-    return DemandSeries(source, grid, start, slot_minutes)
+    return times, values
+
+
+def read_helios_demand(path: str | Path, slot_minutes: float = 60.0, source: str = "helios") -> DemandSeries:
+    """Read a Helios VC file: demand = ``running_gpu_num + pending_gpu_num``, averaged per slot.
+
+    Two forms are read: the per-minute file of the trace, and the compact file
+    :func:`compact_traces` writes (:data:`HELIOS_COMPACT_COLUMNS`: the demand summed over blocks of
+    ``minutes`` minutes), which gives the same slot values for any slot that is a whole number of
+    blocks (the sums are whole numbers, so both are the exact sum over the slot's minutes divided by
+    its minutes).
+
+    Raises:
+        ScenarioError: A missing file or column, a malformed row, a gap in the minutes, or slots
+            finer than a compact file's blocks.
+    """
+    path = Path(path)
+    if "demand_gpu_minutes" not in _fieldnames(path):
+        times, values = _helios_minutes(path)
+        grid, start = _on_grid(path, times, values, 1.0, slot_minutes, "mean")
+        return DemandSeries(source, grid, start, slot_minutes)
+    times, values = [], []
+    step: int | None = None
+    for line, row in _rows(path, HELIOS_COMPACT_COLUMNS):
+        times.append(_parse_time(path, line, "time", row["time"]))
+        minutes = _int(path, line, row, "minutes")
+        if step is None:
+            step = minutes
+        if minutes != step or not minutes or minutes < 1:
+            raise ScenarioError(str(path), f"line {line}, minutes", f"expected {step} in every row, got {minutes}")
+        values.append(float(_int(path, line, row, "demand_gpu_minutes") or 0))
+    grid, start = _on_grid(path, times, values, float(step or 1), slot_minutes, "sum")
+    return DemandSeries(source, grid / slot_minutes, start, slot_minutes)
 
 
 def read_demand(source: str, traces: str | Path | None = None, slot_minutes: float = 60.0) -> DemandSeries:
@@ -803,22 +845,116 @@ def generate(
     return scenario
 
 
+# ----------------------------------------------------------------------------- the shipped compact data
+
+SHIPPED_TRACES = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "traces"
+"""The compact real-demand data in the repository (``benchmarks/data/traces``, its README names the sources):
+the same file names under the same folders as the raw traces, so that every reader here reads it."""
+
+POD_COLUMNS = ("name", "num_gpu", "gpu_milli", "qos", "creation_time", "deletion_time", "scheduled_time")
+"""The pod trace's columns :func:`read_pods` reads; the compact pod file keeps these, in every row."""
+
+COMPACT_CHECK_SLOTS = (60.0, 120.0, 240.0, 1440.0)
+"""Slot lengths (minutes) at which :func:`compact_traces` checks the compact Helios files read like the raw ones."""
+
+
+def compact_texts(traces: str | Path) -> dict[str, str]:
+    """The compact forms of the raw files the mapping reads, by path relative to the traces folder.
+
+    - ``lora_requests_per_hour.csv``: unchanged (it is already hourly and small).
+    - ``openb_pod_list_default.csv``: every row, the :data:`POD_COLUMNS` only, each value unchanged.
+    - each Helios VC file: one row per hour from the first midnight (:data:`HELIOS_COMPACT_COLUMNS`), the
+      hour's sum of ``running_gpu_num + pending_gpu_num`` over its 60 minutes.
+
+    Raises:
+        ScenarioError: A missing or malformed raw file.
+    """
+    traces = Path(traces)
+    out: dict[str, str] = {}
+    with _open(traces / DEMAND_FILES["lora"]) as handle:
+        out[DEMAND_FILES["lora"]] = handle.read()
+    lines = [",".join(POD_COLUMNS)]
+    for _, row in _rows(traces / POD_FILE, POD_COLUMNS):
+        lines.append(",".join(row[c] for c in POD_COLUMNS))
+    out[POD_FILE] = "\n".join(lines) + "\n"
+    for source, name in DEMAND_FILES.items():
+        if source == "lora":
+            continue
+        path = traces / name
+        times, values = _helios_minutes(path)
+        sums, start = _on_grid(path, times, values, 1.0, 60.0, "sum")
+        rows = [",".join(HELIOS_COMPACT_COLUMNS)]
+        rows += [f"{start + timedelta(hours=i):%Y-%m-%d %H:%M:%S},60,{int(v)}" for i, v in enumerate(sums)]
+        out[name] = "\n".join(rows) + "\n"
+    return out
+
+
+def compact_traces(traces: str | Path, out: str | Path) -> dict[str, int]:
+    """Write the compact data (:func:`compact_texts`) under ``out`` after checking it reads like the raw files.
+
+    The check, before anything is written: :func:`read_pods` gives the same pods from both pod files,
+    and :func:`read_demand` the same slot values and start from both forms of every demand file at
+    each of :data:`COMPACT_CHECK_SLOTS` (at 60 minutes and its multiples the compact Helios files
+    give the exact values; finer slots are refused). Each file is written atomically.
+
+    Returns:
+        The bytes of each file written, by relative path.
+
+    Raises:
+        ScenarioError: A missing or malformed raw file.
+        ValueError: The compact data does not read like the raw files (a bug here).
+    """
+    import tempfile
+
+    traces, out = Path(traces), Path(out)
+    texts = compact_texts(traces)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in texts.items():
+            (Path(tmp) / name).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / name).write_text(text, encoding="utf-8")
+        if read_pods(traces / POD_FILE) != read_pods(Path(tmp) / POD_FILE):
+            raise ValueError(f"{POD_FILE}: the compact pods differ from the raw ones")
+        for source in DEMAND_FILES:
+            for minutes in COMPACT_CHECK_SLOTS:
+                raw, small = read_demand(source, traces, minutes), read_demand(source, tmp, minutes)
+                if raw.start != small.start or not np.array_equal(raw.values, small.values):
+                    raise ValueError(f"{DEMAND_FILES[source]}: the compact series differs at {minutes:g}-minute slots")
+    for name, text in texts.items():
+        write_text_atomic(out / name, text)
+    return {name: len(text.encode("utf-8")) for name, text in texts.items()}
+
+
 # ----------------------------------------------------------------------------- command line
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m gpu_env.traces extract --traces DIR [-o FILE]``: write the generator's statistics."""
+    """``python -m gpu_env.traces extract|compact --traces DIR``: derive the shipped data from the raw traces.
+
+    ``extract [-o FILE]`` writes the generator's statistics (``gpu_env/data/trace_stats.json``);
+    ``compact [--out DIR]`` the compact real-demand data (``benchmarks/data/traces``).
+    """
     parser = argparse.ArgumentParser(prog="python -m gpu_env.traces", description=main.__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     ex = sub.add_parser("extract", help="extract the trace-* families' statistics from the raw traces")
     ex.add_argument("--traces", type=Path, metavar="DIR", help="folder of the raw traces (required, docs/traces.md)")
     ex.add_argument("-o", "--output", type=Path, default=STATS_PATH, help="output JSON (default %(default)s)")
+    co = sub.add_parser("compact", help="write the compact real-demand data from the raw traces (checked)")
+    co.add_argument("--traces", type=Path, metavar="DIR", help="folder of the raw traces (required, docs/traces.md)")
+    co.add_argument(
+        "--out", type=Path, default=SHIPPED_TRACES, metavar="DIR", help="output folder (default %(default)s)"
+    )
     args = parser.parse_args(argv)
     if args.traces is None or not args.traces.is_dir():
         given = "not given" if args.traces is None else f"{args.traces}: no such folder"
         print(f"error: --traces DIR: the folder of the raw traces is {given} (see docs/traces.md)", file=sys.stderr)
         return 2
     try:
+        if args.command == "compact":
+            sizes = compact_traces(args.traces, args.out)
+            for name, size in sizes.items():
+                print(f"wrote {args.out / name} ({size} bytes)")
+            print(f"{sum(sizes.values())} bytes in all; read like the raw files (checked)")
+            return 0
         stats = extract_stats(args.traces)
     except (ScenarioError, TraceRequestError) as exc:
         print(f"error: {exc}", file=sys.stderr)
