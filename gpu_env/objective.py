@@ -169,18 +169,31 @@ def peak_reservation(scenario: Scenario) -> np.ndarray:
 
     Each app moves from ``initial`` toward its daily peak ``M = max_t D_t`` by at
     most R a slot and then holds M. Where inherited jobs and the apps listed
-    before it leave fewer GPUs free, its reservation is cut to what they leave;
-    the next slot ramps on from the reservation actually made.
+    before it leave fewer GPUs free, its reservation is cut to what they leave,
+    less the least the apps listed after it may hold in that slot (each its
+    reservation of the slot before, ``initial`` before slot 0, less its ramp);
+    the next slot ramps on from the reservation actually made. On a scenario
+    the loader accepts (the apps' ``initial`` plus the inherited jobs fit the
+    cluster) no cut takes an app below what its ramp allows: rule 6 holds, and
+    wherever a cut leaves the later apps what they may hold the curves are
+    those of the cut alone (SPEC section 4).
     """
     T = scenario.slots
-    free = scenario.gpus - rules.inherited_load(scenario)
+    free = (scenario.gpus - rules.inherited_load(scenario)).tolist()
+    peaks = [max(app.demand) for app in scenario.apps]
+    ramps = [app.ramp for app in scenario.apps]
+    held = [app.initial for app in scenario.apps]  # each app's reservation in the slot before
     curves = np.zeros((len(scenario.apps), T), dtype=np.int64)
-    for i, app in enumerate(scenario.apps):
-        peak = max(app.demand)
-        r = app.initial
-        for t in range(T):
-            r = min(r + app.ramp, peak) if r < peak else max(r - app.ramp, peak)
-            r = max(0, min(r, int(free[t])))
-            curves[i, t] = r
-        free = free - curves[i]
+    for t in range(T):
+        floors = [max(0, r - ramp) for r, ramp in zip(held, ramps, strict=True)]
+        later = sum(floors)  # the least the apps not yet served hold in slot t
+        left = int(free[t])  # GPUs the inherited jobs and the apps served so far leave in slot t
+        for i, (peak, ramp) in enumerate(zip(peaks, ramps, strict=True)):
+            later -= floors[i]
+            r = held[i]
+            r = min(r + ramp, peak) if r < peak else max(r - ramp, peak)
+            r = max(0, min(r, left - later))
+            held[i] = r
+            left -= r
+        curves[:, t] = held
     return curves

@@ -260,10 +260,14 @@ def inherited_load(scenario: Scenario) -> np.ndarray:
 
 
 def inherited_conflict(scenario: Scenario) -> tuple[str, str] | None:
-    """A (field, reason) pair when the inherited work alone makes every plan invalid.
+    """A (field, reason) pair when the inherited work alone makes every plan invalid, or no state before slot 0 exists.
 
-    Two running jobs on one GPU break rule 1; inherited work plus the least
-    real-time allocation the ramps allow above the cluster breaks rule 7.
+    Two running jobs on one GPU break rule 1. The inherited jobs hold their GPUs before slot 0 as in it, and
+    each app holds its ``initial`` there: together they may not exceed the cluster (SPEC section 1), and the
+    field named is the ``initial`` of the first app (in file order) that takes them past it. That also
+    keeps rule 7 within reach in every slot: the least allocation the ramps allow never exceeds ``initial``
+    and the inherited load never grows, so each slot's floors fit beside the inherited jobs (and a plan
+    exists that keeps every rule, FIFO's among them: :func:`gpu_env.objective.peak_reservation`).
     """
     owner: dict[int, str] = {}
     for i, job in enumerate(scenario.jobs):
@@ -273,17 +277,14 @@ def inherited_conflict(scenario: Scenario) -> tuple[str, str] | None:
             if g in owner:
                 return f"jobs[{i}].running_on", f"GPU {g} is already held by running job {owner[g]!r}"
             owner[g] = job.id
-    if len(owner) + sum(app.initial for app in scenario.apps) <= scenario.gpus:
-        return None  # every slot's load is at most this: the per-slot sum below cannot exceed G
-    load = inherited_load(scenario)
-    for app in scenario.apps:
-        load = load + ramp_floor(app.initial, app.ramp, scenario.slots)
-    over = np.flatnonzero(load > scenario.gpus)
-    if over.size:
-        t = int(over[0])
-        return (
-            "realtime",
-            f"in slot {t} inherited jobs plus the least real-time allocation the ramps allow "
-            f"need {int(load[t])} GPUs, more than the {scenario.gpus} the cluster has",
-        )
+    held = len(owner)
+    for i, app in enumerate(scenario.apps):
+        held += app.initial
+        if held > scenario.gpus:
+            initial = sum(a.initial for a in scenario.apps)
+            return (
+                f"realtime[{i}].initial",
+                f"the apps' initial GPUs ({initial}) plus the inherited jobs' GPUs ({len(owner)}) exceed the "
+                f"cluster's {scenario.gpus} before slot 0",
+            )
     return None

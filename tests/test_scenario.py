@@ -167,12 +167,16 @@ def test_large_block_allowed_from_a_node_boundary():
     assert load(data).jobs[0].gpus == 12
 
 
-def test_inherited_work_that_leaves_no_room_for_the_ramp():
+def test_inherited_work_that_leaves_no_room_for_the_apps_initial():
     data = copy.deepcopy(SPEC_EXAMPLE)
-    data["realtime"][0]["initial"] = 16  # can only come down by 2 a slot; the running job needs 2 GPUs
+    data["realtime"][0]["initial"] = 16  # the running job holds 2 of the 16 GPUs before slot 0 as well
     data["realtime"][0]["ramp"] = 1
-    with pytest.raises(ScenarioError, match="realtime: in slot 0"):
+    with pytest.raises(
+        ScenarioError, match=r"realtime\[0\]\.initial: the apps' initial GPUs \(16\) plus the inherited"
+    ):
         load(data)
+    data["realtime"][0]["initial"] = 14  # what the running job leaves: a state that can exist
+    assert load(data).apps[0].initial == 14
 
 
 def test_a_job_that_fits_nowhere_is_legal():

@@ -352,7 +352,7 @@ def test_a_full_node_and_an_app_without_a_reservation_plans(fresh, tmp_path: Pat
     out, err = capsys.readouterr()
     relaxed = [json.loads(line) for line in out.splitlines() if '"relaxed"' in line]
     assert len(relaxed) == 1 and relaxed[0]["relaxed"] == "app chat", out
-    assert "its reservations hold 6 GPUs" in relaxed[0]["why"] and "planned as holding 1 (5 over)" in relaxed[0]["why"]
+    assert "its reservations hold 6 GPUs" in relaxed[0]["why"] and "planned as holding 0 (6 over)" in relaxed[0]["why"]
     assert [line for line in err.splitlines() if "relaxed" in line] == [
         f"gpualloc slurm: app chat relaxed: {relaxed[0]['why']}"
     ]

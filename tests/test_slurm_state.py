@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
@@ -47,7 +46,8 @@ def _cli(tmp_path: Path, monkeypatch, fake: FakeSlurm, config: dict, *argv: str)
 
 def test_an_app_without_a_reservation_holds_nothing(tmp_path: Path, monkeypatch, capsys) -> None:
     """The smallest state of issue 25: it used to read as holding demand[0] and need 9 GPUs of 8 (exit 2)."""
-    with pytest.raises(ScenarioError, match="need 9 GPUs, more than the 8"):  # the old reading, for the record
+    the_old_reading = r"initial GPUs \(2\) plus the inherited jobs' GPUs \(8\) exceed the cluster's 8"
+    with pytest.raises(ScenarioError, match=the_old_reading):  # for the record
         scenario_from_dict(
             {
                 "name": "issue-25",
@@ -83,7 +83,7 @@ def test_a_configured_initial_that_cannot_fit_is_relaxed_in_one_line(tmp_path: P
         {
             "relaxed": "app chat",
             "why": "it holds no reservation and its configured initial is 2 GPUs, but the running jobs leave 0 of 8 "
-            "free in slot 0 and its ramp sheds at most 1 a slot: planned as holding 1 (1 over)",
+            "free and the apps hold 2: planned as holding 0 (2 over)",
         }
     ]
     assert err.splitlines() == [f"gpualloc slurm: app chat relaxed: {relaxed[0]['why']}"]
@@ -96,10 +96,10 @@ def test_an_app_holding_more_than_there_is_is_planned_from_what_fits(cores: int)
     fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", cores)]
     result = loop.cycle(config_from_dict(CONFIG), fake, "greedy", dry_run=True, now=NOW)
     sc = result.snapshot.scenario
-    assert sc.apps[0].initial == 1 and not validate(sc, result.decision.plan)  # the floor of slot 0 is 0
+    assert sc.apps[0].initial == 0 and not validate(sc, result.decision.plan)  # the running jobs leave none
     (line,) = [line for line in result.lines if "relaxed" in line]
     assert line["relaxed"] == "app chat"
-    assert f"its reservations hold {cores // 4} GPUs" in line["why"] and f"({cores // 4 - 1} over)" in line["why"]
+    assert f"its reservations hold {cores // 4} GPUs" in line["why"] and f"({cores // 4} over)" in line["why"]
     assert result.decision.app_gpus_now["chat"] == 0  # nothing is free now: the app's reservation shrinks
     assert [c.summary() for c in result.changes] == [f"reserve gpualloc-chat.n1 {cores // 4}->0"]
     assert result.lines[-1]["cycle"] == "dry-run"
@@ -126,12 +126,13 @@ def test_a_job_past_its_time_limit_holds_its_gpus_one_more_slot() -> None:
     ]
 
 
-def test_the_ramps_floors_are_lowered_most_first_until_they_fit() -> None:
-    load = np.array([6] * 4)
-    assert snapshot._relax_initials([6, 3], [2, 1], load, 8) == [2, 3]  # floors 4 + 2 in slot 0, 2 free
-    assert snapshot._relax_initials([1, 1], [1, 1], load, 8) == [1, 1]  # floors 0: nothing to relax
-    assert snapshot._relax_initials([40], [0], np.array([0] * 4), 8) == [8]  # no app holds more than the cluster
-    assert snapshot._relax_initials([5, 5], [0, 0], np.array([8, 0, 0, 0]), 8) == [0, 0]
+def test_the_apps_are_lowered_largest_first_until_they_fit_beside_the_running_jobs() -> None:
+    assert snapshot._relax_initials([6, 3], 2) == [1, 1]  # 9 held where the running jobs leave 2
+    assert snapshot._relax_initials([6, 3], 5) == [2, 3]  # 6 -> 3 (the level of the next), then the first one more
+    assert snapshot._relax_initials([1, 1], 2) == [1, 1]  # they fit: nothing to relax
+    assert snapshot._relax_initials([40], 8) == [8]  # no app holds more than the cluster
+    assert snapshot._relax_initials([5, 5], 0) == [0, 0]
+    assert snapshot._relax_initials([4, 4, 1], 6) == [2, 3, 1]  # a tie: the first in order gives up one more
 
 
 def test_the_loop_plans_from_an_infeasible_state() -> None:

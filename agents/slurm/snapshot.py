@@ -25,10 +25,13 @@ and why, and it is left out (a node that holds something unreadable is left out
 of the plan entirely, so that nothing is ever planned onto its GPUs).
 
 What is read but breaks a rule in slot 0 never stops a cycle: the scenario is
-relaxed to what is there, and a :class:`Relaxed` says how. An app that holds
-more than its ramp can shed into what the running jobs leave is planned as
-holding the most that fits (SPEC rules 6 and 7); a job running past its time
-limit holds its GPUs for one more slot.
+relaxed to what is there, and a :class:`Relaxed` says how. Apps that hold more
+than the running jobs leave (a reservation over running jobs, or an app's
+replicas running as Slurm jobs in its reservations, counted once as running
+jobs and once as its capacity) are planned as holding what fits: the largest
+gives up GPUs first, until the apps' ``initial`` and the running jobs' GPUs fit
+the cluster, the state before slot 0 that SPEC section 1 requires of every
+scenario; a job running past its time limit holds its GPUs for one more slot.
 """
 
 from __future__ import annotations
@@ -46,7 +49,6 @@ from agents.slurm.clock import DayClock
 from agents.slurm.config import SlurmConfig
 from agents.slurm.errors import UnreadableError
 from agents.slurm.jsonread import SlurmJob, SlurmNode, SlurmReservation, parse_gres
-from gpu_env.rules import ramp_floor
 from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, Scenario, scenario_from_dict
 
 USABLE_STATES = frozenset({"IDLE", "MIXED", "ALLOCATED", "ALLOC", "MIX", "COMPLETING"})
@@ -529,7 +531,7 @@ def _relax_apps(
     entries: Sequence[dict[str, Any]],
     gpus_total: int,
 ) -> list[Relaxed]:
-    """Give each app's entry its ``initial``: what it holds now, lowered where the ramps cannot fit beside the jobs.
+    """Give each app's entry its ``initial``: what it holds now, lowered where the apps cannot fit beside the jobs.
 
     Args:
         config: The configuration.
@@ -543,7 +545,8 @@ def _relax_apps(
     """
     relaxed: list[Relaxed] = []
     load = _inherited_load(entries, config.slots)
-    initials = _relax_initials([s for s, _ in starts], [a.ramp for a in config.apps], load, gpus_total)
+    free = max(gpus_total - int(load[0]), 0)  # the running jobs hold their GPUs now as in slot 0
+    initials = _relax_initials([s for s, _ in starts], free)
     for app, (start, source), initial in zip(apps, starts, initials, strict=True):
         app["initial"] = initial
         if initial < start:
@@ -551,9 +554,8 @@ def _relax_apps(
                 Relaxed(
                     "app",
                     app["name"],
-                    f"{source} {start} GPUs, but the running jobs leave {max(gpus_total - int(load[0]), 0)} of "
-                    f"{gpus_total} free in slot 0 and its ramp sheds at most {app['ramp']} a slot: planned as "
-                    f"holding {initial} ({start - initial} over)",
+                    f"{source} {start} GPUs, but the running jobs leave {free} of {gpus_total} free and the apps "
+                    f"hold {sum(s for s, _ in starts)}: planned as holding {initial} ({start - initial} over)",
                 )
             )
     return relaxed
@@ -905,26 +907,31 @@ def _inherited_load(entries: Sequence[dict[str, Any]], slots: int) -> np.ndarray
     return load
 
 
-def _relax_initials(starts: Sequence[int], ramps: Sequence[int], load: np.ndarray, gpus: int) -> list[int]:
-    """The apps' GPUs now, lowered (least first where it is most) until the ramps' floors fit beside ``load``.
+def _relax_initials(starts: Sequence[int], free: int) -> list[int]:
+    """The apps' GPUs now, lowered (the largest first) until together they fit in ``free``.
 
-    SPEC rule 6 lets an app shed at most its ramp a slot, so an app that holds
-    more than the running jobs leave forces GPUs that do not exist (rule 7 in
-    slot 0 or later). Each app's start is lowered until, in every slot, the
-    running jobs plus the least allocation the ramps allow fit in ``gpus``; an
-    app that fits keeps what it holds.
+    The running jobs hold their GPUs now as in slot 0; what they leave, ``free``, is all the apps
+    can hold (SPEC section 1: the apps' ``initial`` and the running jobs' GPUs fit the cluster; then
+    the least the ramps allow fits in every slot). The largest are lowered to a common level, the
+    first in order giving up one more where the level does not divide; apps that fit keep what
+    they hold.
     """
-    initials = [min(s, gpus) for s in starts]
-    free = np.maximum(gpus - load, 0)
-    while True:
-        floors = [ramp_floor(i, r, load.size) for i, r in zip(initials, ramps, strict=True)]
-        total = np.sum(floors, axis=0) if floors else np.zeros_like(free)
-        over = np.flatnonzero(total > free)
-        if not over.size:
-            return initials
-        t = int(over[0])
-        a = max(range(len(floors)), key=lambda k: (floors[k][t], -k))  # the app with most there, first in order
-        initials[a] -= int(min(total[t] - free[t], floors[a][t]))
+    initials = [max(0, s) for s in starts]
+    excess = sum(initials) - max(free, 0)
+    while excess > 0:
+        top = max(initials)
+        at_top = [a for a, i in enumerate(initials) if i == top]
+        below = max((i for i in initials if i < top), default=0)
+        if len(at_top) * (top - below) <= excess:
+            for a in at_top:
+                initials[a] = below
+            excess -= len(at_top) * (top - below)
+            continue
+        step, extra = divmod(excess, len(at_top))
+        for k, a in enumerate(at_top):
+            initials[a] -= step + (k < extra)
+        excess = 0
+    return initials
 
 
 def _span(seconds: float) -> str:
