@@ -18,7 +18,7 @@ Statistics, tables, files and figures of the comparison are in
 """
 
 from agents.rolling.allocator import ClusterState, Decision, RunningJob, decide
-from agents.rolling.forecast import Correction, Corrector, NoiseModel, with_demand
+from agents.rolling.forecast import Correction, Corrector, NoiseModel, actual_of, replayed, with_demand
 from agents.rolling.hindsight import Hindsight, plan_hindsight
 from agents.rolling.runtimes import RuntimeDistribution, RuntimeSampler
 from agents.rolling.simulation import (
@@ -50,6 +50,7 @@ __all__ = [
     "RuntimeSampler",
     "Simulation",
     "SlotRecord",
+    "actual_of",
     "compare",
     "compare_task",
     "compare_tasks",
@@ -58,6 +59,7 @@ __all__ = [
     "open_loop",
     "ordered_rows",
     "plan_hindsight",
+    "replayed",
     "rolling",
     "simulate",
     "state_at",

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from gpu_env.scenario import Scenario
+from gpu_env.scenario import Scenario, ScenarioError
 
 # ----------------------------------------------------------------------------- the noise model
 
@@ -95,6 +95,39 @@ def day_forecast(day: Scenario) -> np.ndarray | None:
     if not day.apps or any(app.forecast is None for app in day.apps):
         return None
     return np.array([app.forecast for app in day.apps], dtype=np.int64).reshape(len(day.apps), day.slots)
+
+
+def replayed(day: Scenario, source: str = "<day>") -> tuple[Scenario, np.ndarray]:
+    """A recorded day split for playing it again live: the day as forecast, and the demand that came.
+
+    The first is the day with each app's ``demand`` set to its recorded ``forecast`` (what a planner is told; the
+    ``forecast`` field itself dropped), the second each app's recorded ``demand``, shape (apps, T).
+
+    Raises:
+        ScenarioError: An app without a recorded forecast (names ``source`` and the field).
+    """
+    for i, app in enumerate(day.apps):
+        if app.forecast is None:
+            raise ScenarioError(source, f"realtime[{i}].forecast", "a replayed day must carry the forecast made for it")
+    actual = day.demand
+    apps = tuple(replace(app, demand=app.forecast, forecast=None) for app in day.apps)
+    return replace(day, apps=apps), actual
+
+
+def actual_of(day: Scenario, actual: Scenario, source: str = "<actual>") -> np.ndarray:
+    """The demand that came, read from ``actual`` (a scenario of the same apps and slots as ``day``), shape (apps, T).
+
+    Raises:
+        ScenarioError: Another number of slots or other apps (names ``source`` and the field).
+    """
+    if actual.slots != day.slots:
+        raise ScenarioError(source, "horizon.slots", f"expected the played day's {day.slots} slots, got {actual.slots}")
+    names = [app.name for app in day.apps]
+    theirs = [app.name for app in actual.apps]
+    if sorted(names) != sorted(theirs):
+        raise ScenarioError(source, "realtime", f"expected the played day's apps {names}, got {theirs}")
+    by_name = {app.name: app.demand for app in actual.apps}
+    return np.array([by_name[n] for n in names], dtype=np.int64).reshape(len(names), day.slots)
 
 
 # ----------------------------------------------------------------------------- forecast correction

@@ -68,6 +68,7 @@ class RuntimeModel(StrEnum):
 
     EXACT = "exact"  # every job runs to its limit: runtime = duration
     TRACE = "trace"  # runtime = ratio x limit, the ratio drawn from TRACE_RUNTIMES
+    RECORDED = "recorded"  # a recorded day's: each job's ``runtime`` where the record has it, else its limit
 
 
 @dataclass(frozen=True)
@@ -281,7 +282,8 @@ def draw_runtimes(
 
     Args:
         scenario: The day.
-        model: ``exact`` (every job runs to its limit) or ``trace`` (drawn from ``distribution``).
+        model: ``exact`` (every job runs to its limit), ``trace`` (drawn from ``distribution``) or ``recorded``
+            (a recorded day's ``runtime`` of each job, its limit where it has none).
         seed: A non-negative integer.
         distribution: The ratio distribution of the ``trace`` model.
 
@@ -297,6 +299,8 @@ def draw_runtimes(
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if kind is RuntimeModel.EXACT:
         return {job.id: job.duration for job in scenario.jobs}
+    if kind is RuntimeModel.RECORDED:
+        return {job.id: job.duration if job.runtime is None else job.runtime for job in scenario.jobs}
     return {job.id: distribution.runtime_slots(job.duration, job_uniform(int(seed), job.id)) for job in scenario.jobs}
 
 
