@@ -266,10 +266,25 @@ def _render(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- simulate (docs/rolling.md)
 
 
-def _simulate_arguments(p: argparse.ArgumentParser) -> None:
+def _simulate_arguments(p: argparse.ArgumentParser, replay: bool = False) -> None:
     from agents.rolling.hindsight import DEFAULT_SECONDS
 
-    p.add_argument("scenario", type=Path, help="scenario file; its real-time demand is the forecast")
+    if replay:
+        p.add_argument(
+            "day",
+            type=Path,
+            help="a recorded day (scenario file whose apps carry `forecast`, the forecast made before the day, and "
+            "`demand`, what came): from `slurm.history_dir` or `gpualloc from-trace --run`",
+        )
+    else:
+        p.add_argument("scenario", type=Path, help="scenario file; its real-time demand is the forecast")
+        p.add_argument(
+            "--actual",
+            type=Path,
+            metavar="FILE",
+            help="the demand that came, as a scenario file of the same apps and slots (its apps' `demand`) "
+            "instead of a draw around the forecast",
+        )
     p.add_argument(
         "--scheduler",
         "-s",
@@ -286,10 +301,20 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
         help="past days of the same cluster (scenario files): the live planner's arrivals model, never the day played",
     )
     p.add_argument(
+        "--errors",
+        choices=("auto", "recorded", "none"),
+        default="auto",
+        help="where the live planner's demand error model learns from: auto (the past days' recorded forecasts and "
+        "demand, or each past curve against the others' mean where they carry no forecast), recorded (recorded "
+        "forecasts only: a past day without one is an error), none (today's errors alone); docs/rolling.md",
+    )
+    p.add_argument(
         "--runtime-model",
-        choices=("exact", "trace"),
-        default="exact",
-        help="exact: jobs run to their limit; trace: actual runtimes drawn below the limits (docs/runtimes.md)",
+        choices=("exact", "trace", "recorded"),
+        default="recorded" if replay else "exact",
+        help="exact: jobs run to their limit; trace: actual runtimes drawn below the limits (docs/runtimes.md); "
+        "recorded: each job's recorded `runtime`, its limit where it has none"
+        + (" (the default of replay)" if replay else ""),
     )
     p.add_argument(
         "--forecast",
@@ -303,10 +328,17 @@ def _simulate_arguments(p: argparse.ArgumentParser) -> None:
         "--samples", type=int_at_least(1), default=None, metavar="K", help="the live planner's futures per cycle"
     )
     p.add_argument("--replan-every", type=int_at_least(1), default=1, metavar="K", help="re-plan every K slots")
+    if not replay:
+        p.add_argument(
+            "--forecast-error", type=float, default=0.0, metavar="SIGMA", help="relative forecast error (default: 0)"
+        )
     p.add_argument(
-        "--forecast-error", type=float, default=0.0, metavar="SIGMA", help="relative forecast error (default: 0)"
+        "--seed",
+        type=int_at_least(0),
+        default=0,
+        metavar="N",
+        help="seed of every draw (the live planner's futures; the actual demand and runtimes where drawn)",
     )
-    p.add_argument("--seed", type=int_at_least(0), default=0, metavar="N", help="seed of the actual demand")
     p.add_argument("-o", "--output", type=Path, metavar="DIR", help="write actual.yaml, executed.json, ... here")
     p.add_argument("--time-limit", type=positive_float, default=2.0, metavar="S", help="seconds per re-plan")
     p.add_argument("--reveal", choices=("release", "all"), default="release", help="when jobs become known")
@@ -345,7 +377,15 @@ def _simulate(args: argparse.Namespace) -> int:
     from agents.rolling.anticipate import DEFAULT_SAMPLES, LIVE_PLANNERS, live_planner
     from agents.rolling.history import load_history
 
-    scenario = load_scenario(args.scenario)
+    replay = getattr(args, "day", None) is not None
+    if replay:
+        scenario, actual_demand = rolling.replayed(load_scenario(args.day), str(args.day))
+        args.forecast_error = 0.0
+    else:
+        scenario = load_scenario(args.scenario)
+        actual_demand = None
+        if args.actual is not None:
+            actual_demand = rolling.actual_of(scenario, load_scenario(args.actual), str(args.actual))
     history = load_history(args.history, scenario)
     name = args.scheduler or LIVE_PLANNERS[0]
     scheduler: Any = name
@@ -360,11 +400,13 @@ def _simulate(args: argparse.Namespace) -> int:
                 samples=args.samples or DEFAULT_SAMPLES,
                 seed=args.seed,
                 forecast=args.forecast,
+                errors=args.errors,
+                sources=[str(p) for p in args.history],
             )
         except PolicyError as exc:
             raise CliError(f"--scheduler {name}: {exc}") from None
-    elif args.history or args.samples or args.forecast != "auto":
-        raise CliError(f"--history, --samples and --forecast are the live planner's; {name!r} rolls as it is")
+    elif args.history or args.samples or args.forecast != "auto" or args.errors != "auto":
+        raise CliError(f"--history, --samples, --forecast and --errors are the live planner's; {name!r} rolls as it is")
     if not math.isfinite(args.forecast_error) or args.forecast_error < 0:
         raise CliError(f"--forecast-error: expected a number >= 0, got {args.forecast_error}")
     if args.margin is not None and (not math.isfinite(args.margin) or args.margin < 0):
@@ -387,6 +429,7 @@ def _simulate(args: argparse.Namespace) -> int:
             corrector=corrector,
             reveal=args.reveal,
             runtime_model=args.runtime_model,
+            actual_demand=actual_demand,
         )
     except (UnknownSchedulerError, SchedulerUnavailableError) as exc:
         raise CliError(f"--scheduler: {exc}") from None
@@ -402,6 +445,9 @@ def _simulate(args: argparse.Namespace) -> int:
         "forecast": getattr(scheduler, "margin_label", "") or "corrector",
         "replan_every": args.replan_every,
         "forecast_error": args.forecast_error,
+        "errors": args.errors,
+        **({"replay": str(args.day)} if replay else {}),
+        **({"actual": str(args.actual)} if not replay and args.actual is not None else {}),
         "seed": args.seed,
         "reveal": args.reveal,
         "correction": args.correction,
@@ -422,8 +468,9 @@ def _simulate(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=1))
     else:
         write_simulation(args.output, roll, fixed, settings, picture=not args.no_picture, hindsight=hindsight)
+    played = "as it came" if replay or actual_demand is not None else f"forecast error {args.forecast_error:g}"
     print(
-        f"{name} on {scenario.name}, forecast error {args.forecast_error:g}, seed {args.seed}: "
+        f"{name} on {scenario.name}, {played}, seed {args.seed}: "
         f"rolling objective {r.objective:.2f} (shortfall {r.shortfall}), "
         f"open loop {o.objective:.2f} (shortfall {o.shortfall}); {roll.replans} re-plans, "
         f"slowest {max(roll.solve_ms):.1f} ms" + (f" -> {args.output}/" if args.output is not None else ""),
@@ -761,6 +808,12 @@ COMMANDS: list[Command] = [
     Command("generate", "draw a scenario from a generator family", _generate_arguments, _generate),
     Command("render", "draw a plan: a text grid, or a PNG with -o", _render_arguments, _render),
     Command("simulate", "simulate the rolling horizon under forecast error", _simulate_arguments, _simulate),
+    Command(
+        "replay",
+        "play a recorded day live, its demand as it came",
+        lambda p: _simulate_arguments(p, replay=True),
+        _simulate,
+    ),
     Command("from-trace", "build a scenario from the public traces", _from_trace_arguments, _from_trace),
     Command("convert-2kp", "turn a 2D-knapsack instance into a scenario", _convert_2kp_arguments, _convert_2kp),
     Command("slurm", "drive a Slurm cluster: snapshot, cycle (plan, commit), run, history", _slurm_arguments, _slurm),
