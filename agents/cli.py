@@ -566,6 +566,9 @@ def _from_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int_at_least(1), metavar="N", help="keep this many jobs instead")
     p.add_argument("--seed", type=int_at_least(0), default=0, metavar="N", help="seed of the thinning draw")
     p.add_argument("--name", metavar="NAME", help="scenario name (default: the family name)")
+    from agents.trace_runs import add_run_arguments
+
+    add_run_arguments(p)  # --run DIR: a run of consecutive days (docs/traces.md, "Runs of days")
 
 
 def _from_trace(args: argparse.Namespace) -> int:
@@ -599,6 +602,13 @@ def _from_trace(args: argparse.Namespace) -> int:
             if path:
                 paths[key] = Path(path)
         spec = replace(spec, apps=tuple(sources))
+    if args.run_dir is not None:
+        from agents.trace_runs import run_from_args
+
+        try:
+            return run_from_args(args, spec, paths)
+        except traces.TraceRequestError as exc:
+            raise CliError(str(exc)) from None
     request = traces.TraceRequest(
         spec,
         job_day=args.job_day,

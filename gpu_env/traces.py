@@ -505,24 +505,30 @@ def build_scenario(
     *,
     num_jobs: int | None = None,
     seed: int | None = None,
+    realtime: Sequence[dict[str, Any]] | None = None,
 ) -> tuple[Scenario, dict[str, Any]]:
     """Turn a window's jobs and demand into a scenario (the mapping of ``docs/traces.md``).
 
     Args:
         spec: The choices (cluster, horizon, load, peak, penalty).
         jobs: The window's jobs, running ones included, in arrival order.
-        demands: One (series, day) per real-time app.
+        demands: One (series, day) per real-time app, each day scaled to its own peak.
         rng: Draws the thinning (which jobs are kept).
         num_jobs: Keep this many jobs instead of thinning to ``spec.load``.
         seed: Written into the scenario with ``spec.family``.
+        realtime: The apps already scaled instead of ``demands`` (a run of days scales them once
+            for the run): per app ``name``, ``demand`` (T integers), ``ramp`` and optionally
+            ``forecast`` (T integers); ``initial`` and ``penalty`` are set here.
 
     Returns:
         The checked scenario and a summary (jobs seen, kept, dropped and why).
     """
     G, T = spec.gpus, spec.slots
     # Real-time apps: each series scaled so that its 99th percentile is its share of the peak.
-    apps = []
-    for series, day in demands:
+    apps: list[dict[str, Any]] = []
+    if realtime is not None:
+        apps = [dict(a) for a in realtime]
+    for series, day in demands if realtime is None else ():
         curve, ramp = scale_demand(series.window(day, T), spec.peak * G / len(demands), G)
         apps.append({"name": APP_NAMES.get(series.source, series.source), "demand": curve, "ramp": ramp})
     demand_total = np.sum([a["demand"] for a in apps], axis=0) if apps else np.zeros(T)
