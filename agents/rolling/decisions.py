@@ -3,21 +3,41 @@
 Every re-plan of a simulated day records, for each job known and not yet started, the slot it is planned
 to start at, and the forecast and margin the apps were planned at (:class:`agents.rolling.simulation.SlotRecord`).
 :func:`late_starts` reads those records against the hindsight plan of the same realized day: a job that
-starts more than ``slack`` slots after its hindsight start, or never though hindsight starts it, is **late**,
-and the cycles where its planned start moved later name the cause:
+starts more than ``slack`` slots after its hindsight start ``h``, or never though hindsight starts it, is
+**late**. It could have started in time while a cycle at or before its due slot ``h + slack`` planned it at or
+before that slot (*in time*); its cause is the first thing that kept it from that, read at one cycle, the
+**deciding cycle**: among the cycles at or before the due slot that knew the job, the last one that planned it
+past the due slot while the cycle before it (the job's previous record) planned it in time, or, where no such
+cycle exists because it was planned past the due slot from the first cycle that knew it, that first cycle.
+(Where it was pushed out, brought back in time and pushed out again, the last push is the one it never came
+back from; the moves after the due slot cannot make it late and name nothing.) Without a cycle at or before the
+due slot that knew the job (a re-plan every K slots), the first cycle that knew it decides.
+
+At a deciding cycle that moved the job out of time, the cause is the first that holds of:
 
 - ``an arrival``: a job that became known after it, in that cycle or the one before, is planned before it;
 - ``a margin change``: the forecast and margin the apps were planned at changed in that cycle (a hedge
   candidate taken, or given up);
 - ``a forecast change``: the apps' forecast of the slots ahead rose by at least one GPU-slot;
-- ``drift``: none of these: the plan moved it later from cycle to cycle on its own (nervousness);
-- ``never planned in time``: it was never planned within ``slack`` slots of its hindsight start.
+- ``drift``: none of these: the plan moved it later from cycle to cycle on its own (nervousness).
+
+At a deciding cycle that was the first to know the job (planned past its due slot from the start):
+
+- ``held for the margin``: that cycle planned the apps above the point forecast (its margin reads
+  ``<forecast> + m`` or ``margin m`` with ``m > 0``): the GPUs the margin keeps for the apps are the reading
+  the trace has of why the job waits (it does not replan without the margin to prove it);
+- ``never planned in time``: otherwise (no margin, or a planner that records none).
+
+Each :class:`LateStart` also keeps every cycle that moved the job later (``moves``), the deciding one among them
+or not, for the trace.
 
 :func:`trace_table` writes the cycles as Markdown for ``gpualloc simulate`` (``decisions.md``).
 """
 
 from __future__ import annotations
 
+import itertools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,7 +48,7 @@ __all__ = ["CAUSES", "LATE_SLACK", "LateStart", "late_starts", "trace_table"]
 
 LATE_SLACK = 4
 """A job is late when it starts more than this many slots after its hindsight start."""
-CAUSES = ("an arrival", "a margin change", "a forecast change", "drift", "never planned in time")
+CAUSES = ("an arrival", "a margin change", "a forecast change", "drift", "held for the margin", "never planned in time")
 
 
 @dataclass(frozen=True)
@@ -39,8 +59,10 @@ class LateStart:
         job: The job's id.
         hindsight: Its start in the hindsight plan.
         started: Its start on the executed day (None: it never started).
-        cause: The first of :data:`CAUSES` seen in the cycles that moved it later (module docstring).
+        cause: One of :data:`CAUSES`: what the deciding cycle says kept it from its hindsight start (module
+            docstring).
         moves: ``(slot, planned start before, after, cause)`` for each cycle that moved it later.
+        at: The slot of the deciding cycle (None: no cycle knew the job).
     """
 
     job: str
@@ -48,11 +70,12 @@ class LateStart:
     started: int | None
     cause: str
     moves: tuple[tuple[int, int, int, str], ...]
+    at: int | None = None
 
     def describe(self) -> str:
-        """One line: ``j7 hindsight 4, started 18 (an arrival at slot 9)``."""
+        """One line: ``j7 hindsight 4, started 18 (an arrival at slot 3)``."""
         when = "never started" if self.started is None else f"started {self.started}"
-        at = next((f" at slot {m[0]}" for m in self.moves if m[3] == self.cause), "")
+        at = "" if self.at is None else f" at slot {self.at}"
         return f"{self.job} hindsight {self.hindsight}, {when} ({self.cause}{at})"
 
 
@@ -88,25 +111,64 @@ def late_starts(
     out = []
     for job, h in sorted(best.items(), key=lambda kv: (kv[1], kv[0])):
         started = done.get(job)
-        if started is not None and started <= h + slack:
+        due = h + slack
+        if started is not None and started <= due:
             continue
+        known = [r for r in records if job in r.planned]  # the cycles that knew it, not yet started
         moves = []
-        previous: int | None = None
-        last: SlotRecord | None = None
-        for r in records:
-            if job not in r.planned:
-                continue
-            now = _effective(r.planned[job], end)
-            if previous is not None and now > previous:
-                moves.append((r.slot, previous, now, _cause(job, r, last, first_known, ahead, now)))
-            previous, last = now, r
-        planned_in_time = any(0 <= r.planned.get(job, -1) <= h + slack for r in records if job in r.planned)
-        if moves:
-            cause = moves[0][3]
-        else:
-            cause = "never planned in time" if not planned_in_time else "drift"
-        out.append(LateStart(job, h, started, cause, tuple(moves)))
+        for last, r in itertools.pairwise(known):
+            before, now = _effective(last.planned[job], end), _effective(r.planned[job], end)
+            if now > before:
+                moves.append((r.slot, before, now, _cause(job, r, last, first_known, ahead, now)))
+        cause, at = _deciding_cause(job, known, due, end, first_known, ahead)
+        out.append(LateStart(job, h, started, cause, tuple(moves), at))
     return out
+
+
+def _deciding_cause(
+    job: str,
+    known: Sequence[SlotRecord],
+    due: int,
+    end: int,
+    first_known: Mapping[str, int],
+    ahead: int,
+) -> tuple[str, int | None]:
+    """The cause of a late start and the slot of its deciding cycle (module docstring).
+
+    Args:
+        job: The job's id.
+        known: The cycles that knew the job before it started, in slot order.
+        due: Its hindsight start plus the slack: the last start in time.
+        end: The day's length (a start of -1, not planned, reads as this).
+        first_known: The first cycle that knew each job.
+        ahead: Slots of the apps' forecast compared (a forecast change).
+    """
+    if not known:
+        return "never planned in time", None
+    window = [r for r in known if r.slot <= due] or list(known[:1])
+    deciding: SlotRecord | None = None  # the cycle that last moved it out of time
+    last: SlotRecord | None = None  # the cycle before it that knew the job (None: it was the first)
+    previous: SlotRecord | None = None
+    for r in window:
+        out_of_time = _effective(r.planned[job], end) > due
+        if out_of_time and (previous is None or _effective(previous.planned[job], end) <= due):
+            deciding = r
+            last = previous
+        previous = r
+    if deciding is None:  # in time at every cycle it was known up to its due slot, and still late
+        return "drift", window[-1].slot
+    if last is None:
+        return ("held for the margin" if _above_forecast(deciding.margin) else "never planned in time"), deciding.slot
+    return _cause(job, deciding, last, first_known, ahead, _effective(deciding.planned[job], end)), deciding.slot
+
+
+_MARGIN = re.compile(r"(?:^margin |\+ )(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
+
+
+def _above_forecast(margin: str) -> bool:
+    """Whether a cycle's margin label plans the apps above the point forecast (``corrected + 1``, ``margin 2``)."""
+    found = _MARGIN.search(margin)
+    return found is not None and float(found.group(1)) > 0
 
 
 def _cause(
