@@ -1,7 +1,8 @@
 """Scenarios drawn from real public traces: readers and the trace -> scenario mapping.
 
 Three kinds of trace file (see ``docs/traces.md`` for the mapping and its
-choices, their origin and terms; the raw files are not part of the repository):
+choices, their origin and terms; the raw files are not part of the repository, but a
+compact form of the four the mapping reads is, in ``benchmarks/data/traces``: :func:`compact_traces`):
 
 - **Jobs** from the Alibaba GPU pod trace (``openb_pod_list_default.csv``,
   Weng et al., USENIX ATC '23): a job's GPU count (rounded up to a power of
@@ -19,7 +20,8 @@ choices, their origin and terms; the raw files are not part of the repository):
 (:data:`TRACE_FAMILIES`, reached through :func:`gpu_env.generators.generate`)
 draw fresh scenarios from compact statistics extracted once from the same files
 into ``gpu_env/data/trace_stats.json`` (``python -m gpu_env.traces extract``),
-so that they work without the raw traces. Both go through :func:`build_scenario`.
+so that they work without the raw traces. Both go through :func:`build_scenario`, and so do
+the runs of consecutive recorded days of :mod:`gpu_env.trace_runs` (``gpualloc from-trace --run``).
 """
 
 from __future__ import annotations
