@@ -99,8 +99,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         dest="run_dir",  # args.run is the subcommand's function
         type=Path,
         metavar="DIR",
-        help="write a run of consecutive days here (day files and run.json) instead of one scenario; "
-        "reads the shipped compact data (benchmarks/data/traces) unless --traces, --pods or --demand say otherwise",
+        help="write a run of consecutive days here (day files and run.json) instead of one scenario; the files "
+        "--traces, --pods and --demand do not name come from the shipped compact data (benchmarks/data/traces)",
     )
     p.add_argument("--days", type=int, metavar="N", help="with --run: days written (default: every day left)")
     p.add_argument(
@@ -113,12 +113,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="with --run: the days before --first-day each app's scale and ramp are fitted on (default: 7)",
     )
-    methods = ", ".join(f"{m.usage} ({m.help})" for m in FORECASTS.values())
+    methods = "; ".join(f"{m.usage}: {m.help}" for m in FORECASTS.values())
     p.add_argument(
         "--forecast",
         default=DEFAULT_FORECAST,
         metavar="METHOD",
-        help=f"with --run: each day's forecast, from the days before it: {methods}; default {DEFAULT_FORECAST}",
+        help=f"with --run: each day's forecast, from the days before it only ({methods}); default {DEFAULT_FORECAST}",
     )
 
 
@@ -139,9 +139,7 @@ def run_from_args(args: argparse.Namespace, spec: TraceSpec, demand_paths: dict[
             raise TraceRequestError(f"{option}: not with --run (a run's days are whole days from --first-day)")
     if args.job_day is not None and not isinstance(args.job_day, int):
         raise TraceRequestError(f"--job-day {args.job_day}: with --run, the pod-trace day of the first day (a number)")
-    traces = args.traces
-    if traces is None and args.pods is None and not demand_paths:
-        traces = SHIPPED_TRACES
+    traces = args.traces if args.traces is not None else SHIPPED_TRACES
     request = RunRequest(
         spec,
         first_day=args.first_day,
