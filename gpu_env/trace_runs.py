@@ -367,6 +367,11 @@ def trace_run(request: RunRequest) -> TraceRun:
     if request.fit_days < 1:
         raise TraceRequestError(f"--fit-days {request.fit_days}: expected at least 1 day to fit the scales on")
     first = request.fit_days if request.first_day is None else request.first_day
+    if first < 1:
+        raise TraceRequestError(
+            f"--first-day {first}: a day's forecast is made from the days before it, and demand day 0 has none "
+            "(expected --first-day 1 or later)"
+        )
     if first < request.fit_days:
         raise TraceRequestError(
             f"--first-day {first}: the scales are fitted on the --fit-days {request.fit_days} days before it "

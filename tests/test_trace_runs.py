@@ -222,6 +222,7 @@ def _bad_site(tmp_path: Path, body: str) -> str:
         (["--days", "30"], "runs past the series (22 whole days"),
         (["--job-day", "146", "--days", "5"], "openb_pod_list_default.csv: --job-day 146 --days 5 needs pod-trace"),
         (["--first-day", "3"], "--first-day 3: the scales are fitted on the --fit-days 7 days before it"),
+        (["--first-day", "0"], "--first-day 0: a day's forecast is made from the days before it"),
         (["--forecast", "oracle"], "--forecast oracle: unknown forecast method 'oracle' (expected one of: mean:K"),
         (["--forecast", "mean:x"], "--forecast mean:x: expected a whole number"),
         (["--forecast", "file:/nonexistent/site.csv"], "/nonexistent/site.csv: <file>: no such file"),
