@@ -267,6 +267,7 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _simulate_arguments(p: argparse.ArgumentParser, replay: bool = False) -> None:
+    from agents.rolling.anticipate import DEFAULT_SAMPLES, FORECASTS, LARGE_CLUSTER
     from agents.rolling.hindsight import DEFAULT_SECONDS
 
     if replay:
@@ -318,14 +319,24 @@ def _simulate_arguments(p: argparse.ArgumentParser, replay: bool = False) -> Non
     )
     p.add_argument(
         "--forecast",
-        choices=("auto", "backtest", "point", "corrector", "history"),
+        choices=FORECASTS,
         default="auto",
-        help="the live planner's demand forecast: backtest (chosen on --history's days played as if live; the "
-        "default with --history), point (corrected, no margin), corrector (corrected, one raw error level above; "
-        "the default without --history), history (fitted from --history); docs/rolling.md",
+        help="the live planner's demand forecast for its base decision: auto (the default, with or without "
+        "--history) is corrector: the day's forecast corrected by today's errors, one error level above (the "
+        "error model's: the history's recorded error mixed with today's, today's alone without --history or "
+        "with --errors none); residual: the same, the level today's errors leave after the correction; point: "
+        "corrected, no margin (the futures carry the error); backtest: the "
+        "point forecast and margin that cost least on --history's days played as if live; record: backtest's "
+        "options, chosen again each cycle with today's record mixed in; history: each app's curve fitted from "
+        "--history. backtest, record and history need --history; docs/rolling.md",
     )
     p.add_argument(
-        "--samples", type=int_at_least(1), default=None, metavar="K", help="the live planner's futures per cycle"
+        "--samples",
+        type=int_at_least(1),
+        default=None,
+        metavar="K",
+        help=f"the live planner's futures per cycle (default {DEFAULT_SAMPLES}); from {LARGE_CLUSTER} GPUs the "
+        "planner draws half as many (at least 1), given or not, and a close race at most twice that",
     )
     p.add_argument("--replan-every", type=int_at_least(1), default=1, metavar="K", help="re-plan every K slots")
     if not replay:
@@ -348,7 +359,10 @@ def _simulate_arguments(p: argparse.ArgumentParser, replay: bool = False) -> Non
         type=float,
         default=None,
         metavar="Z",
-        help="safety margin, in observed error SDs (default: 1, for the live planner too)",
+        help="safety margin above the corrected forecast, in error levels (SDs of the relative error). A "
+        "scheduler rolled as it is: its corrector's (default 1). The live planner: it replaces the margin of "
+        "--forecast auto, corrector and residual (default 1), point (default 0) and backtest (the margin the "
+        "backtest chose; its point forecast kept); record and history take none (an error)",
     )
     p.add_argument("--no-picture", action="store_true", help="skip simulation.png")
     p.add_argument(
@@ -390,7 +404,7 @@ def _simulate(args: argparse.Namespace) -> int:
     name = args.scheduler or LIVE_PLANNERS[0]
     scheduler: Any = name
     if name in LIVE_PLANNERS:
-        if args.forecast in ("history", "backtest") and not history:
+        if args.forecast in ("history", "backtest", "record") and not history:
             raise CliError(f"--forecast {args.forecast}: needs past days (--history FILE...)")
         try:
             scheduler = live_planner(
@@ -525,7 +539,7 @@ def _with_margin(forecaster: Any, args: argparse.Namespace) -> Any:
         return replace(forecaster, margin=args.margin)
     raise CliError(
         f"--correction and --margin set the corrector; --forecast {args.forecast} has its own "
-        "(--forecast corrector, residual, point or backtest take --margin)"
+        "(--forecast auto, corrector, residual, point or backtest take --margin)"
     )
 
 
