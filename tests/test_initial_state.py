@@ -71,7 +71,7 @@ def test_the_cli_refuses_the_issues_day_with_exit_2(tmp_path: Path, capsys: pyte
     )
 
 
-@pytest.mark.parametrize("name", ["fifo", "backfill", "greedy"])
+@pytest.mark.parametrize("name", ["fifo", "backfill", "greedy", "ppo", "ppo-stepwise"])
 def test_one_inherited_job_fewer_the_day_loads_and_every_plan_keeps_the_rules(name: str) -> None:
     day = scenario_from_dict(helios_day(14), "day.yaml")  # 18 + 14 = 32: a state that can exist
     plan = get_scheduler(name)(day, PlanOptions(seed=0))
@@ -161,7 +161,7 @@ def test_a_state_is_refused_naming_an_initial_or_every_scheduler_keeps_the_rules
         assert exc.field == f"realtime[{first}].initial"
         return
     assert all(h <= day.gpus for h in held)  # refused exactly when the state before slot 0 overflows
-    for name in ("fifo", "backfill", "greedy"):
+    for name in ("fifo", "backfill", "greedy", "ppo", "ppo-stepwise"):
         plan = get_scheduler(name)(day, PlanOptions(seed=0))
         assert validate(day, plan) == [], name
 
