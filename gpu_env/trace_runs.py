@@ -273,7 +273,9 @@ class RunRequest:
         first_day: The first written demand day (whole days from each series' first midnight);
             ``None``: ``fit_days``, the first day after the fit days.
         days: Days written; ``None``: every whole day from ``first_day`` that every series has.
-        fit_days: The days before ``first_day`` the scales and ramps are fitted on.
+        fit_days: The days the scales and ramps are fitted on: those before ``first_day`` unless ``fit_first``.
+        fit_first: The first of the ``fit_days`` days (None: ``first_day - fit_days``); a run whose early days
+            are a later day's history sets 0, so that its first week is fitted once and written too.
         job_day: The pod-trace day of the first written day (origin-aligned); ``None``: the first
             complete day (116).
         forecast: The forecast method, ``NAME[:ARG]`` (:data:`FORECASTS`).
@@ -288,6 +290,7 @@ class RunRequest:
     first_day: int | None = None
     days: int | None = None
     fit_days: int = 7
+    fit_first: int | None = None
     job_day: int | None = None
     forecast: str = DEFAULT_FORECAST
     seed: int = 0
@@ -372,7 +375,10 @@ def trace_run(request: RunRequest) -> TraceRun:
             f"--first-day {first}: a day's forecast is made from the days before it, and demand day 0 has none "
             "(expected --first-day 1 or later)"
         )
-    if first < request.fit_days:
+    fit_lo = first - request.fit_days if request.fit_first is None else request.fit_first
+    if request.fit_first is not None and request.fit_first < 0:
+        raise TraceRequestError(f"fit_first {request.fit_first}: expected a demand day, 0 or later")
+    if request.fit_first is None and first < request.fit_days:
         raise TraceRequestError(
             f"--first-day {first}: the scales are fitted on the --fit-days {request.fit_days} days before it "
             f"(expected --first-day {request.fit_days} or later)"
@@ -411,7 +417,11 @@ def trace_run(request: RunRequest) -> TraceRun:
     G = spec.gpus
     target = spec.peak * G / len(series_list)
     names = tuple(APP_NAMES.get(s.source, s.source) for s in series_list)
-    fits = [fit_scale(s.values[(first - request.fit_days) * T : first * T], target, G) for s in series_list]
+    for series in series_list:
+        if fit_lo + request.fit_days > series.days:
+            raise TraceRequestError(f"{paths[series.source]}: the fit days {fit_lo}.. run past the series")
+    window = slice(fit_lo * T, (fit_lo + request.fit_days) * T)
+    fits = [fit_scale(s.values[window], target, G) for s in series_list]
     scales = np.array([scale for scale, _ in fits])
     raw = np.stack([s.values[: (first + n) * T].reshape(first + n, T) for s in series_list])
     recorded = np.stack([_scaled(raw[i], scales[i], G) for i in range(len(series_list))])
@@ -481,7 +491,7 @@ def trace_run(request: RunRequest) -> TraceRun:
         },
         "forecast": request.forecast,
         "seed": request.seed,
-        "fit_days": list(range(first - request.fit_days, first)),
+        "fit_days": list(range(fit_lo, fit_lo + request.fit_days)),
         "apps": [
             {
                 "name": names[i],

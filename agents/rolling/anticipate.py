@@ -763,12 +763,14 @@ def live_planner(
         seed: Seed of every draw.
         forecast: How the apps' demand ahead is forecast for the base decision:
 
-            - ``auto`` (the default): ``backtest`` with a history, else ``corrector``;
+            - ``auto`` (the default): ``corrector``, with or without a history;
             - ``backtest``: the point forecast and margin that cost least on the past days played as if live
               (:func:`agents.rolling.hedge.choose_forecast`; needs ``history`` and ``day``);
             - ``point``: the day's forecast corrected by today's level, no margin (the futures carry the error);
-            - ``corrector``: :data:`LIVE_FORECAST` on the day's forecast, rolling greedy's own (a margin of one
-              raw error level);
+            - ``corrector``: :data:`LIVE_FORECAST` on the day's forecast, rolling greedy's own correction, its margin
+              one error level of the error model (the history's recorded error as a prior, today's mixed in);
+            - ``residual``: the same with the margin measured from what the level correction leaves;
+            - ``record``: the backtest's options chosen among by their record on the past days and today;
             - ``history``: each app's curve fitted from its past days (:class:`HistoryForecaster`; needs
               ``history`` and ``day``).
 

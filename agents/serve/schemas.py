@@ -60,6 +60,9 @@ class RealtimeApp(BaseModel):
     ramp: int = Field(ge=0, le=MAX_GPUS)
     initial: int | None = Field(None, ge=0, le=MAX_GPUS, description="default D_0")
     penalty: float = Field(ge=0, le=MAX_WEIGHT)
+    forecast: list[int] | None = Field(
+        None, description="a recorded day's: the forecast made before the day, length T (demand is then what came)"
+    )
 
 
 class JobEntry(BaseModel):
