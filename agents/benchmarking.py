@@ -58,6 +58,21 @@ def table(head: Sequence[str], rows: Sequence[Sequence[object]], right: int = 1)
     return "\n".join(lines) + "\n"
 
 
+def commit() -> str:
+    """The checkout's commit (``unknown`` outside a git work tree), with ``+changes`` when it has uncommitted ones."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=root, capture_output=True, text=True)
+    except OSError:
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + (" +changes" if dirty.stdout.strip() else "")
+
+
 def results_header(command: str, what: str, when: str, note: str = "") -> str:
     """The first lines of a results file: what, the command, when, on what (``note`` closes the machine's line)."""
     return (

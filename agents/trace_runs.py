@@ -113,6 +113,13 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
         metavar="K",
         help="with --run: the days before --first-day each app's scale and ramp are fitted on (default: 7)",
     )
+    p.add_argument(
+        "--fit-first",
+        type=int,
+        metavar="D",
+        help="with --run: fit on the --fit-days days from demand day D instead (e.g. 0 with --first-day 1: the first "
+        "week fitted once and written too, so that the days after it have a recorded week as their history)",
+    )
     methods = "; ".join(f"{m.usage}: {m.help}" for m in FORECASTS.values())
     p.add_argument(
         "--forecast",
@@ -145,6 +152,7 @@ def run_from_args(args: argparse.Namespace, spec: TraceSpec, demand_paths: dict[
         first_day=args.first_day,
         days=args.days,
         fit_days=args.fit_days,
+        fit_first=args.fit_first,
         job_day=args.job_day,
         forecast=args.forecast,
         seed=args.seed,

@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 from agents.rolling import simulation  # noqa: E402
 from agents.rolling.anticipate import live_planner  # noqa: E402
-from agents.rolling.forecast import NoiseModel, with_demand  # noqa: E402
+from agents.rolling.forecast import NoiseModel, as_recorded, with_demand  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "live_latency.md"
@@ -38,7 +38,7 @@ def _history(family: str, gpus: int | None, sigma: float, days: int) -> list:
     past = []
     for h in range(days):
         day = generate(family, 90000 + h, gpus=gpus)
-        past.append(with_demand(day, NoiseModel(sigma=sigma).draw(day, 90000 + h)))
+        past.append(as_recorded(day, NoiseModel(sigma=sigma).draw(day, 90000 + h)))
     return past
 
 

@@ -66,6 +66,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents.arguments import add_fanout_options, fanout_backend, int_at_least, parse_floats, parse_names  # noqa: E402
+from agents.benchmarking import commit  # noqa: E402
 from agents.fanout import Backend, FanoutError, Run, Task, TaskResult, run_tasks, warm_up_learned  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import available_schedulers, run_scheduler  # noqa: E402
@@ -820,6 +821,9 @@ LIVE_COLOURS = {
     "anticipate-backtest": "#c5b0d5",
     "anticipate-fast": "#7f7f7f",
     "anticipate-no-newsvendor": "#1f77b4",
+    "anticipate-today-margin": "#aec7e8",
+    "anticipate-half-margin": "#ffbb78",
+    "anticipate-bar-1": "#98df8a",
     "anticipate-no-hedges": "#dbdb8d",
     "anticipate-no-future-plans": "#9edae5",
     "anticipate-record-fast": "#f7b6d2",
@@ -934,20 +938,6 @@ def plot(rows: Sequence[Mapping[str, Any]], settings: Settings) -> Figure:
 
 
 # ----------------------------------------------------------------------------- the report
-
-
-def commit() -> str:
-    """The checkout's commit (``unknown`` outside a git work tree), with ``+changes`` when it has uncommitted ones."""
-    import subprocess
-
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "-uno"], cwd=ROOT, capture_output=True, text=True)
-    except OSError:
-        return "unknown"
-    if head.returncode != 0:
-        return "unknown"
-    return head.stdout.strip() + (" +changes" if dirty.stdout.strip() else "")
 
 
 def machine() -> str:

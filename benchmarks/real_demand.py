@@ -5,7 +5,8 @@ Each run of consecutive days comes from the shipped trace data (``benchmarks/dat
 Helios VCs together (``vc6YE``, ``vcvlY``), at 32 and 64 GPUs, 60-minute slots. Each day carries its own jobs (the
 Alibaba pod trace's day paired with it), the demand that came (one scale per app, fitted on the first week) and the
 forecast made for it from the days before (``mean:7``: each slot's mean over the seven days before). Every day after
-the first week is played live, its history the seven recorded days before it (each with its forecast), by:
+the first week is played live, its history the seven recorded days before it (each with its forecast; six for the
+first played day, since demand day 0 has no day before it to be forecast from), by:
 
 - ``anticipate`` and its base arm ``anticipate-base``;
 - rolling greedy and ``greedy-newsvendor``;
@@ -31,13 +32,13 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agents.benchmarking import machine, table, write_report
+from agents.benchmarking import commit, machine, table, write_report
 from agents.rolling.errors import calibration
 from agents.rolling.forecast import replayed
 from agents.rolling.hindsight import BENCHMARK_OPTIONS, plan_hindsight
@@ -45,7 +46,7 @@ from agents.rolling.live_arms import Settings, play
 from agents.rolling.simulation import realized_day
 from gpu_env.scenario import Scenario
 from gpu_env.trace_runs import RunRequest, trace_run
-from gpu_env.traces import TraceSpec
+from gpu_env.traces import TRACE_FAMILIES
 
 PLANNERS = (
     "anticipate",
@@ -56,8 +57,9 @@ PLANNERS = (
     "fifo",
     "anticipate-oracle",
 )
-TRACES: dict[str, tuple[str, ...]] = {"lora": ("lora",), "helios": ("helios-vc6YE", "helios-vcvlY")}
-"""The runs by name: their demand sources."""
+TRACES: dict[str, str] = {"lora": "trace-alibaba", "helios": "trace-helios"}
+"""The runs by name: the trace family whose mapping they use (``gpualloc from-trace --family F``): LoRA alone, peak
+0.4 of the cluster; both Helios VCs, peak 0.5."""
 TUNING_LAST = {"lora": 13, "helios": 18}
 """The last demand day of each trace that tuning may look at; later days are reported as unseen."""
 HISTORY_DAYS = 7
@@ -82,21 +84,30 @@ class DayTask:
 
 
 def recorded_run(trace: str, gpus: int) -> list[tuple[Scenario, dict[str, Any]]]:
-    """Every recorded day of a trace's run at ``gpus`` GPUs (demand days 1..), with its manifest entry."""
-    spec = TraceSpec(f"real-{trace}-{gpus}", gpus=gpus, node_size=8, apps=TRACES[trace])
+    """Every recorded day of a trace's run at ``gpus`` GPUs (demand days 1..), with its manifest entry.
+
+    The same days as ``gpualloc from-trace --family F --gpus G --run DIR --first-day 1 --fit-first 0`` writes.
+    """
+    spec = replace(TRACE_FAMILIES[TRACES[trace]], name=f"real-{trace}-{gpus}", gpus=gpus)
     run = trace_run(RunRequest(spec, first_day=1, fit_days=FIRST_PLAYED, fit_first=0))
     return list(run.days)
 
 
-def tasks(traces: Sequence[str], sizes: Sequence[int], planners: Sequence[str], days: int | None) -> list[DayTask]:
-    """Every played day of every run: demand days from :data:`FIRST_PLAYED`, each with the seven days before."""
+def tasks(
+    traces: Sequence[str], sizes: Sequence[int], planners: Sequence[str], days: int | None, tuning: bool = False
+) -> list[DayTask]:
+    """Every played day of every run: demand days from :data:`FIRST_PLAYED`, each with the seven days before.
+
+    ``tuning``: the tuning days only (:data:`TUNING_LAST`); ``days``: the first ``days`` of each run only.
+    """
     out = []
     for trace in traces:
         for gpus in sizes:
             run = recorded_run(trace, gpus)
             by_day = {int(entry["demand_day"]): scenario for scenario, entry in run}
             dates = {int(entry["demand_day"]): _date(entry.get("date", "")) for _, entry in run}
-            played = [d for d in sorted(by_day) if d >= FIRST_PLAYED]
+            last = TUNING_LAST[trace] if tuning else max(by_day)
+            played = [d for d in sorted(by_day) if FIRST_PLAYED <= d <= last]
             for d in played[:days]:
                 history = tuple(by_day[k] for k in range(d - HISTORY_DAYS, d) if k in by_day)
                 out.append(DayTask(trace, gpus, d, dates[d], by_day[d], history, tuple(planners)))
@@ -164,6 +175,7 @@ def report(rows: list[dict[str, Any]], command: str, wall: float) -> list[str]:
         "# The live planner on real demand",
         "",
         f"- Command: `{command}`",
+        f"- Date: {time.strftime('%Y-%m-%d %H:%M %Z')}; commit {commit()}",
         f"- Machine: {machine()}; {wall / 60:.1f} min wall.",
         "",
         "Days of the public traces replayed as they came (`benchmarks/real_demand.py` says how they are built). Each "
@@ -279,6 +291,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", default="32,64", help="GPU counts (32,64)")
     parser.add_argument("--planners", default=",".join(PLANNERS), help="comma-separated (" + ",".join(PLANNERS) + ")")
     parser.add_argument("--days", type=int, default=None, metavar="N", help="play only the first N days of each run")
+    parser.add_argument("--tuning", action="store_true", help="play the tuning days only (the variants' study)")
+    parser.add_argument("--no-calibration", action="store_true", help="skip the error model's calibration table")
     parser.add_argument("--parallel", type=int, default=1, metavar="N", help="days played at once (1)")
     parser.add_argument("--out", type=Path, default=OUT, metavar="STEM", help="output stem")
     args = parser.parse_args(argv)
@@ -290,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(x) for x in args.sizes.split(",") if x]
     planners = [p for p in args.planners.split(",") if p]
     started = time.perf_counter()
-    work = tasks(traces, sizes, planners, args.days)
+    work = tasks(traces, sizes, planners, args.days, args.tuning)
     print(f"{len(work)} days x {len(planners)} planners", file=sys.stderr)
     rows: list[dict[str, Any]] = []
     with ProcessPoolExecutor(max_workers=max(1, args.parallel)) as pool:
@@ -302,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"[{i + 1}/{len(work)}] {t.trace} {t.gpus} GPUs day {t.demand_day}: {shown}", file=sys.stderr)
     command = "PYTHONPATH=. .venv/bin/python benchmarks/real_demand.py " + " ".join(argv or sys.argv[1:])
     lines = report(rows, command.strip(), time.perf_counter() - started)
-    lines += calibration_lines(traces, min(sizes))
+    if not args.no_calibration:
+        lines += calibration_lines(traces, min(sizes))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_report(args.out.with_suffix(".md"), lines, command)
     slim = [{k: v for k, v in r.items() if k != "traceback"} for r in rows]

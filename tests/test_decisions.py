@@ -134,6 +134,8 @@ def test_the_margin_labels_read_as_above_the_forecast() -> None:
     from agents.rolling.decisions import _above_forecast
 
     assert _above_forecast("corrected + 1 (raw)") and _above_forecast("margin 2") and _above_forecast("ratio + 0.5")
+    assert _above_forecast("corrected + 1 (error model)") and _above_forecast("margin q0.91")
+    assert not _above_forecast("margin q0.3")
     assert not _above_forecast("corrected + 0") and not _above_forecast("margin -1") and not _above_forecast("")
     assert not _above_forecast("margin 0") and not _above_forecast("HistoryForecaster")
 

@@ -407,6 +407,8 @@ class AnticipatingPlanner:
         if isinstance(f, HedgedForecaster | ChosenForecast):
             return f.label
         if isinstance(f, Corrector):
+            if f.errors is not None and f.margin:
+                return f"corrected + {f.margin:g} (error model)"
             return f"corrected + {f.margin:g}" + (" (raw)" if f.spread == "raw" and f.margin else "")
         return type(f).__name__
 

@@ -166,7 +166,13 @@ _MARGIN = re.compile(r"(?:^margin |\+ )(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
 
 
 def _above_forecast(margin: str) -> bool:
-    """Whether a cycle's margin label plans the apps above the point forecast (``corrected + 1``, ``margin 2``)."""
+    """Whether a cycle's margin label plans the apps above the point forecast (``corrected + 1``, ``margin 2``).
+
+    The newsvendor hedge (``margin q0.91``, a quantile of the error model's paths) is above it past the median.
+    """
+    quantile = re.match(r"^margin q(\d+(?:\.\d+)?)", margin)
+    if quantile is not None:
+        return float(quantile.group(1)) > 0.5
     found = _MARGIN.search(margin)
     return found is not None and float(found.group(1)) > 0
 

@@ -59,18 +59,23 @@ LIVE_OPTIONS: dict[str, dict[str, Any]] = {
     "anticipate-fast": {"rollout": "fast"},
     "anticipate-no-hedges": {"margins": ()},
     "anticipate-no-future-plans": {"future_plans": 0},
-    "anticipate-record-fast": {"forecaster": {"prior_cells": 12.0}},
+    "anticipate-record-fast": {"forecast": "record", "forecaster": {"prior_cells": 12.0}},
+    "anticipate-today-margin": {"forecaster": {"errors": None}},
+    "anticipate-half-margin": {"forecaster": {"margin": 0.5}},
+    "anticipate-bar-1": {"confidence": 1.0},
     "anticipate-no-newsvendor": {"newsvendor": False},
     "anticipate-base": {"arrivals": None, "runtimes": None, "errors": None},
 }
 """Variants of ``anticipate`` that change one setting of its rule, for the ablations of docs/rolling.md:
 ``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-fast`` rollouts by greedy's
 one sweep, ``-no-hedges`` no plans at margins around the point forecast among the candidates, ``-no-newsvendor`` no
-plan at the newsvendor quantile among them, ``-no-future-plans``
+plan at the newsvendor quantile among them, ``-today-margin`` the base forecast's margin from today's errors alone
+(not the error model's level), ``-half-margin`` half an error level of margin, ``-bar-1`` a departure bar of one
+standard error, ``-no-future-plans``
 no plans of sampled futures among them, ``-base`` its base decision (greedy with the fill) at every cycle: nothing is
 sampled, so no candidate is raced (:meth:`agents.rolling.anticipate.AnticipatingPlanner.weigh`)."""
-for _name in LIVE_OPTIONS:
-    LIVE[_name] = LIVE["anticipate-record" if "forecaster" in LIVE_OPTIONS[_name] else "anticipate"]
+for _name, _options in LIVE_OPTIONS.items():
+    LIVE[_name] = (True, _options.get("forecast", "auto"), "anticipate")
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
 """The information limit: each live variant told the actual demand of the whole day (``--oracle``), name -> the
 variant. Its forecaster is :class:`ActualDemand`; ``anticipate-histfc-oracle`` differs from ``anticipate-oracle``
@@ -265,6 +270,7 @@ def live_scheduler(
         )
         planner = replace(planner, name=name)
         changes = dict(LIVE_OPTIONS.get(variant, {}))
+        changes.pop("forecast", None)
         if "forecaster" in changes:
             planner = replace(planner, forecaster=replace(planner.forecaster, **changes.pop("forecaster")))
         planner = replace(planner, **changes)
