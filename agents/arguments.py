@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agents.fanout import LOCAL_RAY, RAY_INSTALL_HINT, Backend, FanoutError, check_cpu_budget
+from agents.backends import LOCAL_RAY, RAY_INSTALL_HINT, Backend, FanoutError, check_cpu_budget
 from agents.options import Guard, PlanOptions
 
 
@@ -151,8 +151,8 @@ def fanout_backend(args: argparse.Namespace) -> Backend:
 
     Raises:
         FanoutError: ``--parallel`` with ``--ray``; ``--parallel x --workers`` above the CPUs
-            (:class:`~agents.fanout.OversubscribedError`); ``--ray`` without Ray installed
-            (:class:`~agents.fanout.RayNotInstalledError`). One line each: exit status 2.
+            (:class:`~agents.backends.OversubscribedError`); ``--ray`` without Ray installed
+            (:class:`~agents.backends.RayNotInstalledError`). One line each: exit status 2.
     """
     if args.ray is not None:
         if args.parallel > 1:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from gpu_env import rules
-from gpu_env.scenario import App, Job, JobType, Scenario
+from gpu_env.scenario import App, DrawError, Job, JobType, Scenario
 
 
 @dataclass(frozen=True)
@@ -30,10 +30,6 @@ class AppShape:
     peak_hours: tuple[float, ...]  # hours of the peaks
     width: float  # hours: the spread of each peak
     ramp: float  # R as a fraction of G (at least 1 GPU)
-
-
-class DrawError(ValueError):
-    """Sizes a family cannot draw (a cluster of no GPUs)."""
 
 
 @dataclass(frozen=True)

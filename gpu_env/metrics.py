@@ -2,46 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import numpy as np
 
 from gpu_env.objective import placement_value, shortfall, shortfall_penalty
-from gpu_env.plan import Plan
+from gpu_env.plan import Metrics, Plan  # Metrics: the record a plan carries, defined there
 from gpu_env.scenario import Scenario
 
 __all__ = ["Metrics", "compute_metrics", "placement_value"]
-
-
-@dataclass(frozen=True)
-class Metrics:
-    """The metrics of SPEC section 3.
-
-    Attributes:
-        objective: ``job_value`` minus each app's penalty times its shortfall.
-        job_value: Sum over placed jobs of ``w * k * decay**t`` for their slots inside the horizon.
-        shortfall: Unserved real-time GPU-slots, ``sum max(0, D_t - r_t)``.
-        utilization: (job GPU-slots inside the horizon + ``sum min(D_t, r_t)``) / (G * T).
-        completed: Placed jobs that end by T.
-        placed: Placed jobs.
-        jobs: All jobs of the scenario.
-    """
-
-    objective: float
-    job_value: float
-    shortfall: int
-    utilization: float
-    completed: int
-    placed: int
-    jobs: int
-
-    def to_dict(self) -> dict[str, float | int]:
-        """Plain numbers, rounded for files."""
-        data = asdict(self)
-        for key in ("objective", "job_value"):
-            data[key] = round(data[key], 6)
-        data["utilization"] = round(data["utilization"], 6)
-        return data
 
 
 def compute_metrics(scenario: Scenario, plan: Plan) -> Metrics:

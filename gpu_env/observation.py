@@ -107,6 +107,9 @@ JOB_TIMES = slice(JOB_COLUMN["release"], JOB_COLUMN["last_start"] + 1)
 """``release`` and ``last_start``: row-table times less the clock."""
 JOB_NOW = slice(JOB_COLUMN["realtime_take"], len(JOB_FEATURES))
 """The columns only rows that can start at the clock have (real-time take and cost, blocks, the fit rules)."""
+OBSERVE_BITS: dict[str, int] = {"jobs": 1, "gpus": 2, "slots": 4, "apps": 8, "globals": 16, "action_mask": 32}
+"""The observation keys the batched engine's kernel ``observe_into`` fills, as bits of its ``which`` argument
+(:mod:`gpu_env.batch.kernels`)."""
 
 _J_VALID, _J_PENDING, _J_PLACED, _J_NOW = (JOB_COLUMN[n] for n in ("valid", "pending", "placed", "now"))
 _J_FLAGS = slice(_J_PENDING, _J_NOW + 1)  # pending, placed, now

@@ -12,9 +12,9 @@ curves with their shortfall penalty (:func:`realtime_one`: :func:`gpu_env.object
 which greedy and the learned planner run) and the batched engine (:mod:`gpu_env.batch`) compile these functions
 into theirs.
 
-Functions named ``inst`` read a :class:`gpu_env.listsched.ListInstance` (its ``gpus``, ``node_size``, ``slots``,
-``k``, ``d``, ``lo``, ``hi``, ``values`` and ``block_pattern``); ``busy`` is a (W, NW) uint64 grid of busy GPUs per
-column, 64 GPUs a word.
+Functions named ``inst`` read an :class:`Instance` (a :class:`gpu_env.listsched.ListInstance`: its ``gpus``,
+``node_size``, ``slots``, ``k``, ``d``, ``lo``, ``hi``, ``values`` and ``block_pattern``); ``busy`` is a (W, NW) uint64
+grid of busy GPUs per column, 64 GPUs a word.
 
 numba checks only the source file of each compiled function: the decoder and the engine inline some of these, so
 after editing this file delete ``gpu_env/__pycache__/listsched.*.nb[ci]`` and ``gpu_env/batch/__pycache__/*.nb[ci]``
@@ -26,14 +26,11 @@ from __future__ import annotations
 import os
 from functools import lru_cache
 from types import ModuleType
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
 from gpu_env import rules
-
-if TYPE_CHECKING:
-    from gpu_env.listsched import ListInstance
 
 if globals().get("PLAIN") or os.environ.get("GPUALLOC_NUMBA", "1") == "0":  # plain() sets PLAIN
 
@@ -73,6 +70,35 @@ _EPS = 1e-9
 _ONE = np.uint64(1)
 
 
+class Instance(Protocol):
+    """What the functions named ``inst`` read of a scenario; :class:`gpu_env.listsched.ListInstance` is one.
+
+    Stated here rather than imported from the decoder, which compiles these functions into its own: this module
+    stays below it. The arrays are indexed by job, ``n`` jobs in file order.
+
+    Attributes:
+        gpus: G, the cluster's GPUs.
+        slots: T, the horizon.
+        node_size: GPUs per node.
+        k: (n,) int64 GPUs of each job.
+        d: (n,) int64 duration.
+        lo: (n,) int64 first allowed start.
+        hi: (n,) int64 one past the last allowed start.
+        values: (n, T + 1) float64 value by start.
+        block_pattern: (n,) uint64 :func:`block_pattern` of each job.
+    """
+
+    gpus: int
+    slots: int
+    node_size: int
+    k: np.ndarray
+    d: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    values: np.ndarray
+    block_pattern: np.ndarray
+
+
 @lru_cache(maxsize=256)
 def block_pattern(k: int, node_size: int) -> int:
     """Bit a set when a block of k GPUs may start at GPU a (mod 64), by rule 4 within one 64-GPU word.
@@ -105,7 +131,7 @@ def lowest_bit(m: np.uint64) -> int:  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def find_block(inst: ListInstance, j: int, t: int, busy: np.ndarray, span: np.ndarray) -> int:  # pragma: no cover
+def find_block(inst: Instance, j: int, t: int, busy: np.ndarray, span: np.ndarray) -> int:  # pragma: no cover
     """Lowest allowed first GPU of a block of job j free over [t, t + d), or -1 (``span``: (NW,) scratch)."""
     G, ns = inst.gpus, inst.node_size
     k, d = inst.k[j], inst.d[j]
@@ -224,9 +250,7 @@ def fits(k: int, t: int, d: int, T: int, room: np.ndarray) -> bool:  # pragma: n
 
 
 @njit(cache=True, nogil=True)
-def earliest(
-    inst: ListInstance, j: int, busy: np.ndarray, room: np.ndarray, span: np.ndarray
-) -> tuple:  # pragma: no cover
+def earliest(inst: Instance, j: int, busy: np.ndarray, room: np.ndarray, span: np.ndarray) -> tuple:  # pragma: no cover
     """(start, first GPU) of job j's earliest feasible start on its lowest free block, or (-1, -1)."""
     T = inst.slots
     k, d = inst.k[j], inst.d[j]
@@ -246,7 +270,7 @@ def busy_at(busy: np.ndarray, s: int, g: int) -> bool:  # pragma: no cover - com
 
 
 @njit(cache=True, nogil=True)
-def block_free(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> bool:  # pragma: no cover
+def block_free(inst: Instance, j: int, t: int, a: int, busy: np.ndarray) -> bool:  # pragma: no cover
     """Whether GPUs a..a+k-1 are free over job j's span from t."""
     for s in range(t, t + inst.d[j]):
         for g in range(a, a + inst.k[j]):
@@ -256,7 +280,7 @@ def block_free(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> 
 
 
 @njit(cache=True, nogil=True)
-def contact(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
+def contact(inst: Instance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
     """Touching perimeter of job j's block from GPU a at start t: busy or edge cells around it.
 
     Left and right count the slots of the span in which the neighbouring GPU is busy (a node or cluster edge counts
@@ -285,7 +309,7 @@ def contact(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int
 
 
 @njit(cache=True, nogil=True)
-def node_load(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
+def node_load(inst: Instance, j: int, t: int, a: int, busy: np.ndarray) -> int:  # pragma: no cover - compiled
     """Busy GPU-slots over job j's span from t in the node(s) its block from GPU a lies in."""
     G, ns = inst.gpus, inst.node_size
     k, d = inst.k[j], inst.d[j]
@@ -299,7 +323,7 @@ def node_load(inst: ListInstance, j: int, t: int, a: int, busy: np.ndarray) -> i
 
 @njit(cache=True, nogil=True)
 def pick_block(
-    inst: ListInstance, j: int, t: int, busy: np.ndarray, rule: int, span: np.ndarray
+    inst: Instance, j: int, t: int, busy: np.ndarray, rule: int, span: np.ndarray
 ) -> tuple:  # pragma: no cover - compiled
     """(first GPU, score) of job j's block at start t among the free ones by a block rule; (-1, -1) when none.
 
@@ -330,7 +354,7 @@ def pick_block(
 
 @njit(cache=True, nogil=True)
 def block_features(
-    inst: ListInstance, j: int, t: int, a: int, lowest: int, highest: int, busy: np.ndarray, out: np.ndarray
+    inst: Instance, j: int, t: int, a: int, lowest: int, highest: int, busy: np.ndarray, out: np.ndarray
 ) -> None:  # pragma: no cover - compiled
     """Into ``out`` (:data:`BLOCK_FEATURES`): what job j's free block from GPU a at start t looks like, each in [0, 1].
 
@@ -374,7 +398,7 @@ def block_features(
 
 @njit(cache=True, nogil=True)
 def learned_block(
-    inst: ListInstance, j: int, t: int, busy: np.ndarray, weights: np.ndarray, span: np.ndarray
+    inst: Instance, j: int, t: int, busy: np.ndarray, weights: np.ndarray, span: np.ndarray
 ) -> int:  # pragma: no cover - compiled
     """Job j's free block at start t with the highest learned score ``weights . block_features``; -1 when none.
 
@@ -403,7 +427,7 @@ def learned_block(
 
 @njit(cache=True, nogil=True)
 def preferred_block(
-    inst: ListInstance, j: int, t: int, a: int, want: int, busy: np.ndarray
+    inst: Instance, j: int, t: int, a: int, want: int, busy: np.ndarray
 ) -> int:  # pragma: no cover - compiled
     """Job j's first GPU at start t nearest ``want`` among the allowed blocks free over the span.
 
@@ -424,7 +448,7 @@ def preferred_block(
 
 @njit(cache=True, nogil=True)
 def packed_start(
-    inst: ListInstance,
+    inst: Instance,
     j: int,
     t0: int,
     a0: int,

@@ -2,7 +2,7 @@
 
 A :class:`Plan` reads and writes the plan JSON of the spec. Whether it is valid is
 :func:`gpu_env.validation.validate`'s business; what it is worth is
-:func:`gpu_env.metrics.compute_metrics`'.
+:func:`gpu_env.metrics.compute_metrics`' (a :class:`Metrics`, the record a plan carries, defined here).
 
 Scheduler-specific details (a solver's status and bound, the policy a learned
 scheduler used, the hint full mode started from) live in one JSON object,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,7 +23,6 @@ from gpu_env.files import write_text_atomic
 from gpu_env.scenario import FieldReader, parse_file
 
 if TYPE_CHECKING:
-    from gpu_env.metrics import Metrics
     from gpu_env.occupancy import Occupancy
 
 # Plans written before the ``info`` object held the solver's details at the top level;
@@ -38,6 +37,37 @@ class Placement:
     job: str
     start: int
     gpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The metrics of SPEC section 3 as a plan carries them; :func:`gpu_env.metrics.compute_metrics` computes them.
+
+    Attributes:
+        objective: ``job_value`` minus each app's penalty times its shortfall.
+        job_value: Sum over placed jobs of ``w * k * decay**t`` for their slots inside the horizon.
+        shortfall: Unserved real-time GPU-slots, ``sum max(0, D_t - r_t)``.
+        utilization: (job GPU-slots inside the horizon + ``sum min(D_t, r_t)``) / (G * T).
+        completed: Placed jobs that end by T.
+        placed: Placed jobs.
+        jobs: All jobs of the scenario.
+    """
+
+    objective: float
+    job_value: float
+    shortfall: int
+    utilization: float
+    completed: int
+    placed: int
+    jobs: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain numbers, rounded for files."""
+        data = asdict(self)
+        for key in ("objective", "job_value"):
+            data[key] = round(data[key], 6)
+        data["utilization"] = round(data["utilization"], 6)
+        return data
 
 
 @dataclass

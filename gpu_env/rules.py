@@ -4,6 +4,10 @@ Every other part of the project asks these functions (or :class:`gpu_env.occupan
 which is built on them) whether a block, a start or a real-time curve is allowed:
 the validator, FIFO, the heuristic, the environment's masks and the CP-SAT model.
 Each rule has a member of :class:`Rule`; checks and constraints are keyed by it.
+
+Rule 4 (the blocks a job may hold) needs only the cluster's sizes and is stated in :mod:`gpu_env.blocks`, which
+the scenario's own check uses too; its functions are here under the same names (``rules.allowed_block_starts``).
+Whether inherited work alone breaks the rules is the scenario's check (:func:`gpu_env.scenario.inherited_conflict`).
 """
 
 from __future__ import annotations
@@ -13,6 +17,15 @@ from functools import lru_cache
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from gpu_env.blocks import (  # noqa: F401 - rule 4, given here under the same names
+    allowed_block_mask,
+    allowed_block_starts,
+    block_problem,
+    blocks_meet,
+    is_allowed_block,
+    starts_clear_of,
+)
 
 if TYPE_CHECKING:
     from gpu_env.scenario import Job, Scenario
@@ -29,78 +42,6 @@ class Rule(StrEnum):
     REALTIME_RAMP = "6-realtime-ramp"
     CAPACITY = "7-capacity"
     PLAN_FORMAT = "0-plan-format"  # names a job or app the scenario lacks, or a curve of the wrong length
-
-
-# ----------------------------------------------------------------------------- rule 4: blocks
-
-
-@lru_cache(maxsize=4096)
-def _block_starts(k: int, gpus: int, node_size: int) -> tuple[int, ...]:
-    if k > gpus:
-        return ()
-    if k > node_size:
-        return tuple(a for a in range(0, gpus - k + 1, node_size))
-    return tuple(a for a in range(gpus - k + 1) if a // node_size == (a + k - 1) // node_size)
-
-
-def allowed_block_starts(k: int, gpus: int, node_size: int) -> np.ndarray:
-    """First GPUs ``a`` of every block ``a..a+k-1`` that rule 4 allows, ascending.
-
-    A block of ``k <= node_size`` GPUs lies inside one node; a larger one starts on
-    a node boundary.
-    """
-    return np.array(_block_starts(k, gpus, node_size), dtype=np.int64)
-
-
-@lru_cache(maxsize=4096)
-def allowed_block_mask(k: int, gpus: int, node_size: int) -> int:
-    """:func:`allowed_block_starts` as a bitmask: bit ``a`` set for every allowed first GPU ``a``."""
-    mask = 0
-    for a in _block_starts(k, gpus, node_size):
-        mask |= 1 << a
-    return mask
-
-
-def is_allowed_block(first: int, k: int, gpus: int, node_size: int) -> bool:
-    """Whether the block ``first..first+k-1`` is allowed by rule 4."""
-    if first < 0 or first + k > gpus:
-        return False
-    if k > node_size:
-        return first % node_size == 0
-    return first // node_size == (first + k - 1) // node_size
-
-
-def block_problem(block: list[int] | tuple[int, ...], k: int, gpus: int, node_size: int) -> str | None:
-    """Why a list of GPUs is not an allowed block for a job of ``k`` GPUs, or None when it is."""
-    if len(block) != k:
-        return f"expected {k} GPUs (the job's size), got {len(block)}"
-    if any(g < 0 or g >= gpus for g in block):
-        return f"GPUs must lie in 0..{gpus - 1}, got {list(block)}"
-    if list(block) != list(range(block[0], block[0] + k)):
-        return f"expected consecutive ascending GPUs, got {list(block)}"
-    if not is_allowed_block(block[0], k, gpus, node_size):
-        if k > node_size:
-            return f"a block of {k} > node_size={node_size} GPUs must start on a node boundary, got {block[0]}"
-        return f"a block of {k} <= node_size={node_size} GPUs must lie inside one node, got {list(block)}"
-    return None
-
-
-def blocks_meet(a: int, k_a: int, b: int, k_b: int) -> bool:
-    """Rule 1: whether the blocks ``a..a+k_a-1`` and ``b..b+k_b-1`` share a GPU (then they may not overlap in time)."""
-    return a < b + k_b and b < a + k_a
-
-
-def starts_clear_of(candidates: int, others: int, k_other: int, k: int) -> int:
-    """Of the first GPUs in ``candidates`` (a bitmask) of k-GPU blocks, those that leave one block of ``others`` free.
-
-    ``others`` is a non-empty bitmask of first GPUs of k_other-GPU blocks (for example the blocks a reserved job
-    may still take). A block from ``b`` leaves one of them untouched (:func:`blocks_meet`) exactly when the
-    lowest of them ends by ``b`` or the highest starts at ``b + k`` or later.
-    """
-    lowest, highest = (others & -others).bit_length() - 1, others.bit_length() - 1
-    above = ~((1 << (lowest + k_other)) - 1)  # b >= lowest + k_other
-    below = (1 << (highest - k + 1)) - 1 if highest >= k else 0  # b <= highest - k
-    return candidates & (above | below)
 
 
 # ----------------------------------------------------------------------------- rules 3 and 5: starts
@@ -247,7 +188,7 @@ def fits_capacity(room: list[int], k: int, start: int, d: int) -> bool:
     return min(room[start : start + d], default=k) >= k
 
 
-# ----------------------------------------------------------------------------- rules 1, 5 and 7 on inherited work
+# ----------------------------------------------------------------------------- rules 5 and 7: inherited work
 
 
 def inherited_load(scenario: Scenario) -> np.ndarray:
@@ -257,34 +198,3 @@ def inherited_load(scenario: Scenario) -> np.ndarray:
         if job.running_on is not None:
             load[: min(job.duration, scenario.slots)] += job.gpus
     return load
-
-
-def inherited_conflict(scenario: Scenario) -> tuple[str, str] | None:
-    """A (field, reason) pair when the inherited work alone makes every plan invalid, or no state before slot 0 exists.
-
-    Two running jobs on one GPU break rule 1. The inherited jobs hold their GPUs before slot 0 as in it, and
-    each app holds its ``initial`` there: together they may not exceed the cluster (SPEC section 1), and the
-    field named is the ``initial`` of the first app (in file order) that takes them past it. That also
-    keeps rule 7 within reach in every slot: the least allocation the ramps allow never exceeds ``initial``
-    and the inherited load never grows, so each slot's floors fit beside the inherited jobs (and a plan
-    exists that keeps every rule, FIFO's among them: :func:`gpu_env.objective.peak_reservation`).
-    """
-    owner: dict[int, str] = {}
-    for i, job in enumerate(scenario.jobs):
-        if job.running_on is None:
-            continue
-        for g in job.running_on:
-            if g in owner:
-                return f"jobs[{i}].running_on", f"GPU {g} is already held by running job {owner[g]!r}"
-            owner[g] = job.id
-    held = len(owner)
-    for i, app in enumerate(scenario.apps):
-        held += app.initial
-        if held > scenario.gpus:
-            initial = sum(a.initial for a in scenario.apps)
-            return (
-                f"realtime[{i}].initial",
-                f"the apps' initial GPUs ({initial}) plus the inherited jobs' GPUs ({len(owner)}) exceed the "
-                f"cluster's {scenario.gpus} before slot 0",
-            )
-    return None

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from gpu_env.blocks import block_problem
 from gpu_env.files import write_text_atomic
 
 # Upper limits of the scenario format (docs/SPEC.md section 1): generous for a real cluster, small
@@ -65,6 +66,10 @@ class FieldError(Exception):
 
 class ScenarioError(FieldError, ValueError):
     """A scenario (or plan) file that breaks the format (:class:`FieldError`'s attributes)."""
+
+
+class DrawError(ValueError):
+    """Sizes a family cannot draw (a cluster of no GPUs): the generators' families and the trace families alike."""
 
 
 @dataclass(frozen=True)
@@ -480,8 +485,6 @@ def _plain_value_ok(job: Job) -> bool:
 
 def _check_job(r: FieldReader, job: Any, path: str, gpus: int, node_size: int, seen: Mapping[str, int]) -> None:
     """The rules on one job (``path`` is ``jobs[i]``, ``seen`` the ids before it); raises naming the field."""
-    from gpu_env import rules
-
     if not isinstance(job, Job):
         raise r.fail(path, f"expected a job, got {_kind(job)}")
     job_id = r.string(job.id, f"{path}.id")
@@ -506,7 +509,7 @@ def _check_job(r: FieldReader, job: Any, path: str, gpus: int, node_size: int, s
             raise r.fail(f"{path}.runtime", "a running job has no recorded runtime: leave runtime out")
     if job.running_on is not None:
         block = _int_tuple(r, job.running_on, f"{path}.running_on", MAX_GPUS)
-        problem = rules.block_problem(block, k, gpus, node_size)
+        problem = block_problem(block, k, gpus, node_size)
         if problem:
             raise r.fail(f"{path}.running_on", problem)
         if release != 0:
@@ -524,8 +527,6 @@ def _check(sc: Scenario, r: FieldReader) -> dict[str, int]:
     Raises:
         ScenarioError: The first field that breaks a rule, named as in the file format.
     """
-    from gpu_env import rules  # rules import this module; import late to keep one direction at load time
-
     r.string(sc.name, "name")
     gpus = r.integer(sc.gpus, "cluster.gpus", 1, MAX_GPUS)
     node_size = r.integer(sc.node_size, "cluster.node_size", 1)
@@ -586,10 +587,41 @@ def _check(sc: Scenario, r: FieldReader) -> dict[str, int]:
                     f"above the limit {MAX_GRID}",
                 )
 
-    problem = rules.inherited_conflict(sc)
+    problem = inherited_conflict(sc)
     if problem is not None:
         raise r.fail(*problem)
     return index
+
+
+def inherited_conflict(scenario: Scenario) -> tuple[str, str] | None:
+    """A (field, reason) pair when the inherited work alone makes every plan invalid, or no state before slot 0 exists.
+
+    Two running jobs on one GPU break rule 1. The inherited jobs hold their GPUs before slot 0 as in it, and
+    each app holds its ``initial`` there: together they may not exceed the cluster (SPEC section 1), and the
+    field named is the ``initial`` of the first app (in file order) that takes them past it. That also
+    keeps rule 7 within reach in every slot: the least allocation the ramps allow never exceeds ``initial``
+    and the inherited load never grows, so each slot's floors fit beside the inherited jobs (and a plan
+    exists that keeps every rule, FIFO's among them: :func:`gpu_env.objective.peak_reservation`).
+    """
+    owner: dict[int, str] = {}
+    for i, job in enumerate(scenario.jobs):
+        if job.running_on is None:
+            continue
+        for g in job.running_on:
+            if g in owner:
+                return f"jobs[{i}].running_on", f"GPU {g} is already held by running job {owner[g]!r}"
+            owner[g] = job.id
+    held = len(owner)
+    for i, app in enumerate(scenario.apps):
+        held += app.initial
+        if held > scenario.gpus:
+            initial = sum(a.initial for a in scenario.apps)
+            return (
+                f"realtime[{i}].initial",
+                f"the apps' initial GPUs ({initial}) plus the inherited jobs' GPUs ({len(owner)}) exceed the "
+                f"cluster's {scenario.gpus} before slot 0",
+            )
+    return None
 
 
 def parse_file(path: Path, json_only: bool = False) -> Any:

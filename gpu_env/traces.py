@@ -43,8 +43,7 @@ import numpy as np
 
 from gpu_env import rules
 from gpu_env.files import write_text_atomic
-from gpu_env.generators import DrawError
-from gpu_env.scenario import JobType, Scenario, ScenarioError, scenario_from_dict
+from gpu_env.scenario import DrawError, JobType, Scenario, ScenarioError, scenario_from_dict
 
 STATS_PATH = Path(__file__).resolve().parent / "data" / "trace_stats.json"
 

@@ -13,7 +13,6 @@ import os
 
 import numpy as np
 
-from gpu_env.batch.kernels import OBSERVE_BITS
 from gpu_env.observation import (
     APP_CURVE_COLUMN,
     GLOBAL_COLUMN,
@@ -21,6 +20,7 @@ from gpu_env.observation import (
     JOB_COLUMN,
     JOB_FEATURES,
     JOB_STATIC,
+    OBSERVE_BITS,
     SLOT_COLUMN,
 )
 
@@ -544,7 +544,7 @@ def observe_into(
     rules: int,
     opts: np.ndarray,
 ) -> None:  # pragma: no cover - compiled
-    """The observation keys of ``which`` (``kernels.OBSERVE_BITS``) into their arrays, every cell, in one call.
+    """The observation keys of ``which`` (``OBSERVE_BITS``) into their arrays, every cell, in one call.
 
     Args:
         s: The state.

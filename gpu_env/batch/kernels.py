@@ -35,6 +35,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from gpu_env.observation import OBSERVE_BITS as OBSERVE_BITS  # the bits of observe_into's ``which``
+
 KERNELS = ("step_into", "masks_into", "observe_into")
 
 
@@ -42,9 +44,6 @@ def work_sizes(jobs: int, slots: int, words: int) -> tuple[int, int]:
     """The int64 and uint64 work space ``step_into`` needs for R jobs, T slots and NW words (it allocates none)."""
     return 6 + 5 * slots + 2 * jobs, 3 * words
 
-
-OBSERVE_BITS: dict[str, int] = {"jobs": 1, "gpus": 2, "slots": 4, "apps": 8, "globals": 16, "action_mask": 32}
-"""The observation keys :func:`observe_into` fills, as bits of its ``which`` argument."""
 
 _plain: ModuleType | None = None
 
