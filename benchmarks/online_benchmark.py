@@ -822,6 +822,7 @@ LIVE_COLOURS = {
     "anticipate-fast": "#7f7f7f",
     "anticipate-no-newsvendor": "#1f77b4",
     "anticipate-today-margin": "#aec7e8",
+    "anticipate-newsvendor": "#c49c94",
     "anticipate-half-margin": "#ffbb78",
     "anticipate-bar-1": "#98df8a",
     "anticipate-no-hedges": "#dbdb8d",

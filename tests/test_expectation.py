@@ -286,3 +286,17 @@ def test_every_expectation_decision_is_valid_and_the_day_reproduces(family: str,
     again, _ = simulation.simulate(day, planner, sigma=sigma, seed=seed)
     assert again.executed.placements == live.executed.placements
     assert again.executed.curves == live.executed.curves
+
+
+def test_the_newsvendor_forecast_is_the_forecast_on_exact_days_and_the_rise_where_the_days_rose() -> None:
+    """Penalty 10 against a worth of 1: the quantile 10/11. Exact past days and a morning on its forecast: the
+    forecast itself. One of two past days ran 50 % high all day, and so has this morning: the quantile is the rise."""
+    exact = _recorded([([10] * 6, [10] * 6)] * 2)
+    today = replace(_today(6), gpus=16)
+    F = np.full((1, 6), 10)
+    rose = _recorded([([10] * 6, [10] * 6), ([10] * 6, [15] * 6)])
+    for days, morning, expected in ((exact, F[:, :3], [10, 10, 10]), (rose, F[:, :3] + 5, [15] * 3)):
+        planner = live_planner(history=days, day=today, forecast="newsvendor")
+        assert planner.forecaster.q.tolist() == pytest.approx([10 / 11])
+        assert planner.forecaster.forecast(F, morning, 3, 16).tolist() == [expected]
+    assert planner.margin_label == "quantile 0.91"

@@ -47,7 +47,7 @@ import numpy as np
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
-from agents.rolling.errors import ErrorModel
+from agents.rolling.errors import ErrorModel, QuantileForecast
 from agents.rolling.fill import fill_ceiling, fill_idle
 from agents.rolling.forecast import Corrector, with_demand
 from agents.rolling.hedge import (
@@ -57,6 +57,7 @@ from agents.rolling.hedge import (
     forecast_by_record,
     hedged_demand,
     newsvendor_ratio,
+    work_worth,
 )
 from agents.rolling.history import ArrivalModel, HistoryForecaster, stable_seed
 from agents.rolling.race import RaceResult, choose, race
@@ -404,7 +405,7 @@ class AnticipatingPlanner:
     def margin_label(self) -> str:
         """The margin the base decision plans the apps at, as traces show it (``corrected + 1``)."""
         f = self.forecaster
-        if isinstance(f, HedgedForecaster | ChosenForecast):
+        if isinstance(f, HedgedForecaster | ChosenForecast | QuantileForecast):
             return f.label
         if isinstance(f, Corrector):
             if f.errors is not None and f.margin:
@@ -709,7 +710,7 @@ def _without(plan: Plan, held: set[str]) -> Plan:
 
 ERROR_SOURCES = ("auto", "recorded", "none")
 """Where the live planner's error model learns from (:func:`live_planner`'s ``errors``)."""
-FORECASTS = ("auto", "corrector", "residual", "record", "backtest", "point", "history")
+FORECASTS = ("auto", "corrector", "residual", "record", "backtest", "point", "history", "newsvendor")
 """The live planner's forecasts by name (:func:`live_planner`)."""
 
 
@@ -729,6 +730,12 @@ def forecast_of(
         return replace(LIVE_FORECAST, spread="residual")
     if name == "point":
         return HedgedForecaster("corrected", 0.0)
+    if name == "newsvendor":
+        if day is None:
+            raise ValueError("forecast 'newsvendor' needs the day (its apps' penalties)")
+        worth = work_worth(history, day)
+        q = np.array([newsvendor_ratio(app.penalty, worth) for app in day.apps])
+        return QuantileForecast(errors if errors is not None else ErrorModel.none(len(day.apps), day.slots), q)
     if name in ("history", "backtest", "record"):
         if not history or day is None:
             raise ValueError(f"forecast {name!r} needs past days (--history)")
@@ -774,7 +781,9 @@ def live_planner(
             - ``residual``: the same with the margin measured from what the level correction leaves;
             - ``record``: the backtest's options chosen among by their record on the past days and today;
             - ``history``: each app's curve fitted from its past days (:class:`HistoryForecaster`; needs
-              ``history`` and ``day``).
+              ``history`` and ``day``);
+            - ``newsvendor``: each app at its newsvendor quantile ``penalty / (penalty + worth)`` of the error
+              model's conditioned paths (:class:`agents.rolling.errors.QuantileForecast`).
 
         errors: Where the demand error model (:class:`ErrorModel`) learns from: ``auto`` (the history's recorded
             forecasts and demand where the past days carry forecasts, else each past curve against the others'

@@ -61,6 +61,7 @@ __all__ = [
     "WINDOW",
     "Calibration",
     "ErrorModel",
+    "QuantileForecast",
     "calibration",
     "relative_errors",
 ]
@@ -292,6 +293,33 @@ class ErrorModel:
                 z = NormalDist().inv_cdf(min(max(float(q[i]), 1e-6), 1 - 1e-6))
                 out[i] = self.rho[i] ** lead * e[i] + z * sigma[i] * np.sqrt(1.0 - self.rho[i] ** (2 * lead))
         return np.clip(np.round(F[:, now:] * (1.0 + out)), 0, gpus).astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class QuantileForecast:
+    """The apps planned at a quantile of the error model's paths: the rolling loop's face (:class:`Corrector`'s).
+
+    With ``q`` each app's newsvendor ratio ``penalty / (penalty + worth)`` (:func:`newsvendor_levels`), this is the
+    hedge the penalty asks for, as the base decision's forecast: an app is held where a rise the recorded days make
+    likely would otherwise find its GPUs taken by a job that cannot be preempted; on days that followed their
+    forecast (recorded errors near 0) it is the forecast itself.
+
+    Attributes:
+        errors: The error model.
+        q: Shape (apps,): each app's quantile.
+    """
+
+    errors: ErrorModel
+    q: np.ndarray
+
+    @property
+    def label(self) -> str:
+        """How traces show it: ``quantile 0.89`` (the mean over the apps)."""
+        return f"quantile {float(np.mean(self.q)):.2f}"
+
+    def forecast(self, forecast: np.ndarray, actual: np.ndarray, now: int, gpus: int) -> np.ndarray:
+        """Forecast of slots ``now..T-1``, shape (apps, T - now): each app's quantile of the conditioned paths."""
+        return self.errors.quantile(self.q, forecast, actual, now, gpus=gpus)
 
 
 def _has_forecasts(past: Scenario, day: Scenario) -> bool:

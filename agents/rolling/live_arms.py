@@ -46,6 +46,7 @@ LIVE: dict[str, tuple[bool, str, str]] = {
     "anticipate-record": (True, "record", "anticipate"),
     "anticipate-point": (True, "point", "anticipate"),
     "anticipate-histfc": (True, "history", "anticipate"),
+    "anticipate-newsvendor": (True, "newsvendor", "anticipate"),
     "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
 }
 """The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: rolling greedy's,
