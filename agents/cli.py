@@ -328,7 +328,8 @@ def _simulate_arguments(p: argparse.ArgumentParser, replay: bool = False) -> Non
         "corrected, no margin (the futures carry the error); backtest: the "
         "point forecast and margin that cost least on --history's days played as if live; record: backtest's "
         "options, chosen again each cycle with today's record mixed in; history: each app's curve fitted from "
-        "--history. backtest, record and history need --history; docs/rolling.md",
+        "--history; newsvendor: each app at its newsvendor quantile penalty / (penalty + worth) of the error "
+        "model's paths. backtest, record and history need --history; docs/rolling.md",
     )
     p.add_argument(
         "--samples",
@@ -539,7 +540,7 @@ def _with_margin(forecaster: Any, args: argparse.Namespace) -> Any:
         return replace(forecaster, margin=args.margin)
     raise CliError(
         f"--correction and --margin set the corrector; --forecast {args.forecast} has its own "
-        "(--forecast auto, corrector, residual, point or backtest take --margin)"
+        "(--forecast auto, corrector, residual, point or backtest take --margin; record, history and newsvendor do not)"
     )
 
 
