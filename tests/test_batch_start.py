@@ -5,24 +5,28 @@ so the differential tests of ``test_batch.py`` cannot see an error there: both
 would start wrong alike. Here one tiny scenario is worked out on paper:
 
 * G = 4 GPUs in nodes of 2, T = 4 slots, decay 0.5 (slot weights 1, 0.5, 0.25, 0.125).
-* App ``chat``: demand 3, 3, 1, 0; ramp 1; initial 3; penalty 5.
-  Ramp floors ``max(0, 3 - (t + 1))`` = 2, 1, 0, 0 (SPEC rule 6).
+* App ``chat``: demand 3, 3, 1, 0; ramp 1; initial 2; penalty 5.
+  Ramp floors ``max(0, 2 - (t + 1))`` = 1, 0, 0, 0 (SPEC rule 6).
 * ``inh`` (first in the file): 2 GPUs x 3 slots, running on GPUs 2-3 (rule 5),
   so jobs hold 2, 2, 2, 0 GPUs and GPUs 2-3 are busy in slots 0-2.
   Worth 1 * 2 * (1 + 0.5 + 0.25) = 3.5.
+  Before slot 0 chat's 2 GPUs and ``inh``'s 2 fill the cluster exactly (SPEC section 1; initial 3 would be refused).
 * Real-time under that load: at most 4 - 2 = 2 GPUs in slots 0-2. The least-shortfall
-  ramp-feasible curve is 2, 2, 1, 0 (from initial 3 one step down is allowed):
+  ramp-feasible curve is 2, 2, 1, 0 (it holds initial 2, then steps down by 1 twice):
   shortfall 1 + 1 = 2 GPU-slots, penalty 10. Objective before any action 3.5 - 10 = -6.5.
 * Rows (jobs to place, file order): 0 ``a`` (training, 2 GPUs x 2, release 1, priority 2),
   1 ``b`` (1 GPU x 1, deadline 2: starts 0..1), 2 ``c`` (4 GPUs x 1: wider than a node,
   so only first GPU 0 is allowed by rule 4).
-* Trading real time, a job may use ``G - floors - job load`` = 0, 1, 2, 4 GPUs per slot. So
-  ``b`` can start at 1 at the earliest (GPU 0 or 1), ``a`` at 2 (needs 2 GPUs in slots 2-3;
-  only the block 0-1 is free in slot 2), ``c`` at 3 (needs all 4). The clock starts at 1,
-  and only ``b``'s three placement actions and ADVANCE are allowed.
+* Trading real time, a job may use ``G - floors - job load`` = 1, 2, 2, 4 GPUs per slot. So
+  ``b`` can start at 0 at the earliest (GPU 0 or 1), ``a`` at its release 1 (needs 2 GPUs in
+  slots 1-2; only the block 0-1 is free there), ``c`` at 3 (needs all 4). The clock starts at 0,
+  and only ``b``'s three placement actions and ADVANCE are allowed. ``b`` still trades: the
+  slack at slot 0 is 0, so its GPU comes off chat's curve.
 * Without trading, a job may use only the slack ``G - job load - curves`` = 0, 0, 1, 4:
   ``b`` can never start (its window ends at slot 1), ``a`` can start at 3 on block 0-1 or 2-3,
   ``c`` at 3, and the clock starts at 3.
+* ADVANCE at slot 0 moves ``b`` on to its last start, slot 1 (room 2 there, GPUs 0-1 free),
+  and the clock to 1, where ``a`` and ``b`` can both start.
 * The reward scale is G * T * w_max = 4 * 4 * 2 = 32.
 """
 
@@ -43,7 +47,7 @@ def scenario():
     return make_scenario(
         cluster={"gpus": 4, "node_size": 2},
         horizon={"slots": 4, "decay": 0.5},
-        realtime=[{"name": "chat", "demand": [3, 3, 1, 0], "ramp": 1, "initial": 3, "penalty": 5}],
+        realtime=[{"name": "chat", "demand": [3, 3, 1, 0], "ramp": 1, "initial": 2, "penalty": 5}],
         jobs=[
             {"id": "inh", "type": "batch_inference", "gpus": 2, "duration": 3, "running_on": [2, 3]},
             {"id": "a", "type": "training", "gpus": 2, "duration": 2, "release": 1, "priority": 2},
@@ -89,9 +93,9 @@ def test_start_state_by_hand():
         assert s.busy[i, :, 0].tolist() == [0b1100] * 3 + [0] * (s.busy.shape[1] - 3)
         assert s.load[i].tolist() == [2, 2, 2, 0]
         assert s.demand[i].tolist() == [[3, 3, 1, 0]]
-        assert s.floors[i].tolist() == [[2, 1, 0, 0]] and s.floor_total[i].tolist() == [2, 1, 0, 0]
+        assert s.floors[i].tolist() == [[1, 0, 0, 0]] and s.floor_total[i].tolist() == [1, 0, 0, 0]
         assert s.curves[i].tolist() == [[2, 2, 1, 0]]
-        assert s.penalty[i].tolist() == [5.0] and s.initial[i].tolist() == [3] and s.ramp[i].tolist() == [1]
+        assert s.penalty[i].tolist() == [5.0] and s.initial[i].tolist() == [2] and s.ramp[i].tolist() == [1]
         assert s.cheapest[i] == 5.0 and s.decay[i] == 0.5
         assert s.decay_weights[i].tolist() == [1.0, 0.5, 0.25, 0.125]
         assert s.reward_scale[i] == SCALE
@@ -101,13 +105,14 @@ def test_start_state_by_hand():
             [1.0, 0.5, 0.25, 0.125, 0.0],
             [4.0, 2.0, 1.0, 0.5, 0.0],
         ]
-        assert s.earliest[i].tolist() == [2, 1, 3]
+        assert s.earliest[i].tolist() == [1, 0, 3]
+        # a at 1 only on GPUs 0-1 (2-3 busy), b at 0 on GPU 0 or 1, c at 3 on 0.
         assert s.at[i, :, 0].tolist() == [0b0001, 0b0011, 0b0001]
-        assert s.clock[i] == 1 and not s.done[i] and s.steps[i] == 0
+        assert s.clock[i] == 0 and not s.done[i] and s.steps[i] == 0
         assert not s.placed[i].any() and s.start[i].tolist() == [-1] * 3 and s.first[i].tolist() == [-1] * 3
         assert s.job_value[i] == 3.5 and s.shortfall_cost[i] == 10.0
         assert s.objective[i] == -6.5 and s.unpaid[i] == -6.5
-        # From the clock (slot 1) GPUs 0-1 are free to the end (capped at T + 1 = 5), GPUs 2-3 busy now.
+        # From the clock (slot 0) GPUs 0-1 are free to the end (capped at T + 1 = 5), GPUs 2-3 busy now.
         assert s.free_now[i].tolist() == [5, 5, 0, 0]
 
 
@@ -144,8 +149,8 @@ def check_observation(obs, where):
     close = {"rtol": 0, "atol": 1e-7, "err_msg": where}
     glob = dict(zip(GLOBAL_FEATURES, obs["globals"][0].tolist(), strict=True))
     expected = {
-        "clock": 1 / 4,
-        "remaining": 3 / 4,
+        "clock": 0.0,
+        "remaining": 4 / 4,
         "horizon": 1.0,
         "gpus": 1.0,
         "node_size": 2 / 4,
@@ -159,13 +164,13 @@ def check_observation(obs, where):
     slots = {name: obs["slots"][0, :, j].tolist() for j, name in enumerate(SLOT_FEATURES)}
     expected = {
         "inside": [1, 1, 1, 1],
-        "past": [1, 0, 0, 0],
+        "past": [0, 0, 0, 0],
         "job_load": [0.5, 0.5, 0.5, 0],
         "realtime": [0.5, 0.5, 0.25, 0],
         "demand": [0.75, 0.75, 0.25, 0],
         "shortfall": [0.25, 0.25, 0, 0],
         "slack": [0, 0, 0.25, 1],
-        "room": [0, 0.25, 0.5, 1],
+        "room": [0.25, 0.5, 0.5, 1],
         "decay": [1, 0.5, 0.25, 0.125],
     }
     for name, values in expected.items():
@@ -173,9 +178,9 @@ def check_observation(obs, where):
 
     # valid, node position (g mod 2) / 2, free run from the clock / H (capped at 1)
     np.testing.assert_allclose(obs["gpus"][0], [[1, 0, 1], [1, 0.5, 1], [1, 0, 0], [1, 0.5, 0]], **close)
-    apps = [[0.75, 0.5, 0.5], [0.75, 0.5, 0.25], [0.25, 0.25, 0], [0, 0, 0]]  # per slot: demand, curve, floor / G
+    apps = [[0.75, 0.5, 0.25], [0.75, 0.5, 0], [0.25, 0.25, 0], [0, 0, 0]]  # per slot: demand, curve, floor / G
     np.testing.assert_allclose(obs["apps"][0, 0], apps, **close)
-    np.testing.assert_allclose(obs["app_info"][0], [[1, 5 / 2, 1 / 4, 3 / 4]], **close)  # valid, P/w, R/G, initial/G
+    np.testing.assert_allclose(obs["app_info"][0], [[1, 5 / 2, 1 / 4, 2 / 4]], **close)  # valid, P/w, R/G, initial/G
     grid = np.zeros((4, 4, 2))
     grid[2:4, 0:3, 1] = 1  # inherited work on GPUs 2-3 in slots 0-2; nothing placed yet
     np.testing.assert_array_equal(obs["grid"][0], grid, err_msg=where)
@@ -183,19 +188,19 @@ def check_observation(obs, where):
     jobs = [dict(zip(JOB_FEATURES, row.tolist(), strict=True)) for row in obs["jobs"][0]]
     a, b, c = jobs
     common = {"valid": 1, "pending": 1, "placed": 0}
-    expected_a = {**common, "now": 0, "gpus": 0.5, "gpus_per_node": 1, "duration": 0.5, "weight": 1, "release": 0}
-    expected_a |= {"last_start": 0.5, "deadline": 0, "earliest": 0.25, "value_now": 0, "value_earliest": 1.5 / SCALE}
+    expected_a = {**common, "now": 0, "gpus": 0.5, "gpus_per_node": 1, "duration": 0.5, "weight": 1, "release": 0.25}
+    expected_a |= {"last_start": 0.75, "deadline": 0, "earliest": 0.25, "value_now": 0, "value_earliest": 3 / SCALE}
     expected_b = {**common, "now": 1, "gpus": 0.25, "gpus_per_node": 0.5, "duration": 0.25, "weight": 0.5}
-    expected_b |= {"release": -0.25, "last_start": 0, "deadline": 1, "earliest": 0}
-    expected_b |= {"value_now": 0.5 / SCALE, "value_earliest": 0.5 / SCALE}
-    # At slot 1 the slack is 0, so b's one GPU-slot comes out of the real-time curve: take 1 (per k d = 1),
+    expected_b |= {"release": 0, "last_start": 0.25, "deadline": 1, "earliest": 0}
+    expected_b |= {"value_now": 1 / SCALE, "value_earliest": 1 / SCALE}
+    # At slot 0 the slack is 0, so b's one GPU-slot comes out of the real-time curve: take 1 (per k d = 1),
     # costing the cheapest penalty 5; 2 of the 4 one-GPU blocks are free; the free run in node 0 is GPUs 0-1,
     # so first and best fit pick GPU 0 and last fit GPU 1, each leaving 1 GPU of the run (1 / node = 0.5).
     expected_b |= {"realtime_take": 1, "realtime_cost": 5 / SCALE, "blocks_now": 0.5}
     expected_b |= {"first_gpu": 0, "first_waste": 0.5, "best_gpu": 0, "best_waste": 0.5, "last_gpu": 0.25}
     expected_b |= {"last_waste": 0.5}
     expected_c = {**common, "now": 0, "gpus": 1, "gpus_per_node": 2, "duration": 0.25, "weight": 0.5}
-    expected_c |= {"release": -0.25, "last_start": 0.5, "deadline": 0, "earliest": 0.5, "value_earliest": 0.5 / SCALE}
+    expected_c |= {"release": 0, "last_start": 0.75, "deadline": 0, "earliest": 0.75, "value_earliest": 0.5 / SCALE}
     for name, got, want in (("a", a, expected_a), ("b", b, expected_b), ("c", c, expected_c)):
         want = {key: want.get(key, 0.0) for key in JOB_FEATURES}  # every feature not listed is 0
         np.testing.assert_allclose(list(got.values()), list(want.values()), **{**close, "err_msg": f"{where}: {name}"})
@@ -221,7 +226,7 @@ def test_start_padded_to_larger_sizes_by_hand():
     engine = engine_for(scenario(), sizes=sizes, batch=1)
     s = engine.state
     assert s.valid[0].tolist() == [True] * 3 + [False] * 2
-    assert s.earliest[0].tolist() == [2, 1, 3, -1, -1] and s.clock[0] == 1
+    assert s.earliest[0].tolist() == [1, 0, 3, -1, -1] and s.clock[0] == 0
     assert s.load[0].tolist() == [2, 2, 2, 0, 0, 0] and s.curves[0].tolist() == [[2, 2, 1, 0, 0, 0], [0] * 6]
     assert s.values[0, 0].tolist() == [6.0, 3.0, 1.5, 0.5, 0.0, 0.0, 0.0]  # nothing is earned from T = 4 on
     assert s.free_now[0].tolist() == [7, 7, 0, 0, 0, 0, 0, 0]  # capped at the padded T + 1; padding GPUs 0
@@ -229,7 +234,7 @@ def test_start_padded_to_larger_sizes_by_hand():
     assert masks.shape == (1, 5 * 3 + 1) and np.flatnonzero(masks[0]).tolist() == [3, 4, 5, 15]
     obs = observe(engine)
     glob = dict(zip(GLOBAL_FEATURES, obs["globals"][0].tolist(), strict=True))
-    assert glob["remaining"] == pytest.approx(3 / 6) and glob["horizon"] == pytest.approx(4 / 6)
+    assert glob["remaining"] == pytest.approx(4 / 6) and glob["horizon"] == pytest.approx(4 / 6)
     assert glob["gpus"] == pytest.approx(4 / 8) and glob["pending"] == pytest.approx(3 / 5)
     assert obs["slots"][0, :, SLOT_FEATURES.index("inside")].tolist() == [1, 1, 1, 1, 0, 0]
     assert obs["gpus"][0, :, 0].tolist() == [1] * 4 + [0] * 4
@@ -237,13 +242,14 @@ def test_start_padded_to_larger_sizes_by_hand():
 
 
 def test_first_step_pays_the_start_value_by_hand():
-    """ADVANCE at slot 1: b's window closes, the clock moves to a's slot 2; the reward is the start's -6.5."""
+    """ADVANCE at slot 0: b moves to its last start 1, where a can start too; the reward is the start's -6.5."""
     engine = engine_for(scenario(), batch=1)
     rewards, done = engine.step([engine.layout.advance])
     assert rewards.tolist() == [-6.5] and not done[0]
     s = engine.state
-    assert s.clock[0] == 2 and s.earliest[0].tolist() == [2, -1, 3] and s.unpaid[0] == 0.0
-    assert np.flatnonzero(engine.action_masks()[0]).tolist() == [0, 1, 2, 9]
+    assert s.clock[0] == 1 and s.earliest[0].tolist() == [1, 1, 3] and s.unpaid[0] == 0.0
+    assert s.at[0, :, 0].tolist() == [0b0001, 0b0011, 0b0001]  # slot 1: a on GPUs 0-1, b on GPU 0 or 1
+    assert np.flatnonzero(engine.action_masks()[0]).tolist() == [0, 1, 2, 3, 4, 5, 9]
 
 
 def test_plan_at_the_start_holds_only_the_inherited_job():
