@@ -159,7 +159,7 @@ ORDERINGS: dict[str, Callable[[JobKeys], list[int]]] = {
 
 @dataclass(frozen=True)
 class GreedyConfig:
-    """How the heuristic plans; :data:`DEFAULT` is the measured best (``benchmarks/greedy_variants.py``).
+    """How the heuristic plans; :data:`DEFAULT` is the measured best (``benchmarks/results/greedy_variants.md``).
 
     Attributes:
         orderings: Job orderings to sweep (keys of :data:`ORDERINGS`); the best plan wins.
@@ -181,7 +181,7 @@ class GreedyConfig:
             curves (which leave at least as much room as FIFO's peak reservation), then the
             jobs FIFO left out, as they are and then with trades.
         fifo_guard: Return FIFO's own plan when it scores higher than everything found (the
-            last resort; ``benchmarks/greedy_variants.py`` counts how often it fires).
+            last resort; ``benchmarks/results/greedy_variants.md`` counts how often it fired).
         restarts: Noisy orders added to the sweeps (:func:`noisy_orders`: greedy's priority key plus Gumbel
             noise, seeded by :func:`solve`'s ``seed``), their trade modes alternating. They form a promotion group of
             their own, so restarts never give a worse plan than none (:func:`gpu_env.listsched.decode`).

@@ -525,7 +525,7 @@ def test_capacity_mask_with_and_without_trading():
 @given(sc=tiny_scenarios(max_gpus=3, max_jobs=3, max_apps=1))
 def test_block_actions_reach_the_optimum_with_at_most_one_app(sc):
     assert len(sc.apps) <= 1
-    import benchmarks.env_expressiveness as ex
+    from tests import expressiveness as ex
 
     opt = ex.optimum(sc)
     best = ex.env_best(sc, ActionMode.BLOCK, (), True)

@@ -1,4 +1,7 @@
-"""The runtime model: draws per job, the slot discretisation, the conditional remaining runtime, the fit script."""
+"""The runtime model: draws per job, the slot discretisation and the conditional remaining runtime.
+
+The fit script (benchmarks/fit_runtimes.py) is retired: `git checkout 0ac3cc4 -- benchmarks/fit_runtimes.py`.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-import benchmarks.fit_runtimes as fit_runtimes
 from agents.rolling.runtimes import (
     TRACE_RUNTIMES,
     RuntimeDistribution,
@@ -291,36 +293,3 @@ def test_bad_input_names_the_field():
         RuntimeDistribution(at_limit=0.1, quantiles=(0.0, 0.5))
     with pytest.raises(ValueError, match="quantiles"):
         RuntimeDistribution(at_limit=0.1, quantiles=(0.5,))
-
-
-# ----------------------------------------------------------------------------- the fit script
-
-SWF_HEADER = "; Version: 2.2\n; Computer: test\n"
-
-
-def _swf_line(job: int, run: int, requested: int, status: int) -> str:
-    fields = [job, 0, 0, run, 1, -1, -1, 1, requested, -1, status, 1, 1, -1, 1, -1, -1, -1]
-    return " ".join(str(f) for f in fields)
-
-
-def test_fit_script_on_a_small_log(tmp_path):
-    # Limits of 1 h and over: ratios 0.1, 0.2, 0.3, 0.4, 0.5 and two at the limit (one logged 20 s early);
-    # a 30-minute job (under the cut) and one that never ran are left out.
-    h = 3600
-    rows = [(360, h, 1), (720, h, 1), (2160, 2 * h, 1), (1440, h, 0), (3600, 2 * h, 1), (h - 20, h, 0)]
-    rows += [(2 * h + 30, 2 * h, 0), (600, h // 2, 1), (0, h, 5)]
-    swf = tmp_path / "log.swf"
-    swf.write_text(SWF_HEADER + "\n".join(_swf_line(i + 1, *row) for i, row in enumerate(rows)) + "\n")
-    out = tmp_path / "fit.md"
-    assert fit_runtimes.main([str(swf), "--points", "5", "--out", str(out)]) == 0
-    log = fit_runtimes.read_swf(swf)
-    dist = fit_runtimes.fit(log, 3600.0, 0.99, 5, "test")
-    assert dist.at_limit == pytest.approx(2 / 7, abs=1e-6)
-    np.testing.assert_allclose(dist.quantiles, [0.1, 0.2, 0.3, 0.4, 0.5])
-    page = out.read_text()
-    assert "**7**" in page and "2 jobs, 100.0% of them with status 0" in page
-
-
-def test_fit_script_refuses_a_missing_log(tmp_path, capsys):
-    assert fit_runtimes.main([str(tmp_path / "absent.swf"), "--out", str(tmp_path / "x.md")]) == 2
-    assert "no such file" in capsys.readouterr().err

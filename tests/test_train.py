@@ -341,21 +341,6 @@ def test_smoke_run_exports_a_policy_the_planner_loads(smoke_run):
     assert validate(sc, plan) == []
 
 
-def test_the_side_by_side_benchmark_plans_the_evaluation_draws(smoke_run, tmp_path):
-    """benchmarks/ppo_vs_pomo.py on the smoke policy against itself: every paired difference is 0."""
-    tmp, _ = smoke_run
-    policy = tmp / "run" / "policy.onnx"
-    out = tmp_path / "side.md"
-    arms = ["--arm", f"a={policy}", "--arm", f"b={policy}"]
-    options = ["--config", str(smoke_config(tmp)), "--best-time-limit", "0", "--out", str(out)]
-    command = [sys.executable, "benchmarks/ppo_vs_pomo.py", *arms, *options]
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=HANG_GUARD_S)
-    assert result.returncode == 0, result.stderr
-    text = out.read_text()
-    assert "(4 at 8-64 GPUs, 2 at 128-1,024 GPUs)" in text and "PPO, 2 epochs, clip 0.2" in text
-    assert text.count("+0.0000 ± 0.0000") == 4
-
-
 def test_same_seed_same_policy(smoke_run, tmp_path):
     tmp, _ = smoke_run
     result = run_train("--config", str(smoke_config(tmp_path)))
