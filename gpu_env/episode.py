@@ -124,13 +124,12 @@ class Episode:
         rows: (R,) scenario job index of each row: the jobs to place, in file order.
         clock: The slot at which placement actions start their job.
         earliest: (R,) earliest feasible start >= clock of each unplaced row, -1 when it has none.
-        at_earliest: (R, G) first GPUs on which each row's job may start at ``earliest``
-            (kept as one bitmask per row, bit g for first GPU g; this property unpacks them).
+        at_masks: (R,) first GPUs on which each row's job may start at ``earliest``, one bitmask per row
+            (bit g for first GPU g).
         placed: (R,) whether each row's job is placed (``start``, ``first_gpu``: where).
         curves: (apps, T) the real-time curves of the plan so far.
         objective: The objective of the plan so far (SPEC section 3).
         log: (row, start, first GPU) of each placement, in order.
-        curves_changed: How many times a placement has lowered the real-time curves.
         done: Whether the episode has ended.
     """
 
@@ -216,12 +215,11 @@ class Episode:
         self.start = np.full(R, -1, dtype=np.int64)
         self.first_gpu = np.full(R, -1, dtype=np.int64)
         self.earliest = np.where(self.lo < self.hi, self.lo, -1)
-        self._at: list[int] = [0] * R  # at_earliest as bitmasks
+        self._at: list[int] = [0] * R  # first GPUs at each row's earliest start, as bitmasks (at_masks)
         self.touched: list[int] = []  # rows whose earliest start changed, in order (for the observation)
         self._rows_list = self.rows.tolist()
         self._hi_list = self.hi.tolist()
         self.log: list[tuple[int, int, int]] = []
-        self.curves_changed = 0
         self.clock = 0
         self.steps = 0
         self.done = False
@@ -264,10 +262,6 @@ class Episode:
         ).reshape(len(sc.apps), 4)
         self.cheapest_penalty = float(self.penalty.min()) if self.penalty.size else 0.0
         self.floor_total = self.floors.sum(axis=0)
-        gpu = np.arange(sc.gpus, dtype=np.int64)
-        self.node_lo = (gpu // sc.node_size) * sc.node_size
-        self.node_hi = np.minimum(self.node_lo + sc.node_size, sc.gpus)
-        self.gpu_index = gpu
         self.k_list = self.k.tolist()  # k of each row as plain ints
         self.d_list = self.d.tolist()  # d of each row as plain ints
 
@@ -278,7 +272,6 @@ class Episode:
         self._mask: np.ndarray | None = None
         self._fit_rows: list[tuple[int, tuple[int, ...], int]] | None = None
         self._fit_table: np.ndarray | None = None
-        self._blocks_now: np.ndarray | None = None
 
     # ------------------------------------------------------------------ copies
 
@@ -358,13 +351,8 @@ class Episode:
             self.done = True
 
     @property
-    def at_earliest(self) -> np.ndarray:
-        """(R, G) bool: first GPUs on which each row's job may start at its earliest start (a new array)."""
-        return _unpack(self._at, self.scenario.gpus)
-
-    @property
     def at_masks(self) -> list[int]:
-        """(R,) :attr:`at_earliest` as bitmasks, bit a for first GPU a (a new list)."""
+        """(R,) first GPUs on which each row's job may start at its earliest start, as bitmasks (a new list)."""
         return list(self._at)
 
     @property
@@ -386,12 +374,8 @@ class Episode:
         """(R, len(FIT_RULES)) first GPU each fit rule picks at the clock; -1 where the row cannot start now."""
         return self.fit_table()[:, 0::2]
 
-    def option_waste(self) -> np.ndarray:
-        """(R, len(FIT_RULES)) :meth:`fit_waste` of the block each fit rule picks; -1 where the row cannot start now."""
-        return self.fit_table()[:, 1::2]
-
     def fit_rows(self) -> list[tuple[int, tuple[int, ...], int]]:
-        """(row, :meth:`fit_table` row as ints, :meth:`blocks_now`) for each row that can start at the clock."""
+        """(row, :meth:`fit_table` row as ints, its number of feasible first GPUs) for each row that can start now."""
         if self._fit_rows is None:
             node = self.scenario.node_size
             at_rows, k_of = self._at, self.k_list
@@ -400,38 +384,18 @@ class Episode:
         return self._fit_rows
 
     def fit_table(self) -> np.ndarray:
-        """(R, 2 * len(FIT_RULES)): :meth:`options` and :meth:`option_waste` interleaved, rule by rule."""
+        """(R, 2 * len(FIT_RULES)): :meth:`options` and each one's waste interleaved, rule by rule.
+
+        A block's waste is the number of free GPUs left beside it in its node's run of GPUs free over the row's
+        span (:func:`_fit_choices`); -1 where the row cannot start now.
+        """
         if self._fit_table is None:
             table = np.full((self.rows.size, 2 * len(FIT_RULES)), -1, dtype=np.int64)
-            blocks = np.zeros(self.rows.size, dtype=np.int64)
             rows = self.fit_rows()
             if rows:
-                now = [r for r, _, _ in rows]
-                table[now] = [found for _, found, _ in rows]
-                blocks[now] = [count for _, _, count in rows]
-            self._fit_table, self._blocks_now = table, blocks
+                table[[r for r, _, _ in rows]] = [found for _, found, _ in rows]
+            self._fit_table = table
         return self._fit_table
-
-    def blocks_now(self) -> np.ndarray:
-        """(R,) number of first GPUs on which each row's job may start at the clock (0 where it cannot)."""
-        self.fit_table()
-        return self._blocks_now
-
-    def fit_waste(self, rows: np.ndarray) -> np.ndarray:
-        """(n, G) free GPUs left beside a block in its node's run of free GPUs, for rows placed at the clock.
-
-        Entry [i, a] is the length of the run of GPUs that are free over the
-        row's span ``[clock, clock + d)`` and contain ``a..a+k-1``, inside the
-        node, less k; 0 for blocks wider than a node. Meaningful where the block fits.
-        """
-        G = self.scenario.gpus
-        gpu = self.gpu_index
-        free = self.free_at_clock() >= self.d[rows][:, None]  # (n, G)
-        nxt = np.minimum.accumulate(np.where(free, G, gpu)[:, ::-1], axis=1)[:, ::-1]  # next busy GPU
-        prv = np.maximum.accumulate(np.where(free, -1, gpu), axis=1)  # previous busy GPU
-        run = np.minimum(nxt, self.node_hi) - np.maximum(prv + 1, self.node_lo)
-        k = self.k[rows][:, None]
-        return np.where(k > self.scenario.node_size, 0, run - k)
 
     def action_mask(self) -> np.ndarray:
         """(n_actions,) bool: True exactly for the actions that keep the plan valid and completable (a fresh array)."""
@@ -488,7 +452,7 @@ class Episode:
                 node = self.scenario.node_size
                 first = _fit_choices(self._at[row], self.k_list[row] > node, node)[2 * option]
             self._place(row, first)
-        self._mask = self._fit_rows = self._fit_table = self._blocks_now = None
+        self._mask = self._fit_rows = self._fit_table = None
         reward = self.objective - before + self._unpaid
         self._unpaid = 0.0
         self.steps += 1
@@ -546,7 +510,6 @@ class Episode:
                 self.curves = realtime_curves(self.base, sc.apps, self.order, self.floors, sc.gpus, occ.job_load)
                 self._sync_curves()
                 self.shortfall_cost = self._shortfall_cost()
-                self.curves_changed += 1
         self.objective = self.job_value - self.shortfall_cost
         # Rows whose span at their earliest start overlaps the new job's may have lost blocks there;
         # rows left with none search on from the next slot.
@@ -615,8 +578,8 @@ def _fit_choices(at: int, wide: bool, node: int) -> tuple[int, ...]:
     """(first GPU, waste) of each fit rule in turn, from a row's feasible first GPUs at the clock (a bitmask).
 
     The feasible first GPUs come in groups: a run of free GPUs of length L inside a
-    node holds L - k + 1 consecutive feasible first GPUs, so the waste
-    (:meth:`Episode.fit_waste`) of a block is its group's length less one, for
+    node holds L - k + 1 consecutive feasible first GPUs, so the waste of a
+    block (the free GPUs left beside it in its node's run) is its group's length less one, for
     k <= node_size (``wide`` False); it is 0 above. ``best`` is the first GPU of
     the first shortest group. Answers are cached: most rows keep their mask from
     one step to the next.

@@ -478,11 +478,6 @@ def _plain_job_ok(job: Any, gpus: int, seen: Mapping[str, int]) -> bool:
     )
 
 
-def _plain_value_ok(job: Job) -> bool:
-    """A job's ``value`` is a float in (0, MAX_WEIGHT per GPU-slot]."""
-    return type(job.value) is float and 0.0 < job.value <= MAX_WEIGHT * job.gpus * job.duration
-
-
 def _check_job(r: FieldReader, job: Any, path: str, gpus: int, node_size: int, seen: Mapping[str, int]) -> None:
     """The rules on one job (``path`` is ``jobs[i]``, ``seen`` the ids before it); raises naming the field."""
     if not isinstance(job, Job):

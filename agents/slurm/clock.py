@@ -64,10 +64,6 @@ class DayClock:
         slot = math.floor((epoch - self.day_begins(epoch)) / self.slot_seconds + 1e-9)
         return min(max(slot, 0), self.day_slots - 1)
 
-    def slot_begins(self, epoch: float) -> float:
-        """Epoch seconds at which the slot of ``epoch`` began."""
-        return self.day_begins(epoch) + self.slot_of_day(epoch) * self.slot_seconds
-
     def day_name(self, epoch: float) -> str:
         """The day's name: its start's UTC date, with the time when it does not start at midnight."""
         begins = self.day_begins(epoch)

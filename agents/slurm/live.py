@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -162,8 +162,3 @@ def decide(
     clock = DayClock.of(snapshot.config)
     state, s, elapsed = state_of(snapshot, record, clock, getattr(planner, "forecaster", LIVE_FORECAST))
     return planner.decide(state, s, elapsed, options)
-
-
-def observed_now(readings: Mapping[str, int | None]) -> dict[str, int]:
-    """The readings that gave a number (the others were reported by the reader)."""
-    return {k: int(v) for k, v in readings.items() if v is not None}
