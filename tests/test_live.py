@@ -211,12 +211,13 @@ def test_fill_idle_keeps_plans_valid_and_never_lowers(family: str) -> None:
 
 
 def test_fill_ceiling_prior_fades() -> None:
-    day = _day((), demand=(10, 10, 10, 10))
+    day = _day((), demand=(10, 10, 10, 10), gpus=16)
     assert fill_ceiling(day, (), 5.0, 0) is None
     start = fill_ceiling(day, (0.0,), 5.0, 0)
     later = fill_ceiling(day, (0.0,), 5.0, 36)
     assert start.tolist() == [[20, 20, 20, 20]]  # 10 * (1 + 5 * 0.2)
     assert later.tolist() == [[14, 14, 14, 14]]  # level 0.2 * sqrt(4 / 40) = 0.0632: 10 * 1.316, rounded up
+    assert fill_ceiling(day, (0.1,), 5.0, 4, mixed=True).tolist() == [[15, 15, 15, 15]]  # a mixed level as it is
 
 
 def test_live_planner_refuses_unknown_names() -> None:
