@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.rolling.forecast import observed_error_level, residual_error_level
+from agents.rolling.forecast import residual_error_level
 from agents.rolling.history import level_corrected, past_curves
 from gpu_env.scenario import Scenario
 
@@ -503,15 +503,3 @@ def newsvendor_forecaster(days: Sequence[Scenario], day: Scenario, worth: float 
                 uplift[i, h] = max(0.0, float(np.quantile(errors[h], q)))
         uplift[i, 1:] = np.maximum.accumulate(uplift[i, 1:])
     return QuantileForecaster(uplift)
-
-
-def today_level(
-    forecast: np.ndarray, observed: np.ndarray, now: int, prior: np.ndarray, rho: float = RHO
-) -> np.ndarray:
-    """Each app's error level now for the hedge candidates: the residual level, the history's as a prior.
-
-    Where nothing has been observed and the history says nothing, the raw level (0).
-    """
-    if now == 0:
-        return observed_error_level(forecast, observed, 0, prior)
-    return residual_error_level(forecast, observed, now, rho, WINDOW, 1.0, prior)

@@ -186,14 +186,3 @@ BENCHMARK_OPTIONS = PlanOptions(time_limit=10.0, workers=1, seed=0, deterministi
 """The live benchmarks' hindsight: CP-SAT on one worker under 2 s of deterministic time (the same reference on any
 machine), a 10 s wall-clock guard."""
 
-
-def benchmark_reference(day: Scenario) -> float:
-    """What a live benchmark's executed day is a share of: :func:`plan_hindsight` with CP-SAT, greedy as a floor.
-
-    Raises:
-        RuntimeError: The hindsight plan breaks a rule (a bug of the exact mode: no reference can come from it).
-    """
-    best = plan_hindsight(day, BENCHMARK_OPTIONS, scheduler="cpsat", floor="greedy")
-    if best.violations:
-        raise RuntimeError(f"the hindsight CP-SAT plan of {day.name} breaks a rule: {best.violations[0]}")
-    return best.reference

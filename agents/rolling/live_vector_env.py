@@ -93,7 +93,3 @@ def make_live_vec(
     if workers == 0:
         return LiveSyncVectorEnv([make] * num_envs)
     return LiveAsyncVectorEnv([make] * num_envs, context=context)
-
-
-GpuClusterLiveVectorEnv = make_live_vec
-"""The name the vector env had when it was a class of its own (``benchmarks/live_env_speed.py`` uses it)."""
