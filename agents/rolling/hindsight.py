@@ -185,4 +185,3 @@ def plan_hindsight(
 BENCHMARK_OPTIONS = PlanOptions(time_limit=10.0, workers=1, seed=0, deterministic_time=2.0)
 """The live benchmarks' hindsight: CP-SAT on one worker under 2 s of deterministic time (the same reference on any
 machine), a 10 s wall-clock guard."""
-
