@@ -49,7 +49,7 @@ from agents.registry import run_scheduler
 from agents.rolling.allocator import ClusterState, Decision, decision_from_plan
 from agents.rolling.errors import ErrorModel, QuantileForecast
 from agents.rolling.fill import fill_ceiling, fill_idle
-from agents.rolling.forecast import Corrector, with_demand
+from agents.rolling.forecast import ERROR_RHO, Corrector, with_demand
 from agents.rolling.hedge import (
     ChosenForecast,
     HedgedForecaster,
@@ -513,7 +513,7 @@ class AnticipatingPlanner:
         level = np.asarray(state.error_level or (0.0,) * len(scenario.apps), dtype=np.float64)
         if not np.any(level > 0):
             return []
-        rho = np.full(len(scenario.apps), 0.8)
+        rho = np.full(len(scenario.apps), ERROR_RHO)
         point = scenario.demand.astype(np.float64)
         return [(f"margin {z:g}", hedged_demand(point, level, rho, z, G)) for z in self.margins]
 

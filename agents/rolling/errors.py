@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.rolling.forecast import observed_error_level
+from agents.rolling.forecast import ERROR_RHO, ERROR_WINDOW, PRIOR_WEIGHT, observed_error_level
 from agents.rolling.history import HistoryError, persistence
 from gpu_env.scenario import Scenario
 
@@ -66,12 +66,10 @@ __all__ = [
     "relative_errors",
 ]
 
-PRIOR_WEIGHT = 4.0
-"""Observed slots the history's error level counts as."""
-DEFAULT_RHO = 0.8
-"""The error's persistence without a history (the synthetic noise model's, docs/rolling.md)."""
-WINDOW = 2
-"""Observed slots today's error now is read over (the corrector's window)."""
+DEFAULT_RHO = ERROR_RHO
+"""The error's persistence without a history (:data:`agents.rolling.forecast.ERROR_RHO`)."""
+WINDOW = ERROR_WINDOW
+"""Observed slots today's error now is read over (:data:`agents.rolling.forecast.ERROR_WINDOW`)."""
 MAX_LEVEL = 1.0
 """Largest relative error level."""
 MIN_BANDWIDTH = 0.1

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from agents.rolling.forecast import PRIOR_WEIGHT
 from gpu_env import rules
 from gpu_env.plan import Plan
 from gpu_env.scenario import Scenario
@@ -20,7 +21,7 @@ from gpu_env.scenario import Scenario
 FILL_PRIOR = 0.2
 """The error level assumed for the ceiling before the day shows its own, counted as :data:`FILL_PRIOR_WEIGHT`
 observed slots: with an exact forecast the ceiling falls back to the plan within a few hours."""
-FILL_PRIOR_WEIGHT = 4.0
+FILL_PRIOR_WEIGHT = PRIOR_WEIGHT
 
 
 def fill_ceiling(

@@ -18,6 +18,14 @@ import numpy as np
 
 from gpu_env.scenario import Scenario, ScenarioError
 
+ERROR_RHO = 0.8
+"""The demand error's persistence where nothing measured says otherwise: the noise model's, the corrector's, the
+hedges' and the error model's without a history (one value, stated once)."""
+ERROR_WINDOW = 2
+"""Observed slots today's error is read over (the corrector's level correction, the error model's error now)."""
+PRIOR_WEIGHT = 4.0
+"""Observed slots a prior error level counts as, wherever one is mixed with today's errors."""
+
 # ----------------------------------------------------------------------------- the noise model
 
 
@@ -38,7 +46,7 @@ class NoiseModel:
     """
 
     sigma: float = 0.0
-    rho: float = 0.8
+    rho: float = ERROR_RHO
     shift: float = 4.0
 
     def __post_init__(self) -> None:
@@ -134,7 +142,7 @@ def actual_of(day: Scenario, actual: Scenario, source: str = "<actual>") -> np.n
 
 
 def observed_error_level(
-    forecast: np.ndarray, actual: np.ndarray, now: int, prior: float | np.ndarray = 0.0, weight: float = 4.0
+    forecast: np.ndarray, actual: np.ndarray, now: int, prior: float | np.ndarray = 0.0, weight: float = PRIOR_WEIGHT
 ) -> np.ndarray:
     """Each app's root-mean-square relative error ``(actual - forecast) / max(forecast, 1)`` before ``now``.
 
@@ -161,11 +169,11 @@ def residual_error_level(
     forecast: np.ndarray,
     actual: np.ndarray,
     now: int,
-    rho: float | np.ndarray = 0.8,
-    window: int = 2,
+    rho: float | np.ndarray = ERROR_RHO,
+    window: int = ERROR_WINDOW,
     limit: float = 1.0,
     prior: float | np.ndarray = 0.0,
-    weight: float = 4.0,
+    weight: float = PRIOR_WEIGHT,
 ) -> np.ndarray:
     """Each app's error level after the level correction: what the corrected forecast still misses.
 
@@ -265,12 +273,12 @@ class Corrector:
     """
 
     method: Correction = Correction.RATIO
-    rho: float = 0.8
-    window: int = 2
+    rho: float = ERROR_RHO
+    window: int = ERROR_WINDOW
     limit: float = 1.0
     margin: float = 1.0
     prior_sigma: float = 0.0
-    prior_weight: float = 4.0
+    prior_weight: float = PRIOR_WEIGHT
     spread: Spread = Spread.RAW
     errors: Any = field(default=None, compare=False)
 

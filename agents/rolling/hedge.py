@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from agents.rolling.forecast import residual_error_level
+from agents.rolling.forecast import ERROR_RHO, ERROR_WINDOW, PRIOR_WEIGHT, residual_error_level
 from agents.rolling.history import level_corrected, past_curves
 from gpu_env.scenario import Scenario
 
@@ -62,10 +62,10 @@ MARGINS = (0.0, 0.5, 1.0, 1.5, 2.0)
 """The margins (error levels above the point forecast) the backtest weighs."""
 BACKTEST_LEADS = 6
 """Slots ahead a backtest charges: the decisions a cycle commits reach this far before being revised."""
-RHO = 0.8
-"""The error's persistence (the noise model's and the corrector's)."""
-WINDOW = 2
-"""Observed slots the level correction reads (the corrector's)."""
+RHO = ERROR_RHO
+"""The error's persistence (:data:`agents.rolling.forecast.ERROR_RHO`)."""
+WINDOW = ERROR_WINDOW
+"""Observed slots the level correction reads (:data:`agents.rolling.forecast.ERROR_WINDOW`)."""
 
 
 def hedged_demand(point: np.ndarray, level: np.ndarray, rho: np.ndarray, z: float, gpus: int) -> np.ndarray:
@@ -109,7 +109,7 @@ class HedgedForecaster:
     prior: np.ndarray = field(default_factory=lambda: np.zeros(0))
     rho: float = RHO
     window: int = WINDOW
-    prior_weight: float = 4.0
+    prior_weight: float = PRIOR_WEIGHT
 
     def __post_init__(self) -> None:
         if self.point not in POINTS:
