@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from agents.rolling.forecast import ERROR_RHO, ERROR_WINDOW, PRIOR_WEIGHT, observed_error_level
-from agents.rolling.history import HistoryError, persistence
+from agents.rolling.history import HistoryError, past_curves, persistence
 from gpu_env.scenario import Scenario
 
 __all__ = [
@@ -398,7 +398,8 @@ def calibration(
         source = model.source
         F = np.array([app.forecast if app.forecast is not None else app.demand for app in day.apps], dtype=np.int64)
         if model.source == "profile":  # no recorded forecast: the others' mean stands in, as the fit reads it
-            F = np.rint(np.array([_profile(others, app.name, day) for app in day.apps])).astype(np.int64)
+            curves = [past_curves(others, app.name, day.slots) for app in day.apps]
+            F = np.rint(np.array([c.mean(axis=0) if len(c) else np.zeros(day.slots) for c in curves])).astype(np.int64)
         A = day.demand
         T = day.slots
         for t in range(1, T):
@@ -414,8 +415,3 @@ def calibration(
                     hits[k, j] += int(((A[:, s] >= lo) & (A[:, s] <= hi)).sum())
     coverage = np.divide(hits, cells, out=np.full_like(hits, np.nan), where=cells > 0)
     return Calibration(tuple(quantiles), tuple(leads), coverage, cells, len(days), source)
-
-
-def _profile(days: Sequence[Scenario], name: str, day: Scenario) -> np.ndarray:
-    rows = [a.demand for d in days for a in d.apps if a.name == name and d.slots == day.slots]
-    return np.mean(rows, axis=0) if rows else np.asarray(day.apps[0].demand, dtype=np.float64) * 0

@@ -327,8 +327,8 @@ class Corrector:
         if self.method == "none":
             return np.clip(np.round(ahead), 0, gpus).astype(np.int64)
         if now == 0:
-            level0 = self.error_level(F, actual, 0) if self.errors is not None else self.prior_sigma
-            raised = ahead * (1.0 + self.margin * np.reshape(level0, (-1, 1)))
+            level = self.error_level(F, actual, 0)  # nothing observed: the prior (the error model's, or prior_sigma)
+            raised = ahead * (1.0 + self.margin * level.reshape(-1, 1))
             return self._integral(raised, gpus)
         lo = max(0, now - self.window)
         seen_f = F[:, lo:now].sum(axis=1)
