@@ -770,7 +770,7 @@ def _run_cycle(day: _Day, client: SlurmClient, s: int, slot_start: float) -> dic
         failed = [f"{c.kind} {c.target}: {why}" for c, why in result.commit.failed]
         record |= {"ms": round(result.timings["total"], 1), "plan_ms": round(result.timings["plan"], 1),
                    "started": len(result.decision.start_now)}  # fmt: skip
-        shared = [c.summary() for c in result.changes if c.kind == "share"]
+        shared = [c.summary() for c in result.changes if c.kind == "reserve" and len(c.want) > 1]
         if shared:  # apps sharing a node, changed together (docs/slurm.md, real-time capacity)
             record["shared"] = shared
         if result.commit.above_plan:

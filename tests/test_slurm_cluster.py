@@ -431,8 +431,9 @@ def test_an_app_grows_and_shrinks_on_a_full_node_without_dropping_below_its_plan
         snap = snapshot.take(client, config)
         found = snap.reservations.get("chat", {}).get("gpu01", ())
         change = commit.Change(
-            "reserve", "gpualloc-chat.gpu01", nodes=("gpu01",), gpus=(("gpu01", gpus),), users=("root",),
-            app="chat", pieces=tuple((r.name, snapshot.piece_gpus(config, r, "gpu01")) for r in found),
+            "reserve", "gpu01", nodes=("gpu01",), gpus=(("gpu01", gpus),), users=("root",),
+            pieces=tuple((r.name, snapshot.piece_gpus(config, r, "gpu01")) for r in found), want=(("chat", gpus),),
+            shares=tuple((r.name, tuple(snapshot.split_of(config, r, "gpu01").items())) for r in found),
         )  # fmt: skip
         watch.seen.clear()
         done = commit.apply(snap, [change], watch, confirm_seconds=0)
@@ -442,15 +443,17 @@ def test_an_app_grows_and_shrinks_on_a_full_node_without_dropping_below_its_plan
     # what the app holds after every change (a refused one too), step by step: never below min(before, after)
     step(2)
     assert watch.seen == [2]
-    done = step(4)  # 4 more beside the 2 do not fit beside the job (refused): 2 more beside the 2
-    assert watch.seen == [2, 4] and not done.above_plan
+    done = step(4)  # the 2 kept, 2 more beside them
+    assert watch.seen == [4] and not done.above_plan
     assert sorted(r.name for r in _reservations(cluster)) == ["gpualloc-chat.gpu01", "gpualloc-chat.gpu01~2"]
     step(2)  # a whole reservation goes
     assert watch.seen == [2] and len(_reservations(cluster)) == 1
     step(1)  # 1 fits beside the 2, then the 2 goes
     assert watch.seen == [3, 1]
-    step(2)
-    assert min(watch.seen) >= 1
+    step(0)  # every reservation goes
+    assert watch.seen == [0]
+    step(2)  # one reservation of 2
+    assert watch.seen == [2]
     other = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:2", "-t", "60", "--wrap", "sleep 3600")
     wait_for(lambda: queue(cluster)[other].state == "RUNNING", "gpu01 full")
     waiting = cluster.sbatch("-p", "batch", "-w", "gpu01", "--gres=gpu:1", "-t", "60", "--wrap", "sleep 3600")

@@ -41,15 +41,16 @@ def _snap(fake: FakeSlurm, config: dict = CONFIG) -> snapshot.Snapshot:
 def _reserve(snap: snapshot.Snapshot, node: str, gpus: int, app: str = "chat") -> commit.Change:
     """The change that brings the app to ``gpus`` GPUs on ``node`` from what the snapshot read there."""
     config = snap.config
-    found = snap.reservations.get(app, {}).get(node, ())
+    found = commit.node_pieces(snap, snap.reservations, node)
     return commit.Change(
         "reserve",
-        config.reservation_name(app, node),
+        node,
         nodes=(node,),
         gpus=((node, gpus),),
         users=("root",),
-        app=app,
         pieces=tuple((r.name, snapshot.piece_gpus(config, r, node)) for r in found),
+        want=((app, gpus),),
+        shares=tuple((r.name, tuple(snapshot.split_of(config, r, node).items())) for r in found),
     )
 
 
@@ -113,7 +114,7 @@ def test_one_unreadable_node_is_left_alone_and_the_others_are_committed() -> Non
     fake.set_nodes("1", ("n1",))
     done = commit.apply(snap, planned, fake, confirm_seconds=0)
     failed = {c.target: why for c, why in done.failed}
-    assert set(failed) == {"gpualloc-chat.n2", "2"}
+    assert set(failed) == {"n2", "2"}
     assert all("node n2 is left alone now" in why and "gres" in why for why in failed.values()), failed
     assert _held(fake, "n1") == 2 and _held(fake, "n2") == 0
     assert {j.id: j.state for j in fake.queue} == {"1": "RUNNING", "2": "PENDING"}
@@ -159,7 +160,7 @@ def test_a_job_slurm_started_since_the_snapshot_makes_its_node_wait_a_cycle() ->
     failed = {c.target: why for c, why in done.failed}
     assert failed["1"].startswith("not held: Slurm started it since the snapshot")
     assert (
-        failed["gpualloc-chat.n1"]
+        failed["n1"]
         == "not grown: 4 GPUs of node n1 taken since the snapshot; the next cycle plans from it"
     )
     assert failed["2"].startswith("not released: 4 GPUs of node n1 taken")
@@ -222,14 +223,18 @@ def test_growing_on_a_full_node_adds_a_reservation_beside_the_old_one() -> None:
     assert [r.name for r in again.reservations["chat"]["n1"]] == ["gpualloc-chat.n1", "gpualloc-chat.n1~2"]
 
 
-def test_growing_with_room_makes_one_new_reservation_before_the_old_goes() -> None:
+def test_growing_with_room_keeps_the_old_reservation_and_makes_the_difference_beside_it() -> None:
+    """One transition for one app and for several: the reservations kept (a replica may run in them) stay."""
     fake = FakeSlurm()
     fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 8)]
     snap = _snap(fake)
     done = commit.apply(snap, [_reserve(snap, "n1", 4)], fake, confirm_seconds=0)
     assert not done.failed
-    assert [c[:2] for c in fake.calls] == [("create", "gpualloc-chat.n1~2"), ("delete", "gpualloc-chat.n1")]
-    assert [(r.name, r.cores["n1"]) for r in fake.held_reservations] == [("gpualloc-chat.n1~2", 16)]
+    assert [c[:2] for c in fake.calls] == [("create", "gpualloc-chat.n1~2")]
+    assert [(r.name, r.cores["n1"]) for r in fake.held_reservations] == [
+        ("gpualloc-chat.n1", 8),
+        ("gpualloc-chat.n1~2", 8),
+    ]
 
 
 def test_shrinking_deletes_whole_reservations_where_they_add_up_to_the_plan() -> None:
@@ -269,30 +274,6 @@ def test_shrinking_on_a_full_node_makes_the_smaller_reservation_over_its_own_cor
     assert done.calls == ["create gpualloc-chat.n1~2 (3 GPUs on n1 over its own)", "delete gpualloc-chat.n1"]
 
 
-def test_a_full_node_with_another_apps_reservation_keeps_the_old_one_and_holds_the_jobs_planned_there() -> None:
-    """As above, but app search also holds cores on n1: a reservation made over others' cores could take search's,
-    so chat keeps its 4 (more than the plan, said), and the job the plan starts there is not released."""
-    config = {
-        **CONFIG,
-        "realtime": [*CONFIG["realtime"], {"name": "search", "demand": [1] * 24, "ramp": 1, "penalty": 8}],
-    }
-    fake = FakeSlurm()
-    fake.queue = [running("9", "n1", 0, 3, partition="batch"), pending("5", 1, held=True)]
-    fake.held_reservations = [
-        core_reservation("gpualloc-chat.n1", "n1", 16),
-        core_reservation("gpualloc-search.n1", "n1", 4),
-    ]
-    snap = _snap(fake, config)
-    place = commit.Change("place", "5", nodes=("n1",), gpus=(("n1", 1),))
-    done = commit.apply(snap, [_reserve(snap, "n1", 3), place], fake, confirm_seconds=0)
-    assert fake.calls == [] and _held(fake, "n1") == 4
-    why = dict((c.target, w) for c, w in done.failed)
-    assert why["gpualloc-chat.n1"].startswith("not shrunk: chat keeps 4 GPUs where the plan wants 3")
-    assert "other apps' reservations are there (search)" in why["gpualloc-chat.n1"]
-    assert why["5"].startswith("not released: an app keeps more than the plan on n1: chat keeps 4 GPUs")
-    assert set(done.above_plan) == {"n1"}
-
-
 def test_a_reservation_in_use_is_reported_and_the_app_keeps_more_than_its_plan() -> None:
     fake = FakeSlurm()
     fake.held_reservations = [core_reservation("gpualloc-chat.n1", "n1", 16)]
@@ -302,7 +283,7 @@ def test_a_reservation_in_use_is_reported_and_the_app_keeps_more_than_its_plan()
     (why,) = [w for _, w in done.failed]
     assert "delete gpualloc-chat.n1" in why and "in use" in why
     assert _held(fake, "n1") == 6  # the old 4 and the new 2: never below the plan
-    assert done.above_plan["n1"].startswith("chat holds more than the plan's 2: delete gpualloc-chat.n1")
+    assert done.above_plan["n1"].startswith("chat holds 6, the plan 2: delete gpualloc-chat.n1")
 
 
 def test_owned_jobs_outside_the_plan_are_held_and_say_why() -> None:
@@ -370,7 +351,7 @@ def test_an_expiring_reservation_is_renewed_in_place() -> None:
     fake.held_reservations = [soon]
     config = config_from_dict({**CONFIG, "realtime": [{**CONFIG["realtime"][0], "demand": [2] * 24}]})
     result = loop.cycle(config, fake, "greedy", now=NOW, confirm_seconds=0)
-    assert [c.summary() for c in result.changes] == ["reserve gpualloc-chat.n1 2->2 (renew)"]
+    assert [c.summary() for c in result.changes] == ["reserve n1 chat 2->2 (renew)"]
     assert fake.calls == [("renew", "gpualloc-chat.n1")] and not result.commit.failed
 
 

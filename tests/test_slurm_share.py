@@ -60,7 +60,7 @@ def test_an_app_shrinks_beside_another_on_a_full_node_and_a_planned_job_starts(b
     seen = _watch(fake, config)
     result = _cycle(fake, config)
     assert not result.commit.failed and not result.commit.above_plan, result.commit.failed
-    assert [c.summary() for c in result.changes] == ["share n1 a 3->2, b 2->2", "place 1"]
+    assert [c.summary() for c in result.changes] == ["reserve n1 a 3->2, b 2->2", "place 1"]
     assert [c[:2] for c in fake.calls if c[0] != "nodes"] == [
         ("create", "gpualloc-a:2+b:2.n1"),
         ("delete", "gpualloc-a.n1"),

@@ -122,7 +122,7 @@ def test_two_then_three_apps_grow_shrink_and_swap_on_a_full_node(cluster: LocalC
 
     # two apps swap GPUs on the full node: one reservation of 5 over their own cores, then the old go
     config, result = _step(cluster, tmp_path, client, {"a": 1, "b": 4}, set())
-    assert [c.summary() for c in result.changes] == ["share gpu01 a 3->1, b 2->4"]
+    assert [c.summary() for c in result.changes] == ["reserve gpu01 a 3->1, b 2->4"]
     assert result.commit.calls[0] == "create gpualloc-a:1+b:4.gpu01 (5 GPUs on gpu01 over its own)"
     _probe_still_waits(cluster, waiting)
 

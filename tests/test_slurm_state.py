@@ -101,7 +101,7 @@ def test_an_app_holding_more_than_there_is_is_planned_from_what_fits(cores: int)
     assert line["relaxed"] == "app chat"
     assert f"its reservations hold {cores // 4} GPUs" in line["why"] and f"({cores // 4} over)" in line["why"]
     assert result.decision.app_gpus_now["chat"] == 0  # nothing is free now: the app's reservation shrinks
-    assert [c.summary() for c in result.changes] == [f"reserve gpualloc-chat.n1 {cores // 4}->0"]
+    assert [c.summary() for c in result.changes] == [f"reserve n1 chat {cores // 4}->0"]
     assert result.lines[-1]["cycle"] == "dry-run"
 
 

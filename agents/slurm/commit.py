@@ -61,7 +61,17 @@ from typing import Any
 from agents.rolling.allocator import Decision
 from agents.slurm.errors import CommandError, SlurmError, UnreadableError
 from agents.slurm.jsonread import SlurmJob, SlurmReservation, parse_gres
-from agents.slurm.snapshot import Note, Snapshot, app_pieces, piece_gpus, piece_of, split_of, usable_nodes
+from agents.slurm.snapshot import (
+    ACTIVE_STATES,
+    Note,
+    Snapshot,
+    app_pieces,
+    piece_gpus,
+    piece_of,
+    replicas_of,
+    split_of,
+    usable_nodes,
+)
 
 CONFIRM_SECONDS = 20.0  # default of slurm.confirm: how long a released job may take to start before it is held again
 RETRY_DELAY = 1.0  # seconds before trying a change again whose answer was lost and that read back as not made
@@ -80,20 +90,18 @@ class Change:
         kind: ``hold``, ``place`` (NodeList and release), ``leave`` (release a job no cycle can ever plan to
             Slurm's own scheduling: GPUs per task, no time limit, more GPUs than the nodes hold), ``confirm`` (a
             job released before this cycle onto the planned nodes that has not started: nothing to change, but it
-            is waited for as the released jobs are, and held again if it does not start) or ``reserve`` (an app's
-            reservations on one node) or ``share`` (the reservations of every app on a node that several apps
-            hold or want, changed together: :func:`share`).
-        target: Job id, the app's first reservation name on the node (``gpualloc-<app>.<node>``), or the node
-            (``share``).
-        nodes: The job's planned nodes (``place``, ``confirm``) or the reservation's node (``reserve``).
-        gpus: GPUs of the job (``place``, ``confirm``) or of the app (``reserve``, what the plan wants) on each node,
-            as (node, count) pairs.
-        users: Users allowed into the reservation (``reserve``).
-        app: The app (``reserve``).
-        pieces: The app's reservations on the node as the snapshot read them, (name, GPUs) each (``reserve``).
-        renew: Those of ``pieces`` that end within a slot (``reserve``, ``share``): their end is moved on.
-        want: GPUs each app involved wants on the node (``share``), in the configuration's order.
-        shares: Per reservation on the node, the GPUs of each app in it (``share``; ``pieces`` has its total).
+            is waited for as the released jobs are, and held again if it does not start), ``reserve`` (the
+            reservations of every app on one node, changed together: :func:`arrange`) or ``retire`` (a
+            reservation of an app no longer configured, deleted once no job runs in it).
+        target: Job id, the node (``reserve``) or the reservation (``retire``).
+        nodes: The job's planned nodes (``place``, ``confirm``) or the reservations' node (``reserve``, ``retire``).
+        gpus: GPUs of the job (``place``, ``confirm``) on each node, or what the apps want there in all
+            (``reserve``), as (node, count) pairs.
+        users: Users allowed into the reservations (``reserve``): every app's involved.
+        pieces: The apps' reservations on the node as the snapshot read them, (name, GPUs) each (``reserve``).
+        renew: Those of ``pieces`` that end within a slot (``reserve``): their end is moved on.
+        want: GPUs each app involved wants on the node (``reserve``), in the configuration's order.
+        shares: Per reservation on the node, the GPUs of each app in it (``reserve``; ``pieces`` has its total).
     """
 
     kind: str
@@ -101,7 +109,6 @@ class Change:
     nodes: tuple[str, ...] = ()
     gpus: tuple[tuple[str, int], ...] = ()
     users: tuple[str, ...] = ()
-    app: str = ""
     pieces: tuple[tuple[str, int], ...] = ()
     renew: tuple[str, ...] = ()
     want: tuple[tuple[str, int], ...] = ()
@@ -109,12 +116,12 @@ class Change:
 
     @property
     def held_now(self) -> int:
-        """GPUs the app's reservations hold on the node now (``reserve``)."""
+        """GPUs the apps' reservations hold on the node now (``reserve``)."""
         return sum(g for _, g in self.pieces)
 
     @property
     def held_by_app(self) -> dict[str, int]:
-        """GPUs each app holds on the node now (``share``)."""
+        """GPUs each app holds on the node now (``reserve``)."""
         out: dict[str, int] = {}
         for _, split in self.shares:
             for a, g in split:
@@ -123,19 +130,16 @@ class Change:
 
     @property
     def wanted(self) -> int:
-        """GPUs on the change's first node: the job's there (``place``), or what the plan wants (``reserve``)."""
+        """GPUs on the change's first node: the job's there (``place``), or what the apps want (``reserve``)."""
         return self.gpus[0][1] if self.gpus else 0
 
     def summary(self) -> str:
-        """One line: ``hold 7``, ``place 7``, ``reserve gpualloc-chat.gpu01 2->3``."""
+        """One line: ``hold 7``, ``place 7``, ``reserve gpu01 chat 2->3``, ``reserve gpu01 a 3->2, b 2->2``."""
         if self.kind == "reserve":
-            renew = " (renew)" if self.renew and self.wanted == self.held_now else ""
-            return f"reserve {self.target} {self.held_now}->{self.wanted}{renew}"
-        if self.kind == "share":
             held = self.held_by_app
             moves = ", ".join(f"{a} {held.get(a, 0)}->{g}" for a, g in self.want)
             renew = " (renew)" if self.renew and all(held.get(a, 0) == g for a, g in self.want) else ""
-            return f"share {self.target} {moves}{renew}"
+            return f"reserve {self.target} {moves}{renew}"
         return f"{self.kind} {self.target}"
 
 
@@ -155,6 +159,9 @@ class Commit:
             neither beside nor over its own cores, or an old reservation Slurm would not delete), with why. The
             jobs the plan starts on such a node are not released this cycle.
         start_wait_ms: Milliseconds spent waiting for the released jobs to run (Slurm's start latency).
+        drain_wait_s: Seconds spent waiting for the apps' replicas to leave the reservations a shrink deletes.
+        drained: Per node where a shrink waited for replicas, what happened (``drained in 3.2 s``, or why not).
+        signal: Problems telling the apps their capacity (the capacity file, the scale command), one line each.
     """
 
     planned: list[Change]
@@ -165,6 +172,9 @@ class Commit:
     confirmed: list[str] = field(default_factory=list)
     above_plan: dict[str, str] = field(default_factory=dict)
     start_wait_ms: float = 0.0
+    drain_wait_s: float = 0.0
+    drained: dict[str, str] = field(default_factory=dict)
+    signal: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- the plan's slot 0
@@ -181,29 +191,50 @@ def slot0_gpus(snapshot: Snapshot, decision: Decision) -> dict[str, int]:
 
 
 def app_layout(snapshot: Snapshot, decision: Decision) -> dict[str, dict[str, int]]:
-    """GPUs of each app on each node in slot 0: first where its reservation is now, then in node order."""
+    """GPUs of each app on each node in slot 0, each app on nodes of its own wherever the plan allows.
+
+    Each app first keeps what it holds where it holds it, on the nodes it has to itself before those it shares;
+    then it grows onto the nodes it is on already, then onto nodes no other app holds or was given, then onto
+    the rest, each in node order. So Slurm keeps each app's part apart by itself (one app per reservation), and a
+    node is shared only where the free GPUs leave no other way.
+    """
     free = {n: snapshot.node_size - u for n, u in slot0_gpus(snapshot, decision).items()}
+    order = {n: i for i, n in enumerate(snapshot.nodes)}
+    present: dict[str, set[str]] = {n: set() for n in snapshot.nodes}  # the apps holding or given GPUs on a node
+    for app in snapshot.scenario.apps:
+        for n, g in snapshot.app_now.get(app.name, {}).items():
+            if g and n in present:
+                present[n].add(app.name)
     layout: dict[str, dict[str, int]] = {}
     for app in snapshot.scenario.apps:
-        want = decision.app_gpus_now.get(app.name, 0)
         now = snapshot.app_now.get(app.name, {})
         mine: dict[str, int] = {}
-        for n in snapshot.nodes:  # keep what it has, where it is
-            take = min(now.get(n, 0), free[n], want)
-            if take:
-                mine[n] = take
-                free[n] -= take
-                want -= take
-        for n in snapshot.nodes:
-            take = min(free[n], want)
-            if take:
-                mine[n] = mine.get(n, 0) + take
-                free[n] -= take
-                want -= take
+        want = decision.app_gpus_now.get(app.name, 0)
+        held = sorted(
+            (n for n in snapshot.nodes if now.get(n)), key=lambda n: (bool(present[n] - {app.name}), order[n])
+        )
+        want = _take(held, want, free, mine, now)
+        rest = sorted(snapshot.nodes, key=lambda n: (not mine.get(n), bool(present[n] - {app.name}), order[n]))
+        want = _take(rest, want, free, mine)
         if want:
             raise SlurmError(f"app {app.name}: the plan's slot 0 leaves {want} GPUs too few (a bug in the plan)")
         layout[app.name] = {n: mine[n] for n in snapshot.nodes if mine.get(n)}
+        for n in snapshot.nodes:  # given GPUs on a node, or nothing: the later apps see where it is
+            (present[n].add if n in mine else present[n].discard)(app.name)
     return layout
+
+
+def _take(
+    nodes: Sequence[str], want: int, free: dict[str, int], mine: dict[str, int], cap: Mapping[str, int] | None = None
+) -> int:
+    """Give an app GPUs on ``nodes`` in order, at most ``cap`` on each (default: what is free); what is left."""
+    for n in nodes:
+        got = min(free[n], want, free[n] if cap is None else cap.get(n, 0))
+        if got > 0:
+            mine[n] = mine.get(n, 0) + got
+            free[n] -= got
+            want -= got
+    return want
 
 
 def held_outside(snapshot: Snapshot) -> list[str]:
@@ -235,7 +266,6 @@ def left_to_slurm(snapshot: Snapshot) -> dict[str, str]:
 
 def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
     """The changes that make Slurm hold what the plan's slot 0 says, in the order they must be made."""
-    config = snapshot.config
     starting = {p.job: p for p in decision.start_now}
     holds, places, shrinks, others = [], [], [], []
     for jid, job in snapshot.owned.items():
@@ -256,39 +286,18 @@ def changes(snapshot: Snapshot, decision: Decision) -> list[Change]:
         if not snapshot.owned_outside[jid].held:
             holds.append(Change("hold", jid))
     leaves = [Change("leave", jid) for jid in left_to_slurm(snapshot) if snapshot.owned_outside[jid].held]
+    retires = [Change("retire", name, nodes=(node,)) for name, node in snapshot.departed.items()]
     layout = app_layout(snapshot, decision)
     for node in snapshot.nodes:
-        together = _shared_change(snapshot, node, layout)
-        if together is not None:  # several apps hold or want GPUs here: changed together
-            held = together.held_by_app
-            keep = all(held.get(a, 0) == g for a, g in together.want) and all(g > 0 for _, g in together.pieces)
-            if keep and not together.renew:
-                continue
-            (shrinks if together.wanted < together.held_now else others).append(together)
+        change = node_change(snapshot, node, layout)
+        if change is None:
             continue
-        for app in config.apps:
-            want = layout.get(app.name, {})
-            found = snapshot.reservations.get(app.name, {}).get(node, ())
-            pieces = tuple((r.name, piece_gpus(config, r, node)) for r in found)
-            g = want.get(node, 0)
-            renew = tuple(
-                r.name for r in found if r.end_time is not None and r.end_time - snapshot.now < config.slot_seconds
-            )
-            held = sum(gp for _, gp in pieces)
-            if g == held and not renew and all(gp > 0 for _, gp in pieces):
-                continue
-            change = Change(
-                "reserve",
-                config.reservation_name(app.name, node),
-                nodes=(node,),
-                gpus=((node, g),),
-                users=app.users,
-                app=app.name,
-                pieces=pieces,
-                renew=renew,
-            )
-            (shrinks if g < held else others).append(change)
-    return [*holds, *shrinks, *others, *places, *leaves]
+        held = change.held_by_app
+        keep = all(held.get(a, 0) == g for a, g in change.want) and all(g > 0 for _, g in change.pieces)
+        if keep and not change.renew:
+            continue
+        (shrinks if any(g < held.get(a, 0) for a, g in change.want) else others).append(change)
+    return [*holds, *retires, *shrinks, *others, *places, *leaves]
 
 
 def node_pieces(
@@ -302,22 +311,19 @@ def node_pieces(
     return list(out.values())
 
 
-def _shared_change(snapshot: Snapshot, node: str, layout: Mapping[str, Mapping[str, int]]) -> Change | None:
-    """The ``share`` change of a node where several apps hold or want GPUs, or one holds a shared reservation.
-
-    None where at most one app is involved and every reservation there is an app's own (a ``reserve`` change).
-    """
+def node_change(snapshot: Snapshot, node: str, layout: Mapping[str, Mapping[str, int]]) -> Change | None:
+    """The ``reserve`` change of a node: every app that holds or wants GPUs there; None where none does."""
     config = snapshot.config
     found = node_pieces(snapshot, snapshot.reservations, node)
     splits = {r.name: split_of(config, r, node) for r in found}
     involved = [
         a for a in config.apps if layout.get(a.name, {}).get(node, 0) or any(sp.get(a.name) for sp in splits.values())
     ]
-    if len(involved) <= 1 and not any(config.shared_of(r.name, node) for r in found):
+    if not involved and not found:
         return None
     renew = tuple(r.name for r in found if r.end_time is not None and r.end_time - snapshot.now < config.slot_seconds)
     return Change(
-        "share",
+        "reserve",
         node,
         nodes=(node,),
         gpus=((node, sum(layout.get(a.name, {}).get(node, 0) for a in involved)),),
@@ -342,6 +348,8 @@ class Fresh:
         left_alone: Nodes of the snapshot that the commit leaves alone now, with why.
         pieces: The apps' reservations now, by app and node (as :attr:`Snapshot.reservations`).
         names: Every reservation's name (the free names for new pieces are chosen outside these).
+        in_use: GPUs of the jobs running in each reservation, by name (the apps' replicas in theirs).
+        replica_gpus: GPUs of the apps' replicas on each node.
     """
 
     jobs: dict[str, SlurmJob]
@@ -349,6 +357,8 @@ class Fresh:
     left_alone: dict[str, str]
     pieces: dict[str, dict[str, tuple[SlurmReservation, ...]]]
     names: set[str]
+    in_use: dict[str, int] = field(default_factory=dict)
+    replica_gpus: dict[str, int] = field(default_factory=dict)
 
 
 def read_fresh(snapshot: Snapshot, client: Any) -> Fresh:
@@ -402,21 +412,50 @@ def read_fresh(snapshot: Snapshot, client: Any) -> Fresh:
                 left_alone[n] = f"its used gres cannot be read now ({exc})"
                 continue
             free[n] = usable[n] - used
+    replicas, _ = replicas_of(config, jobs, all_nodes)
+    replica_gpus: dict[str, int] = {}
+    for job in replicas.values():
+        for n in job.nodes:
+            replica_gpus[n] = replica_gpus.get(n, 0) + _gpus_on(config, job, n)
     return Fresh(
         jobs={j.id: j for j in jobs},
         free=free,
         left_alone=left_alone,
         pieces=app_pieces(config, reservations, snapshot.nodes, snapshot.now),
         names={r.name for r in reservations},
+        in_use=jobs_in(config, jobs),
+        replica_gpus=replica_gpus,
     )
+
+
+def jobs_in(config: Any, jobs: Sequence[SlurmJob]) -> dict[str, int]:
+    """GPUs of the running jobs in each reservation, by its name (a job that holds none counts 1: it is in use)."""
+    out: dict[str, int] = {}
+    for job in jobs:
+        if job.state in ACTIVE_STATES and job.reservation and "," not in job.reservation:
+            out[job.reservation] = out.get(job.reservation, 0) + max(
+                1, sum(_gpus_on(config, job, n) for n in job.nodes)
+            )
+    return out
+
+
+def _gpus_on(config: Any, job: SlurmJob, node: str) -> int:
+    """GPUs a running job holds on one node, from its gres detail (0 where it cannot be read)."""
+    if node not in job.nodes or len(job.gres_detail) != len(job.nodes):
+        return 0
+    detail = job.gres_detail[job.nodes.index(node)]
+    try:
+        return sum(g.count for g in parse_gres(detail, f"job {job.id}") if g.name == config.gres)
+    except UnreadableError:
+        return 0
 
 
 def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: Commit) -> list[Change]:
     """The changes still to make on what ``fresh`` read; each dropped one goes to ``result`` with why.
 
     A node where more GPUs are in use than the snapshot's running jobs held (a job started there
-    since: another user's, an owned one Slurm started, an app's replica) has a stale slot 0: the jobs
-    planned to start there and the apps planned to grow there wait for the next cycle, which plans
+    since: another user's, an owned one Slurm started; the apps' replicas are the apps' own) has a stale slot 0:
+    the jobs planned to start there and the apps planned to grow there wait for the next cycle, which plans
     from it. What the apps give up there, and holds, still go.
     """
     config = snapshot.config
@@ -425,12 +464,26 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
     for job in snapshot.scenario.jobs:
         for g in job.running_on or ():
             held_then[snapshot.node_of(g)] += 1
-    taken = {
-        n: snapshot.node_size - f - held_then[n] for n, f in fresh.free.items() if snapshot.node_size - f > held_then[n]
-    }
+    used = {n: snapshot.node_size - f - fresh.replica_gpus.get(n, 0) for n, f in fresh.free.items()}
+    taken = {n: u - held_then[n] for n, u in used.items() if u > held_then[n]}
+    for change in planned:  # the GPUs that the apps' replicas leave where the plan shrinks the apps
+        if change.kind == "reserve" and change.nodes[0] in free:
+            node = change.nodes[0]
+            over = fresh.replica_gpus.get(node, 0) - change.wanted
+            if over > 0:
+                free[node] += over
     out: list[Change] = []
     for change in planned:
-        if change.kind in ("share", "reserve"):
+        if change.kind == "retire":
+            busy = fresh.in_use.get(change.target, 0)
+            if change.target not in fresh.names:
+                result.skipped.append((change, "gone already"))
+            elif busy:
+                result.skipped.append((change, f"in use ({_gpus(busy)} of jobs run in it): released once they leave"))
+            else:
+                out.append(change)
+            continue
+        if change.kind == "reserve":
             node = change.nodes[0]
             if node in fresh.left_alone:
                 result.failed.append((change, f"not changed: node {node} is left alone now: {fresh.left_alone[node]}"))
@@ -438,14 +491,10 @@ def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: C
             if node in taken and change.wanted > change.held_now:
                 result.failed.append((change, f"not grown: {_stale(node, taken[node])}"))
                 continue
-            if change.kind == "share":
-                pieces, whose = node_pieces(snapshot, fresh.pieces, node), "the apps' reservations"
-            else:
-                pieces, whose = fresh.pieces.get(change.app, {}).get(node, ()), "its reservations"
-            now = tuple((r.name, piece_gpus(config, r, node)) for r in pieces)
+            now = tuple((r.name, piece_gpus(config, r, node)) for r in node_pieces(snapshot, fresh.pieces, node))
             if now != change.pieces:
                 result.failed.append(
-                    (change, f"not changed: {whose} on {node} changed since the snapshot "
+                    (change, f"not changed: the apps' reservations on {node} changed since the snapshot "
                      f"({_pieces_text(change.pieces)} then, {_pieces_text(now)} now); the next cycle plans from them")
                 )  # fmt: skip
                 continue
@@ -511,12 +560,19 @@ def apply(
     confirm_seconds: float = CONFIRM_SECONDS,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    signal: Callable[[Mapping[str, Any]], list[str]] | None = None,
 ) -> Commit:
     """Read Slurm again, check every change, then make those that still hold; none that fails stops the others.
 
+    Where a shrink deletes reservations that the apps' replicas run in, the apps are told their capacity first
+    (``signal``, given the capacity of :func:`capacity`; it returns its problems, one line each) and the commit
+    waits up to ``replicas.drain_seconds`` for those replicas to leave (:func:`drain`); a node whose replicas
+    stay is left as it is, above the plan. The apps are told again once the reservations are made.
+
     A released job that has not started after ``confirm_seconds`` is held again; whether it started
     is judged on a read of ``squeue`` made after that time, and a job whose state cannot be read then
-    is reported and left as it is (never held again blindly).
+    is reported and left as it is (never held again blindly). The jobs no cycle can ever plan are released
+    to Slurm last, after that wait, so that none takes the GPUs of a job this commit placed.
 
     Raises:
         CommitReadError: Slurm could not be read before the first change: nothing was changed.
@@ -530,20 +586,32 @@ def apply(
     made = _Maker(client, result, tries, sleep)
     names = set(fresh.names)
     released: list[Change] = []
-    for change in todo:
+    nodes = [c for c in todo if c.kind == "reserve"]
+    leaving = {
+        c.target: going(c, fresh.in_use, fresh.free.get(c.target, 0) + fresh.replica_gpus.get(c.target, 0) - c.held_now)
+        for c in nodes
+    }
+    if signal is not None:
+        result.signal.extend(signal(capacity(snapshot, nodes, leaving)))
+    stuck = drain(client, snapshot, leaving, result, sleep, clock) if any(leaving.values()) else {}
+    for change in [c for c in todo if c.kind != "leave"]:
         try:
             if change.kind == "hold":
                 client.hold(change.target)
                 result.calls.append(f"hold {change.target}")
-            elif change.kind in ("reserve", "share"):
-                why = (reserve if change.kind == "reserve" else share)(snapshot, change, made, names)
-                if why is not None:
-                    result.failed.append((change, why))
-                    continue
-            elif change.kind == "leave":  # never plannable: released to Slurm's own scheduling, not waited for
-                why = made.release(change.target)
+            elif change.kind == "retire":
+                why = made.delete(change.target)
                 if why is not None:
                     result.failed.append((change, f"not released: {why}"))
+                    continue
+            elif change.kind == "reserve":
+                if change.target in stuck:
+                    result.above_plan[change.target] = stuck[change.target]
+                    result.failed.append((change, f"not shrunk: {stuck[change.target]}"))
+                    continue
+                why = arrange(snapshot, change, made, names, fresh.in_use)
+                if why is not None:
+                    result.failed.append((change, why))
                     continue
             elif change.kind == "confirm":
                 released.append(change)  # released already: only waited for
@@ -566,11 +634,121 @@ def apply(
             result.failed.append((change, str(exc)))
             continue
         result.done.append(change)
+    if signal is not None and nodes:  # what the reservations are now, for the replicas to come back into
+        try:
+            after = read_fresh(snapshot, client)
+        except CommitReadError as exc:
+            result.signal.append(f"capacity not told again: {exc}")
+        else:
+            result.signal.extend(signal(capacity(snapshot, nodes, {}, after.pieces)))
     if released and confirm_seconds > 0:
         waited = time.perf_counter()
         _confirm(client, released, result, confirm_seconds, sleep, clock)
         result.start_wait_ms = (time.perf_counter() - waited) * 1000.0
+    for change in [c for c in todo if c.kind == "leave"]:  # never plannable: released to Slurm once confirmed
+        why = made.release(change.target)
+        if why is not None:
+            result.failed.append((change, f"not released: {why}"))
+        else:
+            result.done.append(change)
     return result
+
+
+def going(change: Change, in_use: Mapping[str, int], room: int) -> list[str]:
+    """The reservations with replicas in them that :func:`arrange` will delete on the change's node.
+
+    Predicted as :func:`arrange` chooses: the exact set that keeps most of the reservations in use, else the
+    most GPUs below the plan beside which the rest is made (which needs ``room`` free GPUs on the node), else
+    one reservation of the plan over the apps' own cores, which deletes every old one.
+    """
+    want = dict(change.want)
+    split = {name: dict(parts) for name, parts in change.shares}
+    busy = {n for n in split if in_use.get(n)}
+    keep = _subset_split(split, want, busy)
+    if keep is None:
+        base = _below_split(split, want, busy)
+        have = _sums(split, base)
+        rest = sum(max(g - have.get(a, 0), 0) for a, g in want.items())
+        keep = base if rest <= room else []
+    return [n for n in split if n in busy and n not in keep]
+
+
+def drain(
+    client: Any,
+    snapshot: Snapshot,
+    leaving: Mapping[str, Sequence[str]],
+    result: Commit,
+    sleep: Callable[[float], None],
+    clock: Callable[[], float],
+) -> dict[str, str]:
+    """Wait up to ``replicas.drain_seconds`` for every job to leave the reservations in ``leaving`` (by node).
+
+    The loop never cancels a replica: the apps were told their capacity and stop their own. A read that fails
+    while waiting is counted and waited through.
+
+    Returns:
+        The nodes whose reservations still hold jobs when the time is up, with why (one line each).
+    """
+    seconds = snapshot.config.replicas.drain_seconds
+    start = clock()
+    waiting = {n: set(names) for n, names in leaving.items() if names}
+    failed_reads = 0
+    while True:
+        try:
+            in_use = jobs_in(snapshot.config, client.jobs())
+        except SlurmError:
+            failed_reads += 1
+            in_use = None
+        if in_use is not None:
+            for node in list(waiting):
+                if not any(in_use.get(name) for name in waiting[node]):
+                    result.drained[node] = f"drained in {clock() - start:.1f} s"
+                    del waiting[node]
+        if not waiting or clock() - start >= seconds:
+            break
+        sleep(min(1.0, max(seconds - (clock() - start), 0.0)))
+    result.drain_wait_s = clock() - start
+    unread = f" ({failed_reads} reads of squeue failed meanwhile)" if failed_reads else ""
+    stuck: dict[str, str] = {}
+    for node, names in waiting.items():
+        busy = [f"{name} ({_gpus(in_use.get(name, 0))})" for name in sorted(names) if in_use and in_use.get(name)]
+        stuck[node] = (
+            f"the replicas did not leave {', '.join(busy) or ', '.join(sorted(names))} within {seconds:g} s{unread}; "
+            "the apps keep more than the plan there and the jobs planned on its GPUs wait; the next cycle tries again"
+        )
+        result.drained[node] = f"not drained: {stuck[node]}"
+    return stuck
+
+
+def capacity(
+    snapshot: Snapshot,
+    nodes: Sequence[Change],
+    leaving: Mapping[str, Sequence[str]],
+    pieces: Mapping[str, Mapping[str, Sequence[SlurmReservation]]] | None = None,
+) -> dict[str, Any]:
+    """What each app may run where: per app and node, its GPUs, its reservations, and those its replicas leave.
+
+    The plan's GPUs where a ``reserve`` change touches the node, else what the app holds; the reservations as
+    ``pieces`` reads them (default the snapshot's). An app removed from the configuration whose reservations
+    remain is listed with no node: its replicas stop. This is what the capacity file holds and the scale command
+    reads (docs/slurm.md).
+    """
+    pieces = snapshot.reservations if pieces is None else pieces
+    wanted = {c.target: dict(c.want) for c in nodes}
+    apps: dict[str, Any] = {}
+    for app in snapshot.config.apps:
+        mine: dict[str, Any] = {}
+        for node in snapshot.nodes:
+            g = wanted[node].get(app.name, 0) if node in wanted else snapshot.app_now.get(app.name, {}).get(node, 0)
+            names = [r.name for r in pieces.get(app.name, {}).get(node, ())]
+            leave = [n for n in leaving.get(node, ()) if n in names]
+            if g or names:
+                mine[node] = {"gpus": g, "reservations": [n for n in names if n not in leave], "leave": leave}
+        apps[app.name] = mine
+    for name in snapshot.departed:
+        gone = name[len(snapshot.config.reservation_prefix) :].rpartition(".")[0].split("+")[0].partition(":")[0]
+        apps.setdefault(gone, {})
+    return {"time": _iso(time.time()), "apps": apps}
 
 
 class _Maker:
@@ -665,108 +843,28 @@ class _Maker:
         return None
 
 
-def reserve(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -> str | None:
-    """Bring an app's reservations on one node from ``change.pieces`` to ``change.wanted`` GPUs; None when done.
+def arrange(
+    snapshot: Snapshot, change: Change, made: _Maker, names: set[str], in_use: Mapping[str, int] | None = None
+) -> str | None:
+    """Bring the apps' reservations on one node from ``change.shares`` to ``change.want``; None when done.
 
-    Slurm cannot resize a core reservation, so, in this order of preference:
-
-    1. the plan's size is a subset of the reservations there: the others are deleted;
-    2. one new reservation of the plan's size is made beside the old ones, which then go;
-    3. growing, when the node has no room for 2: a reservation of the difference beside the old;
-    4. shrinking, when no room for 2: the largest subset below the plan is kept and the rest made
-       up by a new reservation beside it; when even that finds no room (a full node), one
-       reservation of the plan's size is made over the app's own cores there (``Flags=OVERLAP``)
-       before the old ones go, where no other app holds reservations on the node (the new one
-       could take theirs). Where neither can be made, the old ones stay: the app keeps more than
-       its plan, said in ``result.above_plan``, and the next cycle tries again.
-
-    No step takes the app below its plan, even for a moment. Reservations kept that end within a
-    slot are renewed in place. ``names`` (every reservation's name) gets the names made.
-    """
-    node = change.nodes[0]
-    g = change.wanted
-    pieces = dict(change.pieces)
-    held = change.held_now
-    problems: list[str] = []
-
-    def new_name() -> str:
-        k = 1
-        while snapshot.config.piece_name(change.app, node, k) in names:
-            k += 1
-        name = snapshot.config.piece_name(change.app, node, k)
-        names.add(name)
-        return name
-
-    def create(gpus: int, overlap: bool = False) -> tuple[str | None, str | None]:
-        name = new_name()
-        why = made.create(snapshot, name, node, gpus, change.users, overlap=overlap)
-        if why is not None:
-            names.discard(name)
-            return None, why
-        return name, None
-
-    keep = list(pieces) if g == held and all(pieces.values()) else _subset(pieces, g)
-    if keep is None:
-        name, why = create(g)
-        if name is not None:
-            keep = [name]
-        elif not held or not _no_room(why):
-            return f"not made: {why}"
-        elif g > held:
-            name, why = create(g - held)
-            if name is None:
-                return f"no room for {_gpus(g - held)} more on {node}: {why}"
-            keep = [*pieces, name]
-        else:
-            base = _below(pieces, g)
-            rest = g - sum(pieces[n] for n in base)
-            name = None
-            if base:  # the rest beside what it keeps
-                name, why = create(rest)
-                if name is None and not _no_room(why):
-                    return f"not made: {why}"
-            if name is not None:
-                keep = [*base, name]
-            else:  # a full node: one reservation of the plan's size over the app's own cores, then the old go
-                others = sorted(a for a, on in snapshot.reservations.items() if a != change.app and on.get(node))
-                if others:
-                    over = f"other apps' reservations are there ({', '.join(others)}), which one made over could take"
-                else:
-                    name, over = create(g, overlap=True)
-                if name is None:
-                    made.result.above_plan[node] = (
-                        f"{change.app} keeps {_gpus(held)} where the plan wants {g}: no room beside ({why}), and "
-                        f"none over its own cores ({over}); the next cycle tries again"
-                    )
-                    return f"not shrunk: {made.result.above_plan[node]}"
-                keep = [name]
-    for old in [n for n in pieces if n not in keep]:
-        gone = made.delete(old)
-        if gone is not None:
-            problems.append(f"delete {old}: {gone}")
-    if problems and g < held:
-        made.result.above_plan[node] = f"{change.app} holds more than the plan's {g}: " + "; ".join(problems)
-    return _renew_kept(snapshot, change, made, keep, problems)
-
-
-def share(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -> str | None:
-    """Bring the reservations of the apps on one node from ``change.shares`` to ``change.want``; None when done.
-
-    Several apps hold or want GPUs on the node. In this order of preference:
+    One transition for one app and for several. Slurm cannot resize a core reservation, so, in this order of
+    preference:
 
     1. some of the reservations there hold exactly what each app wants: the others are deleted;
     2. the most GPUs that some of them hold without giving any app more than it wants are kept, and each app's
        rest is made beside them (its own reservation, on free cores), then the others go;
-    3. where the node has no room for 2 (a full node: an app shrinks beside another, two apps swap GPUs), one
-       reservation of the plan's total is made over the apps' own cores (``Flags=OVERLAP``: it takes the
-       lowest cores no running job holds, on a full node exactly the apps' own), named by what each app holds
-       in it (``gpualloc-chat:2+search:3.<node>``; an app's own name when only one app wants GPUs there); then
-       every other reservation there goes.
+    3. where the node has no room for 2 (a full node: an app shrinks, alone or beside another, two apps swap
+       GPUs), one reservation of the plan's total is made over the apps' own cores (``Flags=OVERLAP``: it takes
+       the lowest cores no running job holds, on a full node exactly the apps' own), named by what each app
+       holds in it (``gpualloc-chat:2+search:3.<node>``; an app's own name when only one app wants GPUs there);
+       then every other reservation there goes.
 
+    Steps 1 and 2 keep the reservations the apps' replicas run in (``in_use``, GPUs by name) before the others.
     Every new reservation is made before an old one goes, so no app drops below the smaller of what it held and
     what the plan wants, and no core is free in between that the plan keeps for an app. A reservation that
-    Slurm will not delete (in use) leaves an app above its plan (``result.above_plan``). Reservations kept that end
-    within a slot are renewed in place. ``names`` (every reservation's name) gets the names made.
+    Slurm will not delete (in use) leaves an app above its plan (``result.above_plan``). Reservations kept that
+    end within a slot are renewed in place. ``names`` (every reservation's name) gets the names made.
     """
     config = snapshot.config
     node = change.nodes[0]
@@ -791,10 +889,11 @@ def share(snapshot: Snapshot, change: Change, made: _Maker, names: set[str]) -> 
             return None, why
         return name, None
 
-    keep = _subset_split(split, want)
+    busy = {n for n in split if (in_use or {}).get(n)}
+    keep = _subset_split(split, want, busy)
     extra: list[str] = []  # made by step 2 before it found no room: extra capacity that step 3 lets go
     if keep is None:
-        base = _below_split(split, want)
+        base = _below_split(split, want, busy)
         have = _sums(split, base)
         why: str | None = None
         for app, g in want.items():
@@ -860,27 +959,35 @@ def _sums(split: Mapping[str, Mapping[str, int]], names: Sequence[str]) -> dict[
     return out
 
 
-def _subset_split(split: Mapping[str, Mapping[str, int]], want: Mapping[str, int]) -> list[str] | None:
-    """Fewest reservations that hold exactly what each app wants (first ones first); None when none do."""
+def _subset_split(
+    split: Mapping[str, Mapping[str, int]], want: Mapping[str, int], busy: set[str] = frozenset()
+) -> list[str] | None:
+    """Reservations that hold exactly what each app wants, the most of ``busy`` first, then the fewest; else None."""
     names = [n for n, parts in split.items() if sum(parts.values()) > 0][:SUBSET_MOST]
     target = {a: g for a, g in want.items() if g}
+    best: tuple[int, int, tuple[str, ...]] | None = None
     for size in range(len(names) + 1):
         for combo in itertools.combinations(names, size):
             if {a: g for a, g in _sums(split, combo).items() if g} == target:
-                return list(combo)
-    return None
+                key = (len(busy.intersection(combo)), -size, combo)
+                if best is None or key[:2] > best[:2]:
+                    best = key
+    return None if best is None else list(best[2])
 
 
-def _below_split(split: Mapping[str, Mapping[str, int]], want: Mapping[str, int]) -> list[str]:
-    """The reservations to keep that give no app more than it wants: the most GPUs, then the fewest reservations."""
+def _below_split(
+    split: Mapping[str, Mapping[str, int]], want: Mapping[str, int], busy: set[str] = frozenset()
+) -> list[str]:
+    """The reservations to keep that give no app more than it wants: the most GPUs, of ``busy``, then the fewest."""
     names = [n for n, parts in split.items() if sum(parts.values()) > 0][:SUBSET_MOST]
-    best: tuple[int, int, tuple[str, ...]] = (0, 0, ())
+    best: tuple[int, int, int, tuple[str, ...]] = (0, 0, 0, ())
     for size in range(1, len(names) + 1):
         for combo in itertools.combinations(names, size):
             sums = _sums(split, combo)
-            if all(g <= want.get(a, 0) for a, g in sums.items()) and (sum(sums.values()), -size) > best[:2]:
-                best = (sum(sums.values()), -size, combo)
-    return list(best[2])
+            key = (sum(sums.values()), len(busy.intersection(combo)), -size)
+            if all(g <= want.get(a, 0) for a, g in sums.items()) and key > best[:3]:
+                best = (*key, combo)
+    return list(best[3])
 
 
 NO_ROOM = "nodes are busy"  # Slurm's answer to a reservation whose cores are taken ("Requested nodes are busy")
@@ -889,32 +996,6 @@ NO_ROOM = "nodes are busy"  # Slurm's answer to a reservation whose cores are ta
 def _no_room(why: str | None) -> bool:
     """Whether Slurm refused a reservation for want of free cores (the one refusal another layout may avoid)."""
     return why is not None and NO_ROOM in why.lower()
-
-
-def _subset(pieces: Mapping[str, int], g: int) -> list[str] | None:
-    """Fewest pieces (with GPUs) whose GPUs add up to ``g`` exactly, first pieces first; None when none do."""
-    names = [n for n, v in pieces.items() if v > 0]
-    if g == 0:
-        return []
-    if len(names) > SUBSET_MOST:
-        return None
-    for size in range(1, len(names) + 1):
-        for combo in itertools.combinations(names, size):
-            if sum(pieces[n] for n in combo) == g:
-                return list(combo)
-    return None
-
-
-def _below(pieces: Mapping[str, int], g: int) -> list[str]:
-    """The pieces to keep when shrinking to ``g`` without an exact subset: the most GPUs below ``g``."""
-    names = [n for n, v in pieces.items() if v > 0][:SUBSET_MOST]
-    best: tuple[int, int, tuple[str, ...]] = (0, 0, ())
-    for size in range(1, len(names) + 1):
-        for combo in itertools.combinations(names, size):
-            total = sum(pieces[n] for n in combo)
-            if total < g and (total, -size) > best[:2]:
-                best = (total, -size, combo)
-    return list(best[2])
 
 
 def _gpus(n: int) -> str:

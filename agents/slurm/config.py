@@ -46,9 +46,11 @@ PIECE_MARK = "~"  # an app's further reservations on a node: gpualloc-<app>.<nod
 SHARE_MARK = ":"  # a reservation apps share on a node, GPUs per app: gpualloc-chat:2+search:3.<node> (docs/slurm.md)
 STATE_DIR = "/var/lib/gpualloc"  # default of slurm.state_dir: the writers' lock files
 HISTORY_DAYS = 14  # default of slurm.history_days: past days the live planner reads
+DRAIN_SECONDS = 120.0  # default of replicas.drain_seconds: how long a commit waits for an app's replicas to leave
+SCALE_TIMEOUT = 10.0  # default of replicas.scale_timeout: seconds the scale command may take
 OBSERVE_TIMEOUT = 5.0  # default of realtime[].observed.timeout: seconds one reading of a source may take
 DAY_SECONDS = 86_400.0
-_NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+NAME_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
 @dataclass(frozen=True)
@@ -122,6 +124,25 @@ class RealtimeApp:
 
 
 @dataclass(frozen=True)
+class Replicas:
+    """How the loop tells the apps' replicas their capacity, and how long it waits for them to leave.
+
+    Attributes:
+        drain_seconds: At most this long a commit waits for an app's replicas to leave the reservations that a
+            shrink deletes (less than a slot, so that every shrink lands in the slot the plan makes it in).
+        capacity_file: Written whole by every committing cycle (JSON; Prometheus text for a name ending in
+            ``.prom``, for node_exporter's textfile collector); None: not written.
+        scale_command: Run by every committing cycle with the capacity JSON on stdin; None: not run.
+        scale_timeout: Seconds the scale command may take.
+    """
+
+    drain_seconds: float = DRAIN_SECONDS
+    capacity_file: str | None = None
+    scale_command: tuple[str, ...] | None = None
+    scale_timeout: float = SCALE_TIMEOUT
+
+
+@dataclass(frozen=True)
 class SlurmConfig:
     """The whole configuration (see the module docstring for the file).
 
@@ -152,6 +173,7 @@ class SlurmConfig:
         day_slots: Slots in a day (``horizon.day_slots``; default a day of 24 hours).
         history_dir: Folder in which the loop records each day (None: nothing is recorded or read).
         history_days: Past days the live planner reads from ``history_dir``, the newest first.
+        replicas: How the apps' replicas are told their capacity and drained (``replicas``).
     """
 
     source: str
@@ -180,6 +202,7 @@ class SlurmConfig:
     day_slots: int = 24
     history_dir: str | None = None
     history_days: int = HISTORY_DAYS
+    replicas: Replicas = field(default_factory=Replicas)
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def reservation_name(self, app: str, node: str) -> str:
@@ -331,7 +354,9 @@ def load_config(path: str | os.PathLike[str]) -> SlurmConfig:
 def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
     """A configuration from plain data, checked like a file."""
     r = _Reader(source)
-    top = r.mapping(data, "", {"slurm", "owned", "horizon", "workloads", "realtime", "reservations"}, {"owned"})
+    top = r.mapping(
+        data, "", {"slurm", "owned", "horizon", "workloads", "realtime", "reservations", "replicas"}, {"owned"}
+    )
     slurm = _slurm_section(r, top)
     owned_partitions, owned_qos, tag = _owned(r, top)
     horizon = r.mapping(
@@ -371,6 +396,7 @@ def config_from_dict(data: Any, source: str = "<config>") -> SlurmConfig:
         day_slots=day_slots,
         history_dir=r.text(slurm["history_dir"], "slurm.history_dir") if "history_dir" in slurm else None,
         history_days=r.integer(slurm.get("history_days", HISTORY_DAYS), "slurm.history_days", 1, 366),
+        replicas=_replicas(r, top, slot_minutes * 60.0),
     )
 
 
@@ -528,7 +554,7 @@ def _app(r: _Reader, value: Any, path: str, slots: int, seen: set[str]) -> Realt
         {"name", "demand", "ramp"},
     )
     name = r.text(app["name"], f"{path}.name")
-    if not set(name) <= _NAME_OK:
+    if not set(name) <= NAME_OK:
         raise r.fail(f"{path}.name", f"expected letters, digits, '_' or '-', got {name!r}")
     if name in seen:
         raise r.fail(f"{path}.name", f"duplicate app {name!r}")
@@ -566,9 +592,34 @@ def _reservations(r: _Reader, top: dict[str, Any]) -> tuple[dict[str, Any], str]
     """
     res = r.mapping(top.get("reservations", {}) or {}, "reservations", {"prefix", "minutes"})
     prefix = r.text(res.get("prefix", RESERVATION_PREFIX), "reservations.prefix")
-    if not set(prefix) <= _NAME_OK:
+    if not set(prefix) <= NAME_OK:
         raise r.fail("reservations.prefix", f"expected letters, digits, '_' or '-', got {prefix!r}")
     return res, prefix
+
+
+def _replicas(r: _Reader, top: dict[str, Any], slot_seconds: float) -> Replicas:
+    """``replicas``: the drain time (shorter than a slot), the capacity file and the scale command."""
+    rep = r.mapping(
+        top.get("replicas", {}) or {}, "replicas", {"drain_seconds", "capacity_file", "scale_command", "scale_timeout"}
+    )
+    drain = r.real(
+        rep.get("drain_seconds", min(DRAIN_SECONDS, slot_seconds / 2)), "replicas.drain_seconds", 0.0, 86_400
+    )
+    if drain >= slot_seconds:
+        raise r.fail(
+            "replicas.drain_seconds",
+            f"expected less than a slot ({slot_seconds:g} s), got {drain:g}: a shrink must land in the slot the "
+            "plan makes it in",
+        )
+    command = rep.get("scale_command")
+    return Replicas(
+        drain_seconds=drain,
+        capacity_file=r.text(rep["capacity_file"], "replicas.capacity_file") if "capacity_file" in rep else None,
+        scale_command=None if command is None else _command(r, command, "replicas.scale_command"),
+        scale_timeout=r.real(
+            rep.get("scale_timeout", SCALE_TIMEOUT), "replicas.scale_timeout", 0.0, 3600, open_low=True
+        ),
+    )
 
 
 def _observed(r: _Reader, value: Any, path: str) -> ObservedSource:

@@ -56,6 +56,8 @@ class SlurmJob:
         required_nodes: The node list it is restricted to (``NodeList=`` / ``-w``).
         dependency: Its ``--dependency`` ("" when none).
         submit_time: Epoch seconds at which it was submitted (None when the JSON does not say).
+        reservation: The reservation it runs in or asked for (``--reservation``; "" when none). A running job in
+            one of an app's reservations is that app's replica (:mod:`agents.slurm.snapshot`).
     """
 
     id: str
@@ -79,6 +81,7 @@ class SlurmJob:
     required_nodes: tuple[str, ...]
     dependency: str = ""
     submit_time: int | None = None
+    reservation: str = ""
 
     @property
     def held(self) -> bool:
@@ -363,6 +366,7 @@ def read_job(j: Mapping[str, Any]) -> SlurmJob:
         required_nodes=expand_hostlist(required) if required else (),
         dependency=_text(j.get("dependency")),
         submit_time=_time(j.get("submit_time"), f"{where}: submit_time"),
+        reservation=_text(j.get("resv_name", j.get("reservation"))),
     )
 
 

@@ -27,6 +27,7 @@ from agents.rolling.allocator import Decision, decision_from_plan
 from agents.slurm import commit as commit_module
 from agents.slurm import live as live_module
 from agents.slurm import snapshot as snapshot_module
+from agents.slurm.capacity import Teller
 from agents.slurm.clock import DayClock
 from agents.slurm.config import SlurmConfig
 from agents.slurm.errors import SlurmError
@@ -158,7 +159,12 @@ def _cycle(
     t_plan = time.perf_counter()
     planned = commit_module.changes(snap, decision)
     confirm = config.confirm if confirm_seconds is None else confirm_seconds
-    done = None if dry_run else commit_module.apply(snap, planned, client, confirm_seconds=confirm)
+    teller = Teller(config.replicas)
+    done = (
+        None
+        if dry_run
+        else commit_module.apply(snap, planned, client, confirm_seconds=confirm, signal=teller if teller else None)
+    )
     t_commit = time.perf_counter()
     lines = commit_module.decisions(snap, decision, done)
     metrics = plan.metrics
@@ -184,10 +190,18 @@ def _cycle(
             **({"skipped": [f"{c.summary()}: {why}" for c, why in done.skipped]} if done and done.skipped else {}),
             **({"confirmed": done.confirmed} if done and done.confirmed else {}),
             **({"above_plan": done.above_plan} if done and done.above_plan else {}),
+            **({"drained": done.drained, "drain_s": round(done.drain_wait_s, 1)} if done and done.drained else {}),
+            **({"signal": done.signal} if done and done.signal else {}),
+            **({"replicas": _replica_gpus(snap)} if snap.replicas else {}),
             "ms": {k: round(v, 1) for k, v in timings.items()},
         }
     )
     return CycleResult(snap, decision, planned, done, lines, timings)
+
+
+def _replica_gpus(snap: snapshot_module.Snapshot) -> dict[str, dict[str, int]]:
+    """GPUs of each app's replicas per node, as the snapshot counted them (once, as the app's capacity)."""
+    return {a.name: snap.app_replicas(a.name) for a in snap.config.apps if snap.app_replicas(a.name)}
 
 
 def _live_decision(

@@ -24,11 +24,21 @@ Whatever cannot be read is never guessed: a :class:`Note` names the job or node
 and why, and it is left out (a node that holds something unreadable is left out
 of the plan entirely, so that nothing is ever planned onto its GPUs).
 
+**Replicas.** A job running in one of an app's reservations is that app's
+replica: its GPUs are the app's capacity, counted once, as the reservation's, and
+never as a running job of the scenario (:attr:`Snapshot.replicas`, and per
+reservation :attr:`Snapshot.in_use`). A pending job that asks for an app's
+reservation is the app's own business, neither planned nor held. A reservation
+named with the allocator's prefix for an app no longer configured is
+:attr:`Snapshot.departed`: its node stays out of the plan until the commit
+deletes the reservation, once no job runs in it. A reservation named for a
+configured app under another prefix, or one with the prefix whose name does not
+parse, stops the cycle before anything changes (:class:`ReservationNamesError`).
+
 What is read but breaks a rule in slot 0 never stops a cycle: the scenario is
 relaxed to what is there, and a :class:`Relaxed` says how. Apps that hold more
-than the running jobs leave (a reservation over running jobs, or an app's
-replicas running as Slurm jobs in its reservations, counted once as running
-jobs and once as its capacity) are planned as holding what fits: the largest
+than the running jobs leave (a reservation over running jobs, made by hand or
+with ``Flags=IGNORE_JOBS``) are planned as holding what fits: the largest
 gives up GPUs first, until the apps' ``initial`` and the running jobs' GPUs fit
 the cluster, the state before slot 0 that SPEC section 1 requires of every
 scenario; a job running past its time limit holds its GPUs for one more slot.
@@ -46,8 +56,8 @@ from typing import Any
 import numpy as np
 
 from agents.slurm.clock import DayClock
-from agents.slurm.config import SlurmConfig
-from agents.slurm.errors import UnreadableError
+from agents.slurm.config import NAME_OK, PIECE_MARK, SlurmConfig
+from agents.slurm.errors import SlurmError, UnreadableError
 from agents.slurm.jsonread import SlurmJob, SlurmNode, SlurmReservation, parse_gres
 from gpu_env.scenario import MAX_SLOTS, MAX_WEIGHT, Scenario, scenario_from_dict
 
@@ -78,6 +88,10 @@ BAD_FLAGS = frozenset(
     }
 )
 ACTIVE_STATES = frozenset({"RUNNING", "COMPLETING", "CONFIGURING", "SUSPENDED"})
+
+
+class ReservationNamesError(SlurmError):
+    """Reservations named like the allocator's that the configuration cannot read (a changed prefix, a bad name)."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +150,11 @@ class Snapshot:
             a job running past its time limit), and by how much.
         jobs: Every job Slurm listed, as read (the loop compares successive reads).
         version: Slurm's (major, minor) when the JSON says.
+        replicas: The apps' replicas: running jobs in one of the apps' reservations, by job id (not in the
+            scenario: their GPUs are the apps' capacity).
+        in_use: GPUs the replicas hold in each of the apps' reservations, by reservation name (only those in use).
+        departed: Reservations named for an app no longer configured, by name, with their node (left out of
+            the plan; the commit deletes each once no job runs in it).
     """
 
     now: float
@@ -153,6 +172,22 @@ class Snapshot:
     relaxed: list[Relaxed] = field(default_factory=list)
     jobs: tuple[SlurmJob, ...] = ()
     version: tuple[int, int] = (0, 0)
+    replicas: dict[str, SlurmJob] = field(default_factory=dict)
+    in_use: dict[str, int] = field(default_factory=dict)
+    departed: dict[str, str] = field(default_factory=dict)
+
+    def app_replicas(self, app: str) -> dict[str, int]:
+        """GPUs of ``app``'s replicas on each node (those in a shared reservation filled into the apps' parts)."""
+        out: dict[str, int] = {}
+        for node, pieces in self.reservations.get(app, {}).items():
+            for r in pieces:
+                used = self.in_use.get(r.name, 0)
+                for a, g in split_of(self.config, r, node).items():
+                    mine = min(used, g)
+                    used -= mine
+                    if a == app and mine:
+                        out[node] = out.get(node, 0) + mine
+        return out
 
     def node_of(self, gpu: int) -> str:
         """The node that holds a scenario GPU."""
@@ -199,8 +234,12 @@ def build(
     reservations hold now.
     """
     notes: list[Note] = []
+    all_nodes = [n.name for n in nodes]
+    check_names(config, reservations, all_nodes)
+    replicas, asking = replicas_of(config, jobs, all_nodes)
+    every_job, jobs = jobs, [j for j in jobs if j.id not in replicas and j.id not in asking]
     gpu_nodes, node_size = usable_nodes(config, nodes, notes)
-    _drop_foreign_reserved(config, nodes, reservations, now, gpu_nodes, notes)
+    departed = _drop_foreign_reserved(config, nodes, reservations, now, gpu_nodes, notes)
     running_gpus, bad_nodes = _read_running(config, jobs, gpu_nodes, node_size, notes)
     _mark_shared_gpus(running_gpus, bad_nodes)
     _drop_bad_nodes(gpu_nodes, running_gpus, bad_nodes, notes)
@@ -241,8 +280,114 @@ def build(
         app_now=app_now,
         notes=notes,
         relaxed=relaxed,
-        jobs=tuple(jobs),
+        jobs=tuple(every_job),
+        replicas={jid: job for jid, job in replicas.items() if set(job.nodes) <= set(order)},
+        in_use=_in_use(config, replicas, order, node_size),
+        departed=departed,
     )
+
+
+def replicas_of(
+    config: SlurmConfig, jobs: Sequence[SlurmJob], nodes: Sequence[str]
+) -> tuple[dict[str, SlurmJob], set[str]]:
+    """The apps' replicas (jobs running in one of the apps' reservations) by id, and the pending jobs asking for one.
+
+    A replica is whatever runs in an app's reservation: the app's users put it there, and Slurm keeps it inside
+    the reservation's cores. Neither is the allocator's to plan, hold or release.
+    """
+    running: dict[str, SlurmJob] = {}
+    asking: set[str] = set()
+    for job in jobs:
+        names = [n for n in job.reservation.split(",") if n]
+        if not any(piece_of(config, n, nodes) is not None for n in names):
+            continue
+        if job.state in ACTIVE_STATES:
+            running[job.id] = job
+        elif job.state == "PENDING":
+            asking.add(job.id)
+    return running, asking
+
+
+def _in_use(
+    config: SlurmConfig, replicas: Mapping[str, SlurmJob], nodes: Sequence[str], node_size: int
+) -> dict[str, int]:
+    """GPUs the replicas hold in each of the apps' reservations on ``nodes`` (a replica read short counts 1)."""
+    out: dict[str, int] = {}
+    for job in replicas.values():
+        try:
+            per_node = _running_gpus(config, job, node_size)
+        except UnreadableError:
+            per_node = {n: (0,) for n in job.nodes}  # in use, however many GPUs
+        if any(n in nodes for n in per_node):
+            out[job.reservation] = out.get(job.reservation, 0) + sum(len(ix) for ix in per_node.values())
+    return out
+
+
+def check_names(config: SlurmConfig, reservations: Sequence[SlurmReservation], nodes: Sequence[str]) -> None:
+    """Refuse reservations named like the allocator's that this configuration cannot read.
+
+    Raises:
+        ReservationNamesError: A reservation is named for a configured app under another prefix (the prefix was
+            changed: the old reservations would be read as foreign and their nodes dropped), or one with the
+            prefix on a known node has a name that parses as no app's, shared or departed.
+    """
+    known = set(nodes)
+    prefix = config.reservation_prefix
+    apps = {a.name for a in config.apps}
+    problems: list[str] = []
+    for r in reservations:
+        node = _node_of_name(r.name, known)
+        if node is None:
+            continue
+        body = _body(r.name, node)
+        if r.name.startswith(prefix):
+            if piece_of(config, r.name, [node]) is not None or _departed_app(config, r.name, node) is not None:
+                continue
+            problems.append(f"{r.name} has the prefix {prefix!r} but names no app, shared part or piece")
+            continue
+        for app in apps:
+            head = body[: -len(app)] if body.endswith(app) else None
+            if head and set(head) <= NAME_OK:
+                problems.append(
+                    f"{r.name} is named for app {app} under the prefix {head!r}, but reservations.prefix is {prefix!r}"
+                )
+                break
+    if problems:
+        raise ReservationNamesError(
+            "reservations named like the allocator's that this configuration cannot read: "
+            + "; ".join(problems[:5])
+            + (f" (and {len(problems) - 5} more)" if len(problems) > 5 else "")
+            + ". Set reservations.prefix back, or release them by hand (scontrol delete ReservationName=...)"
+        )
+
+
+def _node_of_name(name: str, nodes: set[str]) -> str | None:
+    """The node a name ends with (``<...>.<node>`` or ``<...>.<node>~k``), None when it ends with none of them."""
+    head, mark, k = name.rpartition(PIECE_MARK)
+    stem = head if mark and k.isdigit() else name
+    _, dot, node = stem.rpartition(".")
+    return node if dot and node in nodes else None
+
+
+def _body(name: str, node: str) -> str:
+    """What stands before ``.<node>`` in a name."""
+    head, mark, k = name.rpartition(PIECE_MARK)
+    stem = head if mark and k.isdigit() else name
+    return stem[: -len(node) - 1]
+
+
+def _departed_app(config: SlurmConfig, name: str, node: str) -> str | None:
+    """The app a reservation with the prefix names when no configured app is it (a removed app), else None."""
+    body = _body(name, node)
+    if not name.startswith(config.reservation_prefix):
+        return None
+    body = body[len(config.reservation_prefix) :]
+    parts = [p.partition(":")[0] for p in body.split("+")]
+    if not body or not all(p and set(p) <= NAME_OK for p in parts):
+        return None
+    apps = {a.name for a in config.apps}
+    gone = [p for p in parts if p not in apps]
+    return gone[0] if gone else None
 
 
 def _drop_foreign_reserved(
@@ -252,7 +397,7 @@ def _drop_foreign_reserved(
     now: float,
     gpu_nodes: dict[str, int],
     notes: list[Note],
-) -> None:
+) -> dict[str, str]:
     """Leave out of ``gpu_nodes`` each node in a reservation the allocator does not manage, within the horizon.
 
     Args:
@@ -262,9 +407,13 @@ def _drop_foreign_reserved(
         now: Epoch seconds of slot 0's start.
         gpu_nodes: The usable nodes, by name; the reserved ones are removed.
         notes: Where each node left out gets its note.
+
+    Returns:
+        The reservations of apps no longer configured (:func:`_departed_app`), by name, with their node.
     """
     horizon_end = now + config.slots * config.slot_seconds
     all_nodes = [n.name for n in nodes]
+    departed: dict[str, str] = {}
     for r in reservations:
         if piece_of(config, r.name, all_nodes) is not None:
             continue
@@ -272,10 +421,20 @@ def _drop_foreign_reserved(
             continue
         if r.start_time is not None and r.start_time >= horizon_end:
             continue
+        node = _node_of_name(r.name, set(all_nodes))
+        gone = None if node is None else _departed_app(config, r.name, node)
+        if gone is not None and node is not None:
+            departed[r.name] = node
         for n in r.nodes:
             if n in gpu_nodes:
                 del gpu_nodes[n]
-                notes.append(Note("node", n, f"in reservation {r.name}, which the allocator does not manage"))
+                why = (
+                    f"holds {r.name} of app {gone}, no longer configured; released once no job runs in it"
+                    if gone is not None
+                    else f"in reservation {r.name}, which the allocator does not manage"
+                )
+                notes.append(Note("node", n, why))
+    return departed
 
 
 def _read_running(
