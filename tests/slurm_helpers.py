@@ -188,10 +188,17 @@ class FakeSlurm:
         )
 
     def free_cores(self, node: str) -> int:
-        """Cores on ``node`` that neither a running job nor a reservation takes."""
-        taken = len(self._used(node)) * self.cores_per_gpu
+        """Cores on ``node`` that neither a running job nor a reservation takes (a job in a reservation, a
+        replica, runs on that reservation's cores)."""
+        names = {r.name for r in self.held_reservations}
+        outside = [j for j in self.queue if j.state == "RUNNING" and node in j.nodes and j.reservation not in names]
+        taken = sum(len(_indices(j.gres_detail[j.nodes.index(node)])) for j in outside) * self.cores_per_gpu
         taken += sum(r.cores.get(node, 0) - self.shared.get(r.name, 0) for r in self.held_reservations)
         return self.cores - taken
+
+    def replicas_in(self, name: str) -> list[str]:
+        """The running jobs in a reservation."""
+        return [j.id for j in self.queue if j.state == "RUNNING" and j.reservation == name]
 
     # ---------------------------------------------------------------- changing
 
@@ -269,7 +276,7 @@ class FakeSlurm:
     def delete_reservation(self, name) -> None:
         if all(r.name != name for r in self.held_reservations):
             raise CommandError(f"scontrol delete {name}: failed once: Requested reservation is invalid")
-        if name in self.in_use:
+        if name in self.in_use or self.replicas_in(name):
             raise CommandError(f"scontrol delete {name}: failed once: Requested reservation is in use")
 
         def make() -> None:
