@@ -255,3 +255,13 @@ def test_each_app_gets_nodes_of_its_own_where_the_plan_allows() -> None:
         "chat": {"n1": 8, "n2": 2},
         "search": {"n2": 4},
     }  # shared: no way round
+
+
+def test_the_loop_does_not_start_on_reservations_its_configuration_cannot_read() -> None:
+    from agents.slurm.loop import run_loop
+
+    fake = FakeSlurm()
+    fake.held_reservations = [core_reservation("site-chat.n1", "n1", 8)]
+    with pytest.raises(snapshot.ReservationNamesError, match="under the prefix 'site-'"):
+        run_loop(config_from_dict(CONFIG), fake, "greedy", 60, cycles=1)
+    assert fake.calls == [] and fake.polls == 0

@@ -331,8 +331,18 @@ def run_loop(
     ``{"cycle": "failed", "error": ...}`` line, and so is one that found another writer
     holding ``lock`` (a cycle's single-writer guard) too long.
     ``sleep`` and ``clock`` (monotonic seconds) are the loop's only sense of time.
+
+    Raises:
+        ReservationNamesError: At the start, reservations named like the allocator's that the configuration
+            cannot read (a changed prefix, a name that does not parse): the loop does not start.
     """
     options = options or PlanOptions()
+    try:  # reservations this configuration cannot read stop the loop at its start (a cycle would fail on each)
+        snapshot_module.check_names(config, client.reservations(), [n.name for n in client.nodes()])
+    except snapshot_module.ReservationNamesError:
+        raise
+    except SlurmError:
+        pass  # a cluster that cannot be read now is the first cycle's failure, said in its line
     interval = every_minutes * 60.0
     budget = min(interval / 10.0, 60.0) if budget is None else budget
     watch = Watch(client)
