@@ -22,11 +22,15 @@ below its plan:
    pending job the snapshot set outside the plan (never left released for Slurm) but
    those no cycle can ever plan (GPUs per task, no time limit, more GPUs than the nodes
    hold): those are released to Slurm last (``leave``), never held for ever;
-2. the apps' reservations that shrink (their GPUs go to the jobs that start now),
-   then those that grow or are renewed (:func:`reserve`);
+2. the reservations of apps no longer configured that no job runs in are deleted; the
+   apps are told their capacity, and where a shrink deletes a reservation their replicas
+   run in, the commit waits (bounded) for the replicas to leave (:func:`drain`); then the
+   nodes where apps shrink (their GPUs go to the jobs that start now), then those where
+   they grow or are renewed (:func:`arrange`, one transition for one app and several);
 3. for each job that starts now: restrict it to its planned nodes (``NodeList``)
    and release it; a job that has not started after the confirmation time is held
-   again, judged on a read of ``squeue`` made after that time.
+   again, judged on a read of ``squeue`` made after that time;
+4. the jobs no cycle can ever plan are released to Slurm (``leave``), after that wait.
 
 **Reservations.** Slurm 22.05 cannot reserve GPUs (a reservation's TRES holds
 cores, nodes, licenses and burst buffers), so an app's capacity on a node is
