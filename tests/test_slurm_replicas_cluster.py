@@ -35,8 +35,6 @@ pytestmark = pytest.mark.slurm
 
 skip_without_slurm()
 
-DRIVER = pytest.mark.xfail(strict=False, reason="driver side pending")
-
 cluster = cluster_fixture("slurm-replicas", nodes=2, set_conf=True)
 
 CONFIG = """\
@@ -254,7 +252,6 @@ def _grow(cluster: LocalCluster, tmp_path: Path, scaler: Autoscaler, gpus: int, 
     return config, path
 
 
-@DRIVER
 def test_the_snapshot_counts_each_replica_once(cluster: LocalCluster, tmp_path: Path) -> None:
     _reserve(cluster, "gpualloc-chat.gpu01", "gpu01", 3)
     other = cluster.sbatch("-p", "batch", "-w", "gpu02", "--gres=gpu:2", "-t", "600", "--wrap", "sleep 3600")
@@ -274,7 +271,6 @@ def test_the_snapshot_counts_each_replica_once(cluster: LocalCluster, tmp_path: 
         assert not snap.relaxed, [str(r) for r in snap.relaxed]
 
 
-@DRIVER
 def test_a_shrink_waits_for_the_replicas_to_drain_then_shrinks(cluster: LocalCluster, tmp_path: Path) -> None:
     cap = tmp_path / "capacity.json"
     demand = {"chat": 4}
@@ -292,7 +288,6 @@ def test_a_shrink_waits_for_the_replicas_to_drain_then_shrinks(cluster: LocalClu
         assert ended and not scaler.killed(ended), (ended, sorted(scaler.cancelled))  # the loop killed none
 
 
-@DRIVER
 def test_a_stubborn_replica_times_the_drain_out_and_the_job_waits_saying_why(cluster: LocalCluster, tmp_path: Path):
     cap = tmp_path / "capacity.json"
     demand = {"chat": 8}
@@ -315,7 +310,6 @@ def test_a_stubborn_replica_times_the_drain_out_and_the_job_waits_saying_why(clu
         assert not scaler.killed(_ended_replicas(cluster, scaler))  # the loop cancelled none
 
 
-@DRIVER
 @pytest.mark.parametrize("mode", ["fail", "hang"])
 def test_a_failing_or_hanging_scale_command_never_stops_the_cycle(cluster: LocalCluster, tmp_path: Path, mode: str):
     cap = tmp_path / "capacity.json"
@@ -338,7 +332,6 @@ def test_a_failing_or_hanging_scale_command_never_stops_the_cycle(cluster: Local
 _CYCLE = [sys.executable, "-m", "agents.cli", "slurm", "cycle", "--scheduler", "greedy", "--config"]
 
 
-@DRIVER
 def test_the_loop_killed_mid_drain_and_the_next_cycle_finishes_the_shrink(cluster: LocalCluster, tmp_path: Path):
     cap = tmp_path / "capacity.json"
     demand = {"chat": 6}
