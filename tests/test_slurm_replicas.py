@@ -135,6 +135,9 @@ def test_a_replica_that_will_not_leave_keeps_the_app_above_its_plan_and_the_job_
     assert why["n1"].startswith("not shrunk: the replicas did not leave gpualloc-chat.n1~2 (1 GPU) within 30 s")
     assert why["5"].startswith("not released: an app keeps more than the plan on n1: the replicas did not leave")
     assert {j.id: j.state for j in fake.queue} == {"r1": "RUNNING", "r2": "RUNNING", "5": "PENDING"}
+    decision = SimpleNamespace(app_gpus_now={"chat": 1}, plan=SimpleNamespace(placements=[]), why={}, start_now=[])
+    (app,) = [line for line in commit.decisions(snap, decision, done) if line.get("app") == "chat"]
+    assert app["failed"] == {"n1": why["n1"]} and app["replicas"] == {"n1": 2} and app["held_now"] == {"n1": 2}
 
 
 def test_a_shrink_keeps_the_reservations_replicas_run_in_and_needs_no_drain() -> None:

@@ -1113,7 +1113,7 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
             room = any(f >= k for f in free_now.values()) if k <= snapshot.node_size else False
             line["why"] += "; room now, kept for more valuable work" if room else f"; no block of {k} free GPUs now"
     for app in scenario.apps:
-        names = [snapshot.config.reservation_name(app.name, n) for n in snapshot.nodes]
+        where = set(layout.get(app.name, {})) | set(snapshot.app_now.get(app.name, {}))
         line = {
             "app": app.name,
             "reservation": snapshot.config.reservation_name(app.name, "<node>"),
@@ -1124,7 +1124,10 @@ def decisions(snapshot: Snapshot, decision: Decision, commit: Commit | None) -> 
         }
         if app.name in decision.why:
             line["why"] = decision.why[app.name]
-        problems = {n: failed[n] for n in names if n in failed}
+        problems = {n: failed[n] for n in snapshot.nodes if n in where and n in failed}
+        replicas = snapshot.app_replicas(app.name)
+        if replicas:
+            line["replicas"] = replicas
         if problems:
             line["failed"] = problems
         lines.append(line)
