@@ -268,3 +268,17 @@ def test_the_loop_does_not_start_on_reservations_its_configuration_cannot_read()
     with pytest.raises(snapshot.ReservationNamesError, match="under the prefix 'site-'"):
         run_loop(config_from_dict(CONFIG), fake, "greedy", 60, cycles=1)
     assert fake.calls == [] and fake.polls == 0
+
+
+def test_replicas_coming_and_going_start_no_cycle() -> None:
+    """The apps scale their replicas all day: no event, where an owned job submitted or ended is one."""
+    from agents.slurm.events import Watch
+
+    fake = FakeSlurm()
+    watch = Watch(fake, replica_prefix="gpualloc-")
+    fake.queue = [_replica("r1", "n1", 0, "gpualloc-chat.n1")]
+    watch.saw(fake.jobs())
+    fake.queue = [pending("r2", 1, held=False, reservation="gpualloc-chat.n1,gpualloc-chat.n1~2")]  # r1 ended
+    assert not watch.poll()[0]
+    fake.queue.append(pending("5", 2))
+    assert watch.poll()[0].submitted == ("5",)

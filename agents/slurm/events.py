@@ -9,6 +9,10 @@ the jobs that pend and of those that run. Two successive reads give the
   requeued), or a job that pended left the queue without being seen to run
   (cancelled, or started and ended between the reads).
 
+The apps' replicas (jobs that ask for a reservation named with the allocator's
+prefix) come and go as the apps scale: no event either, their GPUs are the apps'
+own (:mod:`agents.slurm.snapshot`).
+
 A job that goes from pending to running is no event: that is what a cycle's own
 commit does (a released job starts), and so is a hold. The loop's own changes
 therefore never trigger another cycle. Jobs Slurm still lists after they ended
@@ -41,10 +45,12 @@ class Queue:
     running: frozenset[str]
 
     @classmethod
-    def of(cls, jobs: Iterable[SlurmJob]) -> Queue:
-        """The fingerprint of ``squeue``'s jobs."""
+    def of(cls, jobs: Iterable[SlurmJob], replica_prefix: str = "") -> Queue:
+        """The fingerprint of ``squeue``'s jobs, without those in a reservation named ``replica_prefix...``."""
         pending, active = set(), set()
         for j in jobs:
+            if replica_prefix and any(n.startswith(replica_prefix) for n in j.reservation.split(",") if n):
+                continue
             if j.state == "PENDING":
                 pending.add(j.id)
             elif j.state in ACTIVE_STATES:
@@ -100,15 +106,18 @@ class Watch:
         client: Anything with ``jobs()`` (a :class:`~agents.slurm.client.SlurmClient`): one ``squeue`` a poll.
         seen: The last read (None before the first).
         failing: The last poll failed (its failure was reported; the next ones are not, until one succeeds).
+        replica_prefix: The allocator's reservation prefix: jobs in such reservations (the apps' replicas) are
+            no event ("" : every job counts).
     """
 
     client: Any
     seen: Queue | None = None
     failing: bool = False
+    replica_prefix: str = ""
 
     def saw(self, jobs: Iterable[SlurmJob]) -> None:
         """A read made elsewhere (a cycle's snapshot) becomes the one the next poll is compared with."""
-        self.seen = Queue.of(jobs)
+        self.seen = Queue.of(jobs, self.replica_prefix)
 
     def poll(self) -> tuple[Events, str | None]:
         """Read the queue once: the events since the last read, and an error that starts a run of failed polls.
@@ -117,7 +126,7 @@ class Watch:
         so what happened meanwhile is still seen. Only the first failure of a run is returned.
         """
         try:
-            now = Queue.of(self.client.jobs())
+            now = Queue.of(self.client.jobs(), self.replica_prefix)
         except SlurmError as exc:
             first = not self.failing
             self.failing = True

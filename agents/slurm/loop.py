@@ -345,7 +345,7 @@ def run_loop(
         pass  # a cluster that cannot be read now is the first cycle's failure, said in its line
     interval = every_minutes * 60.0
     budget = min(interval / 10.0, 60.0) if budget is None else budget
-    watch = Watch(client)
+    watch = Watch(client, replica_prefix=config.reservation_prefix)
     failures = 0
     n = 0
     due = clock()  # the clock's next cycle
