@@ -8,6 +8,7 @@
     python benchmarks/slurm_benchmark.py --part days --sigma 0.3 --runtime-model trace   # the same, live
     python benchmarks/slurm_benchmark.py --part cycle --pending 500 --schedulers ppo -o /tmp/cycle.md   # one row
     python benchmarks/slurm_benchmark.py --part cycle --pending 50,500 --schedulers anticipate   # the live planner
+    python benchmarks/slurm_benchmark.py --part replicas --scenario day.yaml --sigma 0.3 --seed 11 --raw r.json  # lab/
 
 Needs root and Debian's Slurm (agents/slurm/localcluster.py starts and stops the clusters).
 
@@ -582,6 +583,7 @@ class _Day:
         cycles: A record per slot's cycle.
         failures: Failed changes and cycles, by slot.
         relaxed: What the snapshots relaxed, by slot.
+        replicas: A live day's ``replicas`` section of the configuration (``--part replicas``; None: none).
     """
 
     family: str
@@ -604,6 +606,7 @@ class _Day:
     cycles: list[dict[str, Any]] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     relaxed: list[str] = field(default_factory=list)
+    replicas: dict[str, Any] | None = None
 
     @property
     def size(self) -> int:
@@ -742,7 +745,8 @@ def _slot_cycle_inputs(day: _Day, s: int) -> tuple[Any, Any, Any]:
         planner: Any = "greedy"
         observe = None
     else:
-        config = _live_config(apps, scenario, day.minutes, day.t0, day.root / f"{day.family}-state", day.history_dir)
+        state = day.root / f"{day.family}-state"
+        config = _live_config(apps, scenario, day.minutes, day.t0, state, day.history_dir, day.replicas)
         live_planner = live.scheduler.startswith("anticipate")
         planner = LiveSetup(live.scheduler, seed=day.seed) if live_planner else live.scheduler
         readings = {app.name: int(day.actual[i, s]) for i, app in enumerate(scenario.apps)}  # type: ignore[index]
@@ -775,6 +779,7 @@ def _run_cycle(day: _Day, client: SlurmClient, s: int, slot_start: float) -> dic
             record["shared"] = shared
         if result.commit.above_plan:
             record["above_plan"] = dict(result.commit.above_plan)
+        record |= {k: result.lines[-1][k] for k in ("drain_s", "drained", "signal") if k in result.lines[-1]}
     except SlurmError as exc:  # recorded, and the day goes on (as the loop would)
         failed = [f"cycle failed: {exc}"]
         for app in day.scenario.apps:
@@ -883,7 +888,8 @@ def run_day(
     return _day_record(day)
 
 
-def _live_config(apps: list[dict], scenario: Scenario, minutes: float, t0: float, state: Path, history: Path):
+def _live_config(apps: list[dict], scenario: Scenario, minutes: float, t0: float, state: Path, history: Path,
+                 replicas: dict[str, Any] | None = None):  # fmt: skip
     """A live day's configuration: the forecast read by the day's clock (day 0 starts at ``t0``), the history."""
     return config_from_dict(
         {
@@ -905,6 +911,7 @@ def _live_config(apps: list[dict], scenario: Scenario, minutes: float, t0: float
             },
             "workloads": {"default_type": "batch_inference"},
             "realtime": apps,
+            **({"replicas": replicas} if replicas else {}),
         },
         "<benchmark>",
     )
@@ -919,14 +926,14 @@ def _day_worker(args: tuple, out: Path) -> None:
         raise
 
 
-def _score_day(raw: dict[str, Any]) -> dict[str, Any]:
+def _score_day(raw: dict[str, Any], day: Scenario | None = None) -> dict[str, Any]:
     """Both sides of one recorded day, scored (the scenario drawn again from its family and seed).
 
     A live day (``raw["live"]``) is scored on its realized day (the actual demand and runtimes, drawn again
     from the same seed), and beside it: the hindsight optimum of that day, and the simulator's prediction
     of the same planner (and of rolling greedy) on the same realized day, history and seed.
     """
-    scenario = _day_scenario(raw["family"], raw["seed"])
+    scenario = day or _day_scenario(raw["family"], raw["seed"])  # ``day``: a given day's forecast (--scenario)
     forecast = scenario
     live = raw.get("live")
     extra: dict[str, Any] = {}
@@ -1213,7 +1220,8 @@ def _days_section(scored: list[tuple[dict[str, Any], dict[str, Any]]], seed: int
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--part", choices=("cycle", "day", "days", "events", "all"), default="all")
+    parser.add_argument("--part", choices=("cycle", "day", "days", "events", "replicas", "all"), default="all")
+    parser.add_argument("--scenario", type=Path, help="--part replicas: the day to play (a scenario file)")
     parser.add_argument("--slot-seconds", type=float, default=60.0)
     parser.add_argument("-o", "--output", type=Path, default=OUT)
     parser.add_argument("--seed", type=int, default=7, help="--part days: the seed of every family's day")
@@ -1233,6 +1241,10 @@ def main() -> int:
     if missing:
         print(f"slurm_benchmark: missing {', '.join(missing)}", file=sys.stderr)
         return 2
+    if args.part == "replicas":  # one given day, the apps' replicas in their reservations (lab/replica_day.py)
+        from lab.replica_day import main_replicas
+
+        return main_replicas(args, parser)
     if args.part == "days":  # its own section only: the other parts' results stay as they are
         if args.slot_seconds % 60:
             parser.error("--part days: --slot-seconds must be whole minutes (Slurm's time limits are)")

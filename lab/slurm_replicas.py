@@ -71,6 +71,7 @@ class Poll:
         demand: Each app's demand read.
         capacity: Each app's capacity per node read (GPUs).
         started: Job ids submitted, by app.
+        placed: The reservation each of them was submitted into, by job id.
         stopped: Job ids cancelled, by app, each with why (``leave``, ``node``, ``demand``).
         drained: ``{"app", "reservation", "seconds"}`` for each ``leave`` reservation the app's replicas left.
         notes: What could not be done (an unreadable file, a refused sbatch).
@@ -80,6 +81,7 @@ class Poll:
     demand: dict[str, int] = field(default_factory=dict)
     capacity: dict[str, dict[str, int]] = field(default_factory=dict)
     started: dict[str, list[str]] = field(default_factory=dict)
+    placed: dict[str, str] = field(default_factory=dict)
     stopped: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
     drained: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -88,6 +90,7 @@ class Poll:
         """JSON-able."""
         return {
             "time": round(self.time, 3), "demand": self.demand, "capacity": self.capacity, "started": self.started,
+            "placed": self.placed,
             "stopped": {a: [list(s) for s in v] for a, v in self.stopped.items()}, "drained": self.drained,
             "notes": self.notes,
         }  # fmt: skip
@@ -245,6 +248,7 @@ class Autoscaler:
             rec = Poll(now)
             try:
                 cap = read_capacity(self.capacity_file)
+                written = min(now, self.capacity_file.stat().st_mtime)  # when a `leave` first appeared, at most
             except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
                 rec.notes.append(f"capacity unreadable: {type(exc).__name__}: {exc}")
                 self.polls.append(rec)
@@ -256,7 +260,7 @@ class Autoscaler:
             rooms = self._room()
             for app in sorted(set(cap) | {r.app for r in mine}):
                 self._scale_app(app, cap.get(app, {}), demand.get(app, 0), [r for r in mine if r.app == app],
-                                rooms, now, rec)  # fmt: skip
+                                rooms, now, written, rec)  # fmt: skip
             self.polls.append(rec)
             return rec
 
@@ -264,11 +268,12 @@ class Autoscaler:
         return r.app in self.stubborn or r.id in self.stubborn
 
     def _scale_app(self, app: str, nodes: Mapping[str, Mapping[str, Any]], demand: int, mine: list[Replica],
-                   rooms: Mapping[str, tuple[str, int]], now: float, rec: Poll) -> None:  # fmt: skip
+                   rooms: Mapping[str, tuple[str, int]], now: float, written: float, rec: Poll) -> None:  # fmt: skip
         # drains: each `leave` reservation from its first sight until no replica of the app is in it
         leave = {r for e in nodes.values() for r in e["leave"]}
-        for res in leave:
-            self._leave_since.setdefault((app, res), now)
+        for res in leave:  # from the file's write that first named it, where the app has replicas in it
+            if (app, res) not in self._leave_since and any(r.reservation == res for r in mine):
+                self._leave_since[(app, res)] = written
         stop: list[tuple[Replica, str]] = []
         keep: list[Replica] = []
         for r in mine:
@@ -331,6 +336,7 @@ class Autoscaler:
                     rec.notes.append(f"{app}: sbatch into {res} on {node} refused")
                     break
                 rec.started.setdefault(app, []).append(jid)
+                rec.placed[jid] = res
                 count[res] = count.get(res, 0) + 1
                 held[node] = held.get(node, 0) + 1
                 missing -= 1
