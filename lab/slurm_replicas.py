@@ -70,6 +70,7 @@ class Poll:
         time: Epoch seconds of the poll.
         demand: Each app's demand read.
         capacity: Each app's capacity per node read (GPUs).
+        told: The capacity file's apps whole (reservations and ``leave`` too), where it changed since the poll before.
         started: Job ids submitted, by app.
         placed: The reservation each of them was submitted into, by job id.
         stopped: Job ids cancelled, by app, each with why (``leave``, ``node``, ``demand``).
@@ -80,6 +81,7 @@ class Poll:
     time: float
     demand: dict[str, int] = field(default_factory=dict)
     capacity: dict[str, dict[str, int]] = field(default_factory=dict)
+    told: dict[str, Any] = field(default_factory=dict)
     started: dict[str, list[str]] = field(default_factory=dict)
     placed: dict[str, str] = field(default_factory=dict)
     stopped: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
@@ -89,7 +91,8 @@ class Poll:
     def to_dict(self) -> dict[str, Any]:
         """JSON-able."""
         return {
-            "time": round(self.time, 3), "demand": self.demand, "capacity": self.capacity, "started": self.started,
+            "time": round(self.time, 3), "demand": self.demand, "capacity": self.capacity,
+            **({"told": self.told} if self.told else {}), "started": self.started,
             "placed": self.placed,
             "stopped": {a: [list(s) for s in v] for a, v in self.stopped.items()}, "drained": self.drained,
             "notes": self.notes,
@@ -182,6 +185,7 @@ class Autoscaler:
         self.cancelled: set[str] = set()  # job ids this autoscaler scancelled
         self.polls: list[Poll] = []
         self._marked: dict[str, float] = {}  # job id -> when first marked to stop (slow mode)
+        self._told: dict[str, Any] = {}
         self._leave_since: dict[tuple[str, str], float] = {}  # (app, reservation) -> first seen in `leave`
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -256,6 +260,8 @@ class Autoscaler:
             demand = self.demand_now(now)
             rec.demand = demand
             rec.capacity = {a: {n: e["gpus"] for n, e in nodes.items()} for a, nodes in cap.items()}
+            if cap != self._told:
+                rec.told = self._told = cap
             mine = self.replicas()
             rooms = self._room()
             for app in sorted(set(cap) | {r.app for r in mine}):
