@@ -282,3 +282,16 @@ def test_replicas_coming_and_going_start_no_cycle() -> None:
     assert not watch.poll()[0]
     fake.queue.append(pending("5", 2))
     assert watch.poll()[0].submitted == ("5",)
+
+
+def test_a_replica_given_a_list_of_reservations_counts_once_and_holds_each_one() -> None:
+    """Slurm 22.05 shows a running job's whole --reservation list, and refuses to delete any of them meanwhile."""
+    fake = FakeSlurm()
+    fake.held_reservations = [
+        core_reservation("gpualloc-chat.n1", "n1", 4),
+        core_reservation("gpualloc-chat.n1~2", "n1", 4),
+    ]
+    fake.queue = [_replica("r1", "n1", 0, "gpualloc-chat.n1,gpualloc-chat.n1~2")]
+    snap = _snap(fake)
+    assert set(snap.replicas) == {"r1"} and snap.app_replicas("chat") == {"n1": 1}
+    assert commit.jobs_in(snap.config, fake.jobs()) == {"gpualloc-chat.n1": 1, "gpualloc-chat.n1~2": 1}

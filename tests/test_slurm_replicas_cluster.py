@@ -379,7 +379,6 @@ def _two(tmp_path: Path, chat: int, search: int, **replicas):
     return load_config(path)
 
 
-@pytest.mark.xfail(strict=False, reason="driver side pending")
 def test_a_full_node_shared_by_a_second_app_while_replicas_run(cluster: LocalCluster, tmp_path: Path) -> None:
     """Seen in ``--part replicas``: search holds a full node as two reservations (7, then 1 grown beside), its
     replicas run in the first; chat comes (chat 3 + search 5). The capacity told during the drain must not offer

@@ -20,14 +20,13 @@ cycle's summary (``"signal"``), and the drain then waits its bounded time as for
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from agents.slurm.config import Replicas
+from gpu_env.files import write_text_atomic
 
 
 def prometheus_text(table: Mapping[str, Any]) -> str:
@@ -42,20 +41,6 @@ def prometheus_text(table: Mapping[str, Any]) -> str:
         if not nodes:
             lines.append(f'gpualloc_app_capacity_gpus{{app="{app}",node=""}} 0')
     return "\n".join(lines) + "\n"
-
-
-def write_whole(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary name beside ``path`` and rename it over ``path`` (readers see all or none)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class Teller:
@@ -77,7 +62,7 @@ class Teller:
         if self.replicas.capacity_file is not None:
             path = Path(self.replicas.capacity_file)
             try:
-                write_whole(path, prometheus_text(table) if path.suffix == ".prom" else text + "\n")
+                write_text_atomic(path, prometheus_text(table) if path.suffix == ".prom" else text + "\n")
             except OSError as exc:
                 problems.append(f"replicas.capacity_file {path}: not written: {exc}")
         if self.replicas.scale_command is not None:

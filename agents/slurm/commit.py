@@ -433,13 +433,17 @@ def read_fresh(snapshot: Snapshot, client: Any) -> Fresh:
 
 
 def jobs_in(config: Any, jobs: Sequence[SlurmJob]) -> dict[str, int]:
-    """GPUs of the running jobs in each reservation, by its name (a job that holds none counts 1: it is in use)."""
+    """GPUs of the running jobs in each reservation, by its name (a job that holds none counts 1: it is in use).
+
+    A job submitted with a list (``--reservation=a,b``) counts in each: Slurm 22.05 shows the list while it runs,
+    not the one it runs in, and refuses to delete any reservation of the list while it runs.
+    """
     out: dict[str, int] = {}
     for job in jobs:
-        if job.state in ACTIVE_STATES and job.reservation and "," not in job.reservation:
-            out[job.reservation] = out.get(job.reservation, 0) + max(
-                1, sum(_gpus_on(config, job, n) for n in job.nodes)
-            )
+        if job.state in ACTIVE_STATES and job.reservation:
+            gpus = max(1, sum(_gpus_on(config, job, n) for n in job.nodes))
+            for name in dict.fromkeys(n for n in job.reservation.split(",") if n):
+                out[name] = out.get(name, 0) + gpus
     return out
 
 
@@ -597,7 +601,8 @@ def apply(
     }
     if signal is not None:
         result.signal.extend(signal(capacity(snapshot, nodes, leaving)))
-    stuck = drain(client, snapshot, leaving, result, sleep, clock) if any(leaving.values()) else {}
+    busy = {node: names for node, names in leaving.items() if any(fresh.in_use.get(n) for n in names)}
+    stuck = drain(client, snapshot, busy, result, sleep, clock) if busy else {}
     for change in [c for c in todo if c.kind != "leave"]:
         try:
             if change.kind == "hold":
@@ -659,7 +664,9 @@ def apply(
 
 
 def going(change: Change, in_use: Mapping[str, int], room: int) -> list[str]:
-    """The reservations with replicas in them that :func:`arrange` will delete on the change's node.
+    """The reservations that :func:`arrange` will delete on the change's node: the apps' replicas must leave them.
+
+    Those with no replica in them now are listed too, so that none is started there meanwhile.
 
     Predicted as :func:`arrange` chooses: the exact set that keeps most of the reservations in use, else the
     most GPUs below the plan beside which the rest is made (which needs ``room`` free GPUs on the node), else
@@ -674,7 +681,7 @@ def going(change: Change, in_use: Mapping[str, int], room: int) -> list[str]:
         have = _sums(split, base)
         rest = sum(max(g - have.get(a, 0), 0) for a, g in want.items())
         keep = base if rest <= room else []
-    return [n for n in split if n in busy and n not in keep]
+    return [n for n in split if n not in keep]
 
 
 def drain(

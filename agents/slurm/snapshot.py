@@ -311,15 +311,20 @@ def replicas_of(
 def _in_use(
     config: SlurmConfig, replicas: Mapping[str, SlurmJob], nodes: Sequence[str], node_size: int
 ) -> dict[str, int]:
-    """GPUs the replicas hold in each of the apps' reservations on ``nodes`` (a replica read short counts 1)."""
+    """GPUs the replicas hold in each of the apps' reservations on ``nodes`` (a replica read short counts 1).
+
+    A replica submitted with a list of reservations (``--reservation=a,b``; Slurm shows the list, not the one it
+    runs in) counts once, in the first of the app's reservations its list names.
+    """
     out: dict[str, int] = {}
     for job in replicas.values():
         try:
             per_node = _running_gpus(config, job, node_size)
         except UnreadableError:
             per_node = {n: (0,) for n in job.nodes}  # in use, however many GPUs
-        if any(n in nodes for n in per_node):
-            out[job.reservation] = out.get(job.reservation, 0) + sum(len(ix) for ix in per_node.values())
+        name = next((n for n in job.reservation.split(",") if piece_of(config, n, nodes) is not None), None)
+        if name is not None and any(n in nodes for n in per_node):
+            out[name] = out.get(name, 0) + sum(len(ix) for ix in per_node.values())
     return out
 
 
