@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from gpu_env.batch import BatchEngine, Sizes, sizes_for
-from gpu_env.batch.observe import KEYS, observe
+from gpu_env.batch.batch_observation import KEYS, observe
 from gpu_env.episode import ActionLayout, ActionMode, Episode
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.observation import Encoder

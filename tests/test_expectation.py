@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.live.allocator import ClusterState, decision_from_plan
+from agents.live.anticipate import AnticipatingPlanner, Candidate, choose, commit_slot, live_planner
+from agents.live.error_model import DEFAULT_RHO, ErrorModel, calibration
+from agents.live.forecast import NoiseModel, as_recorded, with_demand
+from agents.live.history import HistoryError
 from agents.registry import run_scheduler
-from agents.rolling import simulation
-from agents.rolling.allocator import ClusterState, decision_from_plan
-from agents.rolling.anticipate import AnticipatingPlanner, Candidate, choose, commit_slot, live_planner
-from agents.rolling.errors import DEFAULT_RHO, ErrorModel, calibration
-from agents.rolling.forecast import NoiseModel, as_recorded, with_demand
-from agents.rolling.history import HistoryError
+from agents.simulator import simulation
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan

@@ -7,12 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.registry import run_scheduler
-from agents.rolling.allocator import ClusterState, decision_from_plan
-from agents.rolling.anticipate import AnticipatingPlanner, live_planner
-from agents.rolling.errors import ErrorModel
-from agents.rolling.forecast import Corrector, observed_error_level, residual_error_level
-from agents.rolling.hedge import (
+from agents.live.allocator import ClusterState, decision_from_plan
+from agents.live.anticipate import AnticipatingPlanner, live_planner
+from agents.live.error_model import ErrorModel
+from agents.live.forecast import Corrector, observed_error_level, residual_error_level
+from agents.live.hedge import (
     ChosenForecast,
     HedgedForecaster,
     choose_forecast,
@@ -21,8 +20,9 @@ from agents.rolling.hedge import (
     newsvendor_forecaster,
     newsvendor_ratio,
 )
-from agents.rolling.history import ArrivalModel
-from agents.rolling.race import choose, race
+from agents.live.history import ArrivalModel
+from agents.live.race import choose, race
+from agents.registry import run_scheduler
 from gpu_env.scenario import App, Job, JobType, Scenario
 from gpu_env.validation import validate
 

@@ -8,11 +8,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agents.rolling import simulation
-from agents.rolling.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
-from agents.rolling.forecast import Corrector, NoiseModel, with_demand
-from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, load_history
-from agents.rolling.runtimes import TRACE_RUNTIMES, RuntimeSampler, draw_runtimes
+from agents.live.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
+from agents.live.forecast import Corrector, NoiseModel, with_demand
+from agents.live.history import ArrivalModel, HistoryError, HistoryForecaster, load_history
+from agents.live.runtimes import TRACE_RUNTIMES, RuntimeSampler, draw_runtimes
+from agents.simulator import simulation
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.scenario import App, Job, JobType, Scenario, load_scenario, save_scenario
 from gpu_env.validation import validate
