@@ -54,7 +54,7 @@ __all__ = [
     "onnx_scorer",
 ]
 
-POLICY = Path(__file__).resolve().parents[1] / "policies" / "live_chooser.onnx"
+POLICY = Path(__file__).resolve().parent / "policies" / "live_chooser.onnx"
 """The shipped chooser (its card: the same name, ``.json``)."""
 CARD_FORMAT = "gpualloc-live-chooser/1"
 

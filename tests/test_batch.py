@@ -346,8 +346,8 @@ def test_maskable_ppo_trains_on_the_sb3_adapter() -> None:
     from sb3_contrib import MaskablePPO
     from sb3_contrib.common.maskable.utils import get_action_masks
 
-    from gpu_env.batch.sb3 import BatchVecEnv
     from gpu_env.batch.vector_env import GpuClusterVectorEnv
+    from lab.sb3_vec_env import BatchVecEnv
 
     class Recording(BatchVecEnv):
         """The adapter, keeping the engine's masks and the actions of every step, and counting engine steps."""
