@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from agents.live.anticipate import DEFAULT_SAMPLES, live_planner
+from agents.live.anticipate import DEFAULT_SAMPLES
 from agents.live.forecast import Corrector
 from agents.live.hedge import newsvendor_forecaster
 from agents.options import PlanOptions
@@ -30,6 +30,7 @@ from agents.simulator.hindsight import plan_hindsight
 from agents.simulator.simulation import rolling
 from gpu_env.scenario import Scenario
 from gpu_env.validation import validate
+from lab.variants import LIVE, build
 
 SIGMAS = (0.0, 0.2, 0.3, 0.4)
 RUNTIMES = ("exact", "trace")
@@ -38,45 +39,6 @@ PLAIN = ("fifo", "backfill", "greedy", "ppo", "full")
 NEWSVENDOR = "greedy-newsvendor"
 """The simple hedge as a baseline: rolling greedy planning each app at the corrected forecast plus the history's
 error quantile at the newsvendor ratio (:func:`agents.live.hedge.newsvendor_forecaster`)."""
-LIVE: dict[str, tuple[bool, str, str]] = {
-    "anticipate": (True, "auto", "anticipate"),
-    "anticipate-nohist": (False, "auto", "anticipate"),
-    "anticipate-residual": (True, "residual", "anticipate"),
-    "anticipate-backtest": (True, "backtest", "anticipate"),
-    "anticipate-record": (True, "record", "anticipate"),
-    "anticipate-point": (True, "point", "anticipate"),
-    "anticipate-histfc": (True, "history", "anticipate"),
-    "anticipate-newsvendor": (True, "newsvendor", "anticipate"),
-    "anticipate-consensus": (True, "corrector", "anticipate-consensus"),
-}
-"""The live planner's variants: name -> (fitted from the history, its demand forecast (``auto``: rolling greedy's,
-the corrected forecast one error level above, the level measured from the raw errors; ``residual``: the same with
-the level measured from what the correction leaves; ``backtest``: the forecast and margin that cost least on the past
-days played as if live; ``record``: the same, updated by today's record; ``point``: the corrected forecast, no
-margin; :func:`agents.live.anticipate.forecast_of`), the live planner's name: the expectation rule, or the
-consensus vote it replaced)."""
-LIVE_OPTIONS: dict[str, dict[str, Any]] = {
-    "anticipate-fixed": {"most_samples": 8, "corrected": False},
-    "anticipate-fast": {"rollout": "fast"},
-    "anticipate-no-hedges": {"margins": ()},
-    "anticipate-no-future-plans": {"future_plans": 0},
-    "anticipate-record-fast": {"forecast": "record", "forecaster": {"prior_cells": 12.0}},
-    "anticipate-today-margin": {"forecaster": {"errors": None}},
-    "anticipate-half-margin": {"forecaster": {"margin": 0.5}},
-    "anticipate-bar-1": {"confidence": 1.0},
-    "anticipate-no-newsvendor": {"newsvendor": False},
-    "anticipate-base": {"arrivals": None, "runtimes": None, "errors": None},
-}
-"""Variants of ``anticipate`` that change one setting of its rule, for the ablations of docs/rolling.md:
-``-fixed`` the fixed rule (8 futures, a bar of 2 standard errors), ``-fast`` rollouts by greedy's
-one sweep, ``-no-hedges`` no plans at margins around the point forecast among the candidates, ``-no-newsvendor`` no
-plan at the newsvendor quantile among them, ``-today-margin`` the base forecast's margin from today's errors alone
-(not the error model's level), ``-half-margin`` half an error level of margin, ``-bar-1`` a departure bar of one
-standard error, ``-no-future-plans``
-no plans of sampled futures among them, ``-base`` its base decision (greedy with the fill) at every cycle: nothing is
-sampled, so no candidate is raced (:meth:`agents.live.anticipate.AnticipatingPlanner.weigh`)."""
-for _name, _options in LIVE_OPTIONS.items():
-    LIVE[_name] = (True, _options.get("forecast", "auto"), "anticipate")
 ORACLE: dict[str, str] = {f"{name}-oracle": name for name in LIVE}
 """The information limit: each live variant told the actual demand of the whole day (``--oracle``), name -> the
 variant. Its forecaster is :class:`ActualDemand`; ``anticipate-histfc-oracle`` differs from ``anticipate-oracle``
@@ -260,21 +222,7 @@ def live_scheduler(
     """
     variant = ORACLE.get(name, name)
     if variant in LIVE:
-        with_history, forecast, kind = LIVE[variant]
-        planner = live_planner(
-            kind,
-            history=past if with_history else (),
-            day=day,
-            samples=settings.samples,
-            seed=seed,
-            forecast=forecast,
-        )
-        planner = replace(planner, name=name)
-        changes = dict(LIVE_OPTIONS.get(variant, {}))
-        changes.pop("forecast", None)
-        if "forecaster" in changes:
-            planner = replace(planner, forecaster=replace(planner.forecaster, **changes.pop("forecaster")))
-        planner = replace(planner, **changes)
+        planner = build(variant, day, past, settings.samples, seed, name)
         if name in ORACLE:
             planner = told_the_day(planner, realized)
         return planner, None, PlanOptions(seed=0)  # None: rolling takes planner.forecaster

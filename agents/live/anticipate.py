@@ -40,7 +40,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -228,29 +228,13 @@ class AnticipatingPlanner:
         name: How the planner is reported.
         forecaster: The demand forecast the rolling loop gives it (:data:`LIVE_FORECAST`, or one fitted
             from the history, :class:`agents.live.history.HistoryForecaster`).
-        lookahead: Slots ahead in which arrivals are sampled (None: the rest of the day).
-        fill: Give the GPUs the plan leaves idle to the real-time apps (:func:`fill_idle`).
-        fill_z: ... up to the forecast plus this many observed relative error SDs (:func:`fill_ceiling`).
         rule: ``expectation`` or ``consensus`` (module docstring).
         errors: The demand error model (:class:`ErrorModel`): the futures' demand paths, the hedges and the fill's
             ceiling (None: every future has the state's forecast).
-        confidence: Expectation: standard errors a departure from the base decision must clear.
-        min_gain: Expectation: share of the base decision's value a departure must gain.
         margins: Expectation: error levels around the point forecast whose plans' starts are candidates.
         most_samples: Expectation: futures a close race may spend (``samples``: a fixed number, the old rule).
         future_plans: Expectation: sampled futures (drawn apart from the scoring futures) planned whole whose
             slot-0 starts are candidates.
-        corrected: Expectation: the race's bar is shared among the challengers and read off Student's t
-            (:func:`agents.live.race.critical`); False: ``confidence`` standard errors as they are.
-        rollout: What plans the rest of each future: ``base`` (the base planner) or ``fast`` (greedy's one
-            sweep, :data:`agents.greedy.FAST`).
-        fill_within_ramp: Raise an app at most one ramp step above the plan's curve, so that every raised
-            GPU can be given back to a job in the next slot.
-        min_share: Expectation: share of the futures in which a departure must do at least as well.
-        base_fill: The base decision has its curves raised into idle GPUs (the fill); False: the base
-            decision is the base planner's own (rolling greedy's), and the fill is one more candidate.
-        newsvendor: Expectation: the apps planned at the newsvendor quantile of the error model's paths is a
-            candidate (the hedge the penalty asks for: ``penalty / (penalty + worth)``, about 0.9).
     """
 
     base: str = "greedy"
@@ -261,22 +245,25 @@ class AnticipatingPlanner:
     seed: int = 0
     name: str = "anticipate"
     forecaster: Corrector | HistoryForecaster | HedgedForecaster | ChosenForecast = LIVE_FORECAST
-    lookahead: int | None = None
-    fill: bool = True
-    fill_z: float = DEFAULT_FILL_Z
     rule: str = "expectation"
     errors: ErrorModel | None = None
-    confidence: float = DEFAULT_CONFIDENCE
-    min_gain: float = DEFAULT_MIN_GAIN
     margins: tuple[float, ...] = field(default=DEFAULT_MARGINS)
     most_samples: int = DEFAULT_MOST_SAMPLES
     future_plans: int = DEFAULT_FUTURE_PLANS
-    rollout: str = "base"
-    corrected: bool = True
-    fill_within_ramp: bool = False
-    base_fill: bool = True
-    min_share: float = 0.0
-    newsvendor: bool = True
+
+    # The rule's fixed settings: no site sets them. The ablations of docs/rolling.md vary them, each a variant of
+    # the laboratory's table (lab/variants.py, whose planner has them as fields and documents each).
+    lookahead: ClassVar[int | None] = None
+    fill: ClassVar[bool] = True
+    fill_z: ClassVar[float] = DEFAULT_FILL_Z
+    confidence: ClassVar[float] = DEFAULT_CONFIDENCE
+    min_gain: ClassVar[float] = DEFAULT_MIN_GAIN
+    rollout: ClassVar[str] = "base"
+    corrected: ClassVar[bool] = True
+    fill_within_ramp: ClassVar[bool] = False
+    base_fill: ClassVar[bool] = True
+    min_share: ClassVar[float] = 0.0
+    newsvendor: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         if self.samples < 1:
@@ -285,12 +272,6 @@ class AnticipatingPlanner:
             raise ValueError(f"threshold: expected a number in (0, 1], got {self.threshold}")
         if self.rule not in RULES:
             raise ValueError(f"rule: expected one of {', '.join(RULES)}, got {self.rule!r}")
-        if self.lookahead is not None and self.lookahead < 1:
-            raise ValueError(f"lookahead: expected an integer >= 1 or None, got {self.lookahead}")
-        if not (math.isfinite(self.confidence) and self.confidence >= 0 and self.min_gain >= 0):
-            raise ValueError("confidence and min_gain: expected numbers >= 0")
-        if self.rollout not in ("base", "fast"):
-            raise ValueError(f"rollout: expected base or fast, got {self.rollout!r}")
         if self.future_plans < 0:
             raise ValueError(f"future_plans: expected an integer >= 0, got {self.future_plans}")
 
