@@ -345,7 +345,7 @@ def test_history_days_are_read_newest_last(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(
-    not (Path(__file__).resolve().parents[1] / "agents" / "policies" / "live_chooser.onnx").is_file(),
+    not (Path(__file__).resolve().parents[1] / "lab" / "policies" / "live_chooser.onnx").is_file(),
     reason="no shipped live chooser",
 )
 def test_the_learned_chooser_runs_the_loop_with_four_apps(tmp_path: Path, monkeypatch) -> None:
