@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import configparser
+import importlib.util
 import sys
 import zipfile
 from pathlib import Path
@@ -68,11 +69,7 @@ def edges(module: str, source: str, is_package: bool, known: set[str]) -> set[st
             for alias in node.names:
                 add(alias.name)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
-                origin = ".".join(base + ([node.module] if node.module else []))
-            else:
-                origin = node.module or ""
+            origin = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             add(origin)
             for alias in node.names:
                 if f"{origin}.{alias.name}" in known:

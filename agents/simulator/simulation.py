@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Protocol
@@ -254,11 +254,7 @@ def rolling(
         runtimes=runtimes,
         replan_every=replan_every,
     )
-    while not day.done:
-        if not day.replans:
-            day.commit(None)
-            continue
-        state, ran = day.state()
+    for state, ran in day.cycles():
         began = time.perf_counter()
         if isinstance(scheduler, str):
             decision = decide(state, scheduler, options)
@@ -346,6 +342,18 @@ class LiveDay:
             for job_id, (start, _) in self.started.items()
         )
         return t % self.replan_every == 0 or ended_early
+
+    def cycles(self) -> Iterator[tuple[ClusterState, dict[str, int]]]:
+        """The :meth:`state` at every slot that is planned afresh (:attr:`replans`), to the day's end.
+
+        The caller commits each slot's decision before asking for the next; the slots between re-plans follow the
+        latest plan (``commit(None)``) here.
+        """
+        while not self.done:
+            if self.replans:
+                yield self.state()
+            else:
+                self.commit(None)
 
     def state(self) -> tuple[ClusterState, dict[str, int]]:
         """The cluster at the start of slot ``t`` as a live system sees it, and the slots each running job has run.

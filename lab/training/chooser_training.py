@@ -146,11 +146,7 @@ def label_cycle(
     for i, decision in enumerate(decisions):
         copy = day.fork()
         copy.commit(decision)
-        while not copy.done:
-            if not copy.replans:
-                copy.commit(None)
-                continue
-            state, _ = copy.state()
+        for state, _ in copy.cycles():
             copy.commit(base(state, copy.t))
         out[i] = copy.result("label").metrics.objective
     return out
@@ -456,11 +452,7 @@ def play_day(
     chooser = ChooserPlanner(planner, scorer or (lambda f: np.zeros(len(f))), day.slots, margin=margin)
     rng = np.random.default_rng([draw_seed, spec.seed])
     out = DayPlay(0.0)
-    while not live.done:
-        if not live.replans:
-            live.commit(None)
-            continue
-        state, ran = live.state()
+    for state, ran in live.cycles():
         started = time.perf_counter()
         if mode == "base":
             decision = base(state, live.t)
