@@ -31,7 +31,8 @@ class Ablated(AnticipatingPlanner):
     Attributes:
         lookahead: Slots ahead in which arrivals are sampled (None: the rest of the day).
         fill: Give the GPUs the plan leaves idle to the real-time apps (:func:`agents.live.fill.fill_idle`).
-        fill_z: ... up to the forecast plus this many observed relative error SDs (:func:`agents.live.fill.fill_ceiling`).
+        fill_z: ... up to the forecast plus this many observed relative error SDs
+            (:func:`agents.live.fill.fill_ceiling`).
         confidence: Expectation: standard errors a departure from the base decision must clear.
         min_gain: Expectation: share of the base decision's value a departure must gain.
         corrected: Expectation: the race's bar is shared among the challengers and read off Student's t
