@@ -24,9 +24,9 @@ past ``--task-timeout`` is reported by scenario, planner and seed and the others
 complete. ``results.json`` and the report say which backend planned them
 (``docs/fanout.md``).
 
-The steps live in :mod:`agents.report`: :mod:`~agents.report.evaluation` (the
-scenarios, the schedulers, planning and validation), :mod:`~agents.report.outputs`
-(the files), :mod:`~agents.report.results` and :mod:`~agents.report.markdown` (the
+The steps live in :mod:`agents.report`: :mod:`~lab.evaluation.evaluation` (the
+scenarios, the schedulers, planning and validation), :mod:`~lab.evaluation.outputs`
+(the files), :mod:`~lab.evaluation.results` and :mod:`~lab.evaluation.markdown` (the
 numbers and the report) and :mod:`~agents.report.rolling` (``--rolling``).
 """
 
@@ -50,7 +50,9 @@ from agents.arguments import (
     positive_float,
 )
 from agents.fanout import FanoutError
-from agents.report.evaluation import (
+from gpu_env.files import OutputError
+from gpu_env.scenario import ScenarioError
+from lab.evaluation.evaluation import (
     InputError,
     check_policy,
     exit_status,
@@ -59,9 +61,7 @@ from agents.report.evaluation import (
     pick_schedulers,
     run_evaluation,
 )
-from agents.report.outputs import write_outputs
-from gpu_env.files import OutputError
-from gpu_env.scenario import ScenarioError
+from lab.evaluation.outputs import write_outputs
 
 ROOT = Path(__file__).resolve().parent
 DEFAULT_SCENARIOS = ROOT / "configs" / "scenarios"

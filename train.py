@@ -5,10 +5,10 @@ Read top to bottom. Usage::
     .venv/bin/python train.py --config configs/train/default.yaml [--device cpu|cuda|auto] [--no-export]
         [--set FIELD=VALUE ...]   # e.g. --set rl.algorithm=pomo --set run_dir=runs/pomo
 
-Stages (:mod:`agents.learned.training` holds the pieces):
+Stages (:mod:`lab.training.training` holds the pieces):
 
 1. **Labels.** The proven optima of ``optima`` (CP-SAT at the seed's sizes,
-   :mod:`agents.learned.optima`) replayed into the list action space, and
+   :mod:`lab.training.optima`) replayed into the list action space, and
    ``small.instances`` fresh draws; every instance's first label is the best
    decode of the optimum's order and greedy's orderings.
 2. **Imitation** (pre-training). ``imitation_epochs`` of ListMLE on those labels.
@@ -25,7 +25,7 @@ Stages (:mod:`agents.learned.training` holds the pieces):
    alone then plans the ``eval`` instances, once. Three sets of seeds apart:
    training's, validation's, evaluation's (``TrainConfig.draws``).
 6. **Export** of the selected scorer to ONNX with its card
-   (:mod:`agents.learned.export`): every round's validation figures
+   (:mod:`lab.training.export`): every round's validation figures
    (``history``), the round chosen (``selection``) and the evaluation
    (``evaluation``).
 
@@ -49,16 +49,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agents.learned.config import ConfigError, TrainConfig, as_dict, choose_device, load_config
-from agents.learned.optima import OptimaError
 from gpu_env.files import write_text_atomic
+from lab.training.optima import OptimaError
+from lab.training.train_config import ConfigError, TrainConfig, as_dict, choose_device, load_config
 
 if TYPE_CHECKING:
     import torch
     from torch.utils.tensorboard import SummaryWriter
 
-    from agents.learned.scorer import QueueScorer
-    from agents.learned.training import Item
+    from lab.training.scorer import QueueScorer
+    from lab.training.training import Item
 
 SCORED = ("alone_vs_greedy", "shipped_vs_greedy", "large_alone_vs_greedy", "large_shipped_vs_greedy")
 """A round's figures on the validation instances whose sum selects the round exported."""
@@ -101,11 +101,11 @@ class _Run:
 
 def _optima_items(cfg: TrainConfig) -> list[Item]:
     """Stage 1's first labels: the proven optima of ``cfg.optima`` replayed as orders (none without the file)."""
-    from agents.learned import training as tr
+    from lab.training import training as tr
 
     items: list[Item] = []
     if cfg.optima:
-        from agents.learned.optima import load_optima
+        from lab.training.optima import load_optima
 
         optima = Path(cfg.optima)
         if not optima.is_absolute() and not optima.exists():
@@ -120,7 +120,7 @@ def _optima_items(cfg: TrainConfig) -> list[Item]:
 
 def _prepared(cfg: TrainConfig, draw: tuple[tuple[int, ...], int, int]) -> list[Item]:
     """The instances of one of ``cfg.draws()``'s draws (sizes, count, seed), each with its first label."""
-    from agents.learned import training as tr
+    from lab.training import training as tr
 
     return [tr.prepare(s) for s in tr.draw_scenarios(cfg.families, *draw)]
 
@@ -137,7 +137,7 @@ def _measure(run: _Run, held: list[Item], held_large: list[Item], samples: int) 
     Returns:
         The ratios to greedy, the count of instances below greedy, and the per-family ratios (``per_family``).
     """
-    from agents.learned import training as tr
+    from lab.training import training as tr
 
     small = tr.evaluate_policy(run.model, held, samples, run.cfg.temperature)
     large = tr.evaluate_policy(run.model, held_large, samples, run.cfg.temperature) if held_large else small
@@ -177,7 +177,7 @@ def _validate(run: _Run, phase: str, step: int) -> None:
 
 def _imitate(run: _Run, optimizer: torch.optim.Optimizer) -> None:
     """Stage 2: ``imitation_epochs`` of ListMLE on the first labels, then validation as round 0."""
-    from agents.learned import training as tr
+    from lab.training import training as tr
 
     cfg = run.cfg
     losses = tr.fit_imitation(run.model, optimizer, run.items, cfg.imitation_epochs, cfg.batch, cfg.seed)
@@ -194,7 +194,7 @@ def _reinforce(run: _Run, optimizer: torch.optim.Optimizer, draws: dict[str, tup
         optimizer: The scorer's optimizer.
         draws: ``run.cfg.draws()`` (``large`` is the cluster sizes' draw).
     """
-    from agents.learned import training as tr
+    from lab.training import training as tr
 
     cfg, model, items, writer = run.cfg, run.model, run.items, run.writer
     rng = np.random.default_rng(cfg.seed)
@@ -264,7 +264,7 @@ def _evaluate(run: _Run, draws: dict[str, tuple[tuple[int, ...], int, int]]) -> 
 
 def _export(run: _Run, selection: dict[str, Any], evaluation: dict[str, Any]) -> None:
     """Stage 6: the selected scorer to ONNX (``cfg.export``) with its card."""
-    from agents.learned.export import export_policy
+    from lab.training.export import export_policy
 
     cfg, best = run.cfg, run.best
     export_policy(
@@ -285,8 +285,8 @@ def train(cfg: TrainConfig, device: str = "cpu", export: bool = True) -> dict[st
     import torch
     from torch.utils.tensorboard import SummaryWriter
 
-    from agents.learned import training as tr
-    from agents.learned.scorer import QueueScorer
+    from lab.training import training as tr
+    from lab.training.scorer import QueueScorer
 
     began, cpu_began = time.perf_counter(), time.process_time()
     tr.seed_everything(cfg.seed)

@@ -1,26 +1,26 @@
 """Train the live chooser: hindsight labels, DAgger, PPO; chosen on validation days; exported as ONNX with its card.
 
-The chooser (:mod:`agents.rolling.chooser`) commits one of ``anticipate``'s candidates each cycle, ranked by a
+The chooser (:mod:`lab.live_chooser`) commits one of ``anticipate``'s candidates each cycle, ranked by a
 network from what the sampled futures say of each. Read top to bottom. Usage::
 
     .venv/bin/python train_live.py [--train-days 12] [--valid-days 3] [--dagger-rounds 2] [--ppo-rounds 3]
-        [--parallel 2] [--device cpu|cuda|auto] [--export agents/policies/live_chooser.onnx] [--no-export]
+        [--parallel 2] [--device cpu|cuda|auto] [--export lab/policies/live_chooser.onnx] [--no-export]
 
 1. **Days.** Training days are drawn days of the seven families (seeds ``TRAIN_SEED``.., ``--train-days`` per
    family), validation days other seeds again (``VALID_SEED``..), each at forecast error ``--sigma`` with
    every runtime model of ``--runtimes``; each day's ``anticipate`` is fitted from 8 drawn past days
-   (:func:`agents.rolling.drawn_history.past_days`), as the live benchmark fits it. The live benchmark's days
+   (:func:`lab.drawn_history.past_days`), as the live benchmark fits it. The live benchmark's days
    (seeds 70000.. and 98000..) are never seen here.
-2. **Imitation** of hindsight labels on the days played by ``anticipate`` (:func:`agents.learned.chooser.imitate`).
+2. **Imitation** of hindsight labels on the days ``anticipate`` plays (:func:`lab.training.chooser_training.imitate`).
 3. **DAgger**: ``--dagger-rounds`` times, the chooser plays the training days, the states it reaches are
    labelled and added, and the network is fitted again on all of it.
 4. **PPO**: ``--ppo-rounds`` times, the chooser draws its choices from its softmax on the training days, each
-   choice's realized gain over the race's pick is its advantage (:func:`agents.learned.chooser.ppo_update`).
+   choice's realized gain over the race's pick is its advantage (:func:`lab.training.chooser_training.ppo_update`).
 5. **Selection.** Every stage's network (the imitated one included) plays the validation days at each margin of
    :data:`MARGINS` (the score by which its top candidate must beat the race's pick to be committed); the pair
    with the best mean ratio to ``anticipate`` on the same days is kept, and the card records every pair's
    figures and departure rate.
-6. **Export** of the kept network to ONNX with its card (:func:`agents.learned.chooser.export_onnx`).
+6. **Export** of the kept network to ONNX with its card (:func:`lab.training.chooser_training.export_onnx`).
 
 Days are played where ``--parallel`` / ``--ray`` say (:mod:`agents.fanout`); progress is printed per stage.
 """
@@ -45,9 +45,9 @@ if str(ROOT) not in sys.path:
 
 from agents.arguments import add_fanout_options, fanout_backend, int_at_least  # noqa: E402
 from agents.fanout import FanoutError, Task, run_tasks  # noqa: E402
-from agents.learned.chooser import ChooserNet, Cycle, NumpyScorer, day_task, export_onnx, imitate, ppo_update  # noqa: E402
-from agents.rolling.chooser import FEATURES, POLICY  # noqa: E402
 from gpu_env.generators import FAMILIES  # noqa: E402
+from lab.live_chooser import FEATURES, POLICY  # noqa: E402
+from lab.training.chooser_training import ChooserNet, Cycle, NumpyScorer, day_task, export_onnx, imitate, ppo_update  # noqa: E402
 
 TRAIN_SEED = 60000
 VALID_SEED = 61000

@@ -6,22 +6,22 @@ Read top to bottom. Usage::
         [--run-dir runs/stepwise] [--export agents/policies/stepwise.onnx] [--no-export]
     .venv/bin/tensorboard --logdir runs/stepwise        # the curves
 
-1. **Instances.** Imitation: the 252 instances of the optima cache (``agents/learned/data/optima.json.gz``, CP-SAT
+1. **Instances.** Imitation: the 252 instances of the optima cache (``lab/training/data/optima.json.gz``, CP-SAT
    plans at 8-64 GPUs). PPO: those and ``--train-per-family`` fresh draws per family at its own size, seeds
    :data:`TRAIN_SEED` on, and ``--large-per-family`` at ``--large-gpus`` GPUs. Validation: ``--valid-per-family``
    per family at its own size and 1 at ``--large-gpus``, seeds :data:`VALID_SEED` on. Evaluation, reported in the
    card and never used to choose: ``--test-per-family`` per family, seeds :data:`TEST_SEED` on. The benchmarks'
    instances (seeds 20000-21999) are none of these (:func:`check_disjoint`).
-2. **Network.** :class:`agents.learned.stepwise.StepScorer`; it starts as greedy's priority sweep.
-3. **Imitation** for ``--imitate-epochs`` epochs (:func:`agents.learned.stepwise.imitate`).
-4. **PPO** for ``--iterations`` (:func:`agents.learned.stepwise.ppo`): ``--cases`` instances per iteration,
+2. **Network.** :class:`lab.training.stepwise_training.StepScorer`; it starts as greedy's priority sweep.
+3. **Imitation** for ``--imitate-epochs`` epochs (:func:`lab.training.stepwise_training.imitate`).
+4. **PPO** for ``--iterations`` (:func:`lab.training.stepwise_training.ppo`): ``--cases`` instances per iteration,
    ``--rollouts`` sampled candidates each (``--multi-start``: each pair forces a first job, POMO's multiple
    starts), advantages against the instance's mean; every ``--validate-every``
    iterations the one-decode plans on the validation instances, as a ratio to greedy's objective. The
    checkpoint kept is the best of those PPO has trained (iteration 0, imitation alone, is reported, not kept).
 5. **Temperature** of the planner's sampled candidates: the one of ``--temperatures`` whose 12-candidate plans
    earn most on the validation instances.
-6. **Export** to ONNX with its card (:func:`agents.learned.stepwise.export_stepwise`).
+6. **Export** to ONNX with its card (:func:`lab.training.stepwise_training.export_stepwise`).
 
 TensorBoard (``--run-dir``): ``imitation/loss``, ``validation/vs_greedy``, ``train/spread`` per validation.
 """
@@ -69,8 +69,8 @@ def check_disjoint(*sets: list[Scenario]) -> None:
 
 def sampled_ratio(model: Any, cases: list[Any], temperature: float, samples: int = 12) -> float:
     """Mean objective over greedy's of the planner's ``samples`` candidates at ``temperature`` (promoted, grouped)."""
-    from agents import stepwise as planner
-    from agents.learned import stepwise as learned
+    from agents import ppo_stepwise as planner
+    from lab.training import stepwise_training as learned
 
     values = []
     for case in cases:
@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from torch.utils.tensorboard import SummaryWriter
 
-    from agents.learned import stepwise as learned
-    from agents.learned.optima import load_optima
+    from lab.training import stepwise_training as learned
+    from lab.training.optima import load_optima
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)

@@ -42,7 +42,7 @@ horizon, slot by slot, that sees a job only from its release on:
 Jobs that never start in the horizon are left out of the plan. At every slot
 the decision depends only on the jobs released by then, so the plan's starts at
 slot 0 are exactly what EASY starts now: the rolling loop
-(:mod:`agents.rolling.simulation`), which commits only slot 0 of each plan,
+(:mod:`agents.simulator.simulation`), which commits only slot 0 of each plan,
 executes the same schedule. (In the loop's state every released job has
 release 0, so equal worths fall to file order there; the generators list jobs
 in release order, where both orders agree.)

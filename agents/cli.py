@@ -267,8 +267,8 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _simulate_arguments(p: argparse.ArgumentParser, replay: bool = False) -> None:
-    from agents.rolling.anticipate import DEFAULT_SAMPLES, FORECASTS, LARGE_CLUSTER
-    from agents.rolling.hindsight import DEFAULT_SECONDS
+    from agents.live.anticipate import DEFAULT_SAMPLES, FORECASTS, LARGE_CLUSTER
+    from agents.simulator.hindsight import DEFAULT_SECONDS
 
     if replay:
         p.add_argument(
@@ -387,20 +387,20 @@ def _simulate_arguments(p: argparse.ArgumentParser, replay: bool = False) -> Non
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from agents import rolling
+    from agents import live, simulator
+    from agents.live.anticipate import DEFAULT_SAMPLES, LIVE_PLANNERS, live_planner
+    from agents.live.history import load_history
     from agents.report.rolling import write_simulation
-    from agents.rolling.anticipate import DEFAULT_SAMPLES, LIVE_PLANNERS, live_planner
-    from agents.rolling.history import load_history
 
     replay = getattr(args, "day", None) is not None
     if replay:
-        scenario, actual_demand = rolling.replayed(load_scenario(args.day), str(args.day))
+        scenario, actual_demand = live.replayed(load_scenario(args.day), str(args.day))
         args.forecast_error = 0.0
     else:
         scenario = load_scenario(args.scenario)
         actual_demand = None
         if args.actual is not None:
-            actual_demand = rolling.actual_of(scenario, load_scenario(args.actual), str(args.actual))
+            actual_demand = live.actual_of(scenario, load_scenario(args.actual), str(args.actual))
     history = load_history(args.history, scenario)
     name = args.scheduler or LIVE_PLANNERS[0]
     scheduler: Any = name
@@ -431,10 +431,10 @@ def _simulate(args: argparse.Namespace) -> int:
     try:
         corrector = None
         if isinstance(scheduler, str):
-            corrector = rolling.Corrector(method=args.correction, margin=1.0 if args.margin is None else args.margin)
+            corrector = live.Corrector(method=args.correction, margin=1.0 if args.margin is None else args.margin)
         elif args.correction != "ratio" or args.margin is not None:
             scheduler = replace(scheduler, forecaster=_with_margin(scheduler.forecaster, args))
-        roll, fixed = rolling.simulate(
+        roll, fixed = simulator.simulate(
             scenario,
             scheduler,
             sigma=args.forecast_error,
@@ -450,7 +450,7 @@ def _simulate(args: argparse.Namespace) -> int:
         raise CliError(f"--scheduler: {exc}") from None
     except PolicyError as exc:
         raise CliError(f"--scheduler {name}: {exc}") from None
-    except rolling.RollingError as exc:
+    except simulator.RollingError as exc:
         print(f"gpualloc simulate: {exc}", file=sys.stderr)
         return EXIT_INVALID
     settings = {
@@ -475,7 +475,7 @@ def _simulate(args: argparse.Namespace) -> int:
     hindsight = None
     if args.hindsight is not None:
         options = PlanOptions(time_limit=args.hindsight, seed=args.seed, deterministic_time=args.deterministic_time)
-        hindsight = rolling.plan_hindsight(roll.actual, options)
+        hindsight = simulator.plan_hindsight(roll.actual, options)
     if args.output is None:
         document = {**settings, "rolling": roll.summary(), "open_loop": fixed.summary()}
         if hindsight is not None:
@@ -509,7 +509,7 @@ def _print_decisions(roll: Any, hindsight: Any, output: Path | None) -> None:
     """The decision trace in brief on stderr: the margins planned at, departures, late starts (decisions.md has all)."""
     from collections import Counter
 
-    from agents.rolling.decisions import late_starts
+    from agents.simulator.decisions import late_starts
 
     cycles = [r for r in roll.slots if r.replanned]
     margins = Counter(r.margin for r in cycles if r.margin)
@@ -530,8 +530,8 @@ def _print_decisions(roll: Any, hindsight: Any, output: Path | None) -> None:
 
 def _with_margin(forecaster: Any, args: argparse.Namespace) -> Any:
     """The live planner's forecaster with ``--correction`` and ``--margin`` applied, or a CLI error."""
-    from agents.rolling.forecast import Corrector
-    from agents.rolling.hedge import HedgedForecaster
+    from agents.live.forecast import Corrector
+    from agents.live.hedge import HedgedForecaster
 
     if isinstance(forecaster, Corrector):
         margin = forecaster.margin if args.margin is None else args.margin
@@ -581,7 +581,7 @@ def _from_trace_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--jobs", type=int_at_least(1), metavar="N", help="keep this many jobs instead")
     p.add_argument("--seed", type=int_at_least(0), default=0, metavar="N", help="seed of the thinning draw")
     p.add_argument("--name", metavar="NAME", help="scenario name (default: the family name)")
-    from agents.trace_runs import add_run_arguments
+    from agents.trace_forecasts import add_run_arguments
 
     add_run_arguments(p)  # --run DIR: a run of consecutive days (docs/traces.md, "Runs of days")
 
@@ -618,7 +618,7 @@ def _from_trace(args: argparse.Namespace) -> int:
                 paths[key] = Path(path)
         spec = replace(spec, apps=tuple(sources))
     if args.run_dir is not None:
-        from agents.trace_runs import run_from_args
+        from agents.trace_forecasts import run_from_args
 
         try:
             return run_from_args(args, spec, paths)
@@ -803,7 +803,7 @@ def _warm_up(args: argparse.Namespace) -> int:
     """
     import time
 
-    from agents import ppo, stepwise
+    from agents import ppo, ppo_stepwise
     from gpu_env import batch, listsched
 
     if args.policy is not None and not args.policy.is_file():
@@ -814,7 +814,7 @@ def _warm_up(args: argparse.Namespace) -> int:
     except PolicyError as exc:
         raise CliError(f"--policy: {exc}") from None
     try:
-        stepwise.warm_up()  # the shipped stepwise policy: its turn-by-turn decoder compiles too
+        ppo_stepwise.warm_up()  # the shipped stepwise policy: its turn-by-turn decoder compiles too
     except PolicyError as exc:
         raise CliError(f"ppo-stepwise: {exc}") from None
     engine = batch.warm_up()  # one small make_vec episode: every kernel the vector env calls runs

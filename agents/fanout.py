@@ -278,9 +278,9 @@ def warm_up_learned(planner: str, options: PlanOptions) -> None:
     from agents import ppo
 
     if planner == "ppo-stepwise":
-        from agents import stepwise
+        from agents import ppo_stepwise
 
-        stepwise.warm_up(options.policy)
+        ppo_stepwise.warm_up(options.policy)
         return
     try:
         ppo.warm_up(options.policy)

@@ -1,7 +1,7 @@
 """Exported policy files: an ONNX network with a JSON card beside it, checked and opened once per file version.
 
 Every learned planner runs a policy exported by its trainer: ``ppo`` (:mod:`agents.ppo`, ``default.onnx``),
-``ppo-stepwise`` (:mod:`agents.stepwise`, ``stepwise.onnx``) and the live chooser (:mod:`agents.rolling.chooser`,
+``ppo-stepwise`` (:mod:`agents.ppo_stepwise`, ``stepwise.onnx``) and the live chooser (:mod:`lab.live_chooser`,
 ``live_chooser.onnx``). Each reads it through :func:`load`, which does what they share, in this order:
 
 1. both files exist (``<name>.onnx`` and its card ``<name>.json``);
@@ -14,7 +14,7 @@ Every learned planner runs a policy exported by its trainer: ``ppo`` (:mod:`agen
    outputs), and that goes into the cache.
 
 Whatever is wrong is a :class:`PolicyError` whose one-line message names the file and what is wrong; the CLIs
-print it and exit 2. Training and export live elsewhere (:mod:`agents.learned`): this module needs onnxruntime,
+print it and exit 2. Training and export live elsewhere (:mod:`lab.training`): this module needs onnxruntime,
 never torch.
 """
 

@@ -5,7 +5,7 @@ Planning is one onnxruntime call and one compiled call (``docs/learned-mode.md``
 1. :func:`gpu_env.queue_features.job_features` and
    :func:`~gpu_env.queue_features.cluster_features` describe the queue and the
    cluster (a row per job, no row per GPU or slot);
-2. the exported scorer (ONNX, :mod:`agents.learned.scorer`) gives every job a
+2. the exported scorer (ONNX, :mod:`lab.training.scorer`) gives every job a
    score and the instance a mode logit, in one call;
 3. :func:`candidate_orders` makes ``options.samples`` job orders from those
    scores: the argmax order in the mode the policy prefers, then Gumbel-top-k
@@ -24,7 +24,7 @@ or none (the policy alone). ``plan.info`` records the policy, the candidates'
 objectives and the winner. Every plan is valid by construction (the decoder
 keeps SPEC section 2) and is validated again in the tests.
 
-The policy file is an ONNX model written by :mod:`agents.learned.export` with a
+The policy file is an ONNX model written by :mod:`lab.training.export` with a
 JSON card beside it (``default.onnx`` + ``default.json``), read by the learned
 planners' one loader (:mod:`agents.policy_files`); the shipped one is package
 data (``agents/policies/``), so an installed wheel plans without the repository.

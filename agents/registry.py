@@ -24,7 +24,7 @@ SCHEDULERS: dict[str, str] = {
     "backfill": "agents.backfill:plan",
     "greedy": "agents.greedy:plan",
     "ppo": "agents.ppo:plan",
-    "ppo-stepwise": "agents.stepwise:plan",
+    "ppo-stepwise": "agents.ppo_stepwise:plan",
     "cpsat": "agents.cpsat:plan",
     "full": "agents.full:plan",
 }

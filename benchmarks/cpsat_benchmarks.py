@@ -29,7 +29,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents import cpsat, full  # noqa: E402
-from agents.benchmarking import results_header, table  # noqa: E402
 from agents.cpsat import Formulation, Result  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env import rules  # noqa: E402
@@ -38,6 +37,7 @@ from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.knapsack import load_knapsack, to_scenario  # noqa: E402
 from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
+from lab.benchmarking import results_header, table  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results"
 KNAPSACK = ROOT / "benchmarks" / "data" / "2kp"

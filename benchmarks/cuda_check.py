@@ -3,7 +3,7 @@
 One unattended script for scarce GPU time; it finishes in a few minutes and writes
 ``benchmarks/results/cuda.md``. It measures:
 
-* **update**: gradient steps of :class:`agents.learned.scorer.QueueScorer` on real training items
+* **update**: gradient steps of :class:`lab.training.scorer.QueueScorer` on real training items
   (ListMLE on the labels plus PPO's clipped surrogate over K stored orders, backward, Adam), at
   several batch sizes and network widths: instances per second, CPU against CUDA. The decoder
   (numba, CPU) is not in the loop: this is the part a GPU can speed up;
@@ -50,8 +50,8 @@ def _sync(device: str) -> None:
 
 
 def _items(count: int, gpus: tuple[int, ...], seed: int) -> list:
-    from agents.learned import training as tr
     from gpu_env.generators import FAMILIES
+    from lab.training import training as tr
 
     families = dict.fromkeys(FAMILIES, 1.0)
     return [tr.prepare(s) for s in tr.draw_scenarios(families, gpus, count, seed)]
@@ -73,8 +73,8 @@ def update_rate(items: list, batch: int, hidden: int, device: str, seconds: floa
     """Instances per second through PPO's steps: ListMLE + the clipped surrogate (orders drawn outside the clock)."""
     import torch
 
-    from agents.learned import training as tr
-    from agents.learned.scorer import QueueScorer, order_log_prob
+    from lab.training import training as tr
+    from lab.training.scorer import QueueScorer, order_log_prob
 
     torch.manual_seed(0)
     model = QueueScorer(hidden).to(device)
@@ -112,8 +112,8 @@ def forward_rate(items: list, device: str, seconds: float) -> float:
     """Large queues scored per second (batch 1, no gradient)."""
     import torch
 
-    from agents.learned import training as tr
-    from agents.learned.scorer import QueueScorer
+    from lab.training import training as tr
+    from lab.training.scorer import QueueScorer
 
     model = QueueScorer(96).to(device).eval()
     jobs, mask, cluster = tr.collate(items[:1], device)

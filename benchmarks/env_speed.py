@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import gymnasium as gym
 
 import gpu_env  # noqa: F401  (registers GpuCluster-v0)
-from agents.benchmarking import write_report
 from gpu_env.batch import BatchEngine
-from gpu_env.batch.observe import observe
+from gpu_env.batch.batch_observation import observe
 from gpu_env.env import GpuClusterEnv
 from gpu_env.episode import ActionLayout, Episode
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate
+from lab.benchmarking import write_report
 
 RESULTS = Path(__file__).resolve().parent / "results" / "env_speed.md"
 TARGET = 20_000  # steps per second at 64 x 30 (the first target of issue 2)

@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from agents.rolling import simulation  # noqa: E402
-from agents.rolling.anticipate import live_planner  # noqa: E402
-from agents.rolling.forecast import NoiseModel, as_recorded, with_demand  # noqa: E402
+from agents.live.anticipate import live_planner  # noqa: E402
+from agents.live.forecast import NoiseModel, as_recorded, with_demand  # noqa: E402
+from agents.simulator import simulation  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "live_latency.md"

@@ -14,10 +14,10 @@ day is played at every forecast error of ``--sigmas`` and runtime model of ``--r
    gives the same reference on any machine, ``--hindsight-time-limit`` as a wall-clock guard). The
    reference is its objective, or greedy's plan of the realized day where that is worth more (at large
    sizes CP-SAT may find nothing in time); its status and bound are recorded.
-3. **Every planner live** (:func:`agents.rolling.simulation.rolling`, re-planning every slot, jobs known
+3. **Every planner live** (:func:`agents.simulator.simulation.rolling`, re-planning every slot, jobs known
    at their release, early ends re-planned): the plain schedulers (fifo, backfill, greedy, ppo, full) with
    today's ``Corrector()``, and the live planner ``anticipate`` (decisions by expected value over sampled
-   futures that carry arrivals and demand, :mod:`agents.rolling.anticipate`) with its own forecaster, in
+   futures that carry arrivals and demand, :mod:`agents.live.anticipate`) with its own forecaster, in
    four variants: with the history (``anticipate``), without it (``anticipate-nohist``), with the demand
    forecaster fitted from the history (``anticipate-histfc``), and the consensus vote it replaced
    (``anticipate-consensus``, with the history). The history is ``--history-days`` other days of the same family
@@ -66,16 +66,22 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents.arguments import add_fanout_options, fanout_backend, int_at_least, parse_floats, parse_names  # noqa: E402
-from agents.benchmarking import commit  # noqa: E402
 from agents.fanout import Backend, FanoutError, Run, Task, TaskResult, run_tasks, warm_up_learned  # noqa: E402
+from agents.live.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER  # noqa: E402
+from agents.live.forecast import NoiseModel  # noqa: E402
+from agents.live.runtimes import draw_runtimes  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import available_schedulers, run_scheduler  # noqa: E402
 from agents.report.statistics import mean_ci  # noqa: E402
-from agents.rolling.anticipate import DEFAULT_SAMPLES, LARGE_CLUSTER  # noqa: E402
-from agents.rolling.decisions import CAUSES, LATE_SLACK  # noqa: E402
-from agents.rolling.drawn_history import history_seeds, past_days  # noqa: E402
-from agents.rolling.forecast import NoiseModel  # noqa: E402
-from agents.rolling.live_arms import (  # noqa: E402
+from agents.simulator.decisions import CAUSES, LATE_SLACK  # noqa: E402
+from agents.simulator.simulation import realized_day  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
+from gpu_env.generators import FAMILIES, generate  # noqa: E402
+from gpu_env.render import pyplot, save_figure, scheduler_colours  # noqa: E402
+from gpu_env.scenario import Scenario  # noqa: E402
+from lab.benchmarking import commit  # noqa: E402
+from lab.drawn_history import history_seeds, past_days  # noqa: E402
+from lab.live_arms import (  # noqa: E402
     EPS,
     LIVE,
     LIVE_PLANNER,
@@ -94,12 +100,6 @@ from agents.rolling.live_arms import (  # noqa: E402
     share_of,
     with_oracles,
 )
-from agents.rolling.runtimes import draw_runtimes  # noqa: E402
-from agents.rolling.simulation import realized_day  # noqa: E402
-from gpu_env.files import write_text_atomic  # noqa: E402
-from gpu_env.generators import FAMILIES, generate  # noqa: E402
-from gpu_env.render import pyplot, save_figure, scheduler_colours  # noqa: E402
-from gpu_env.scenario import Scenario  # noqa: E402
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -458,7 +458,7 @@ def late_tables(rows: Sequence[Mapping[str, Any]], settings: Settings) -> list[s
     lines = [
         f"A job is late when it starts more than {LATE_SLACK} slots after its start in the hindsight plan of the same "
         "realized day, or never though hindsight starts it. The cause is read from the decision traces "
-        "(`agents/rolling/decisions.py`): the first cycle that moved its planned start later, and what changed there.",
+        "(`agents.simulator.decisions`): the first cycle that moved its planned start later, and what changed there.",
         "",
         "| planner | days | days with a late job | late jobs | " + " | ".join(CAUSES) + " | departures / cycles |",
         "| --- | ---: | ---: | ---: | " + " | ".join("---:" for _ in CAUSES) + " | ---: |",

@@ -17,7 +17,7 @@ per task (the policy loaded once):
   (``generate(family, seed)``), seeds 20000, 20001, ..., checked disjoint from
   every (family, seed, GPUs) that training with ``configs/train/default.yaml``
   drew (:func:`training_draws`: ``train.py``'s calls of
-  :func:`agents.learned.training.draw_specs` listed, its held-out
+  :func:`lab.training.training.draw_specs` listed, its held-out
   evaluation draws included, and the optima cache's records). Per instance:
   FIFO, greedy, the policy alone with one candidate (``samples=1, guard="none"``)
   with and without the promotion pass, and ppo as shipped (12 candidates and the
@@ -85,19 +85,19 @@ if str(ROOT) not in sys.path:
 import agents.full  # noqa: E402, F401
 from agents import ppo  # noqa: E402
 from agents.arguments import add_fanout_options, family_names, fanout_backend, gpu_counts  # noqa: E402
-from agents.benchmarking import EPS, best_known, checked, machine, one_core, table  # noqa: E402
-from agents.equal_time import (  # noqa: E402
-    one_options,
-    shipped_options,
-)
 from agents.fanout import Backend, FanoutError, Task, TaskFunction, TaskResult, run_tasks  # noqa: E402
-from agents.learned.fresh_draws import FRESH_SEED, TRAIN_CONFIG, check_fresh, fresh  # noqa: E402
 from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
 from gpu_env.files import write_text_atomic  # noqa: E402
 from gpu_env.generators import FAMILIES  # noqa: E402
 from gpu_env.plan import Plan  # noqa: E402
 from gpu_env.scenario import Scenario, load_scenario  # noqa: E402
+from lab.benchmarking import EPS, best_known, checked, machine, one_core, table  # noqa: E402
+from lab.equal_time import (  # noqa: E402
+    one_options,
+    shipped_options,
+)
+from lab.training.fresh_draws import FRESH_SEED, TRAIN_CONFIG, check_fresh, fresh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ppo.md"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "ppo_quick.md"

@@ -11,7 +11,7 @@
 Greedy gains restarts (``GreedyConfig(restarts=R)``: R orders drawn from its own priority key plus Gumbel noise,
 seeded, a promotion group of their own, so never below plain greedy). Is the learned planner better than that
 cheap baseline given the same budget? Two budgets: the planner's decode count (12 orders: greedy's 5 sweeps + 7
-restarts, :data:`agents.equal_time.DECODE_RESTARTS`) and its time (the most restarts whose median plan time
+restarts, :data:`lab.equal_time.DECODE_RESTARTS`) and its time (the most restarts whose median plan time
 is at most the shipped planner's, calibrated per size class in the same run).
 
 **Instances.** (i) The seed's sizes: ``--per-family`` fresh instances of every family of
@@ -19,7 +19,7 @@ is at most the shipped planner's, calibrated per size class in the same run).
 full mode (:func:`agents.full.solve`) with ``--best-time-limit`` seconds, the proven optimum where CP-SAT proves it.
 (ii) Large clusters: one fresh instance per family and size of ``--large-sizes`` (``fresh(family, 20000, gpus=G)``);
 best known: the best of every arm's runs and of full mode with ``--large-time-limit`` seconds (0: the arms only).
-Every instance is checked against training's draws (:func:`agents.learned.fresh_draws.check_fresh`).
+Every instance is checked against training's draws (:func:`lab.training.fresh_draws.check_fresh`).
 
 **Arms.** greedy (deterministic); greedy + 7 restarts (the decode count); greedy + R restarts (equal time); the
 learned planner alone, one decode (``samples=1, guard="none"``); 12 candidates unguarded (``guard="none"``); as
@@ -61,8 +61,16 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from agents import greedy, ppo  # noqa: E402
-from agents.benchmarking import EPS, best_known, machine, one_core, table  # noqa: E402
-from agents.equal_time import (  # noqa: E402
+from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, Guard, PlanOptions  # noqa: E402
+from agents.registry import SCHEDULERS, SchedulerUnavailableError, get_scheduler  # noqa: E402
+from gpu_env.files import write_text_atomic  # noqa: E402
+from gpu_env.generators import FAMILIES  # noqa: E402
+from gpu_env.metrics import compute_metrics  # noqa: E402
+from gpu_env.plan import Plan  # noqa: E402
+from gpu_env.scenario import Scenario  # noqa: E402
+from gpu_env.validation import validate  # noqa: E402
+from lab.benchmarking import EPS, best_known, machine, one_core, table  # noqa: E402
+from lab.equal_time import (  # noqa: E402
     CALIBRATION_ROUNDS,
     DECODE_RESTARTS,
     GREEDY_ORDERS,
@@ -74,15 +82,7 @@ from agents.equal_time import (  # noqa: E402
     restarts_config,
     shipped_options,
 )
-from agents.learned.fresh_draws import FRESH_SEED, check_fresh, fresh  # noqa: E402
-from agents.options import DEFAULT_GUARD, DEFAULT_SAMPLES, Guard, PlanOptions  # noqa: E402
-from agents.registry import SCHEDULERS, SchedulerUnavailableError, get_scheduler  # noqa: E402
-from gpu_env.files import write_text_atomic  # noqa: E402
-from gpu_env.generators import FAMILIES  # noqa: E402
-from gpu_env.metrics import compute_metrics  # noqa: E402
-from gpu_env.plan import Plan  # noqa: E402
-from gpu_env.scenario import Scenario  # noqa: E402
-from gpu_env.validation import validate  # noqa: E402
+from lab.training.fresh_draws import FRESH_SEED, check_fresh, fresh  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "ppo_equal_time.md"
 QUICK_RESULTS = ROOT / "benchmarks" / "results" / "ppo_equal_time_quick.md"

@@ -38,15 +38,15 @@ from typing import Any
 
 import numpy as np
 
-from agents.benchmarking import commit, machine, table, write_report
-from agents.rolling.errors import calibration
-from agents.rolling.forecast import replayed
-from agents.rolling.hindsight import BENCHMARK_OPTIONS, plan_hindsight
-from agents.rolling.live_arms import Settings, play
-from agents.rolling.simulation import realized_day
+from agents.live.error_model import calibration
+from agents.live.forecast import replayed
+from agents.simulator.hindsight import BENCHMARK_OPTIONS, plan_hindsight
+from agents.simulator.simulation import realized_day
 from gpu_env.scenario import Scenario
 from gpu_env.trace_runs import RunRequest, trace_run
 from gpu_env.traces import TRACE_FAMILIES
+from lab.benchmarking import commit, machine, table, write_report
+from lab.live_arms import Settings, play
 
 PLANNERS = (
     "anticipate",

@@ -64,14 +64,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from agents.live.forecast import NoiseModel  # noqa: E402
+from agents.live.runtimes import draw_runtimes  # noqa: E402
 from agents.options import PlanOptions  # noqa: E402
 from agents.registry import run_scheduler  # noqa: E402
-from agents.rolling.drawn_history import past_days  # noqa: E402
-from agents.rolling.forecast import NoiseModel  # noqa: E402
-from agents.rolling.live_arms import Settings, hindsight  # noqa: E402
-from agents.rolling.live_arms import play as play_live  # noqa: E402
-from agents.rolling.runtimes import draw_runtimes  # noqa: E402
-from agents.rolling.simulation import realized_day  # noqa: E402
+from agents.simulator.simulation import realized_day  # noqa: E402
 from agents.slurm import jsonread  # noqa: E402
 from agents.slurm.client import SlurmClient  # noqa: E402
 from agents.slurm.config import config_from_dict  # noqa: E402
@@ -84,6 +81,9 @@ from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
 from gpu_env.metrics import Metrics, compute_metrics  # noqa: E402
 from gpu_env.plan import Placement, Plan  # noqa: E402
 from gpu_env.scenario import Job, Scenario, save_scenario, scenario_from_dict  # noqa: E402
+from lab.drawn_history import past_days  # noqa: E402
+from lab.live_arms import Settings, hindsight  # noqa: E402
+from lab.live_arms import play as play_live  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "slurm.md"
 TYPES = ("training", "batch_inference", "quantization")

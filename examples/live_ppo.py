@@ -13,7 +13,7 @@ What it does:
 * **Environment**: ``gymnasium.make("GpuClusterLive-v0")`` (docs/environment.md, "The live day"): a step is a
   slot of a day played live; the action holds some of the base plan's start-now jobs and sets a headroom
   level per app; the masks are the rules. Days are drawn from the families' past
-  (:data:`agents.rolling.live_env.TRAIN_SEEDS`), and each reward has rolling greedy's on the same slot of the
+  (:data:`agents.live_gym.live_env.TRAIN_SEEDS`), and each reward has rolling greedy's on the same slot of the
   same day taken off (``baseline="greedy"``): an episode's return is the day's gain over rolling greedy as a
   share of it.
 * **Model**: sb3-contrib's MaskablePPO with SB3's MLP policy; the logits of the base decision (nothing held,
@@ -46,15 +46,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import gpu_env  # noqa: E402, F401  (registers GpuClusterLive-v0)
-from agents.rolling.anticipate import live_planner  # noqa: E402
-from agents.rolling.drawn_history import past_days  # noqa: E402
-from agents.rolling.forecast import NoiseModel  # noqa: E402
-from agents.rolling.live_env import GpuClusterLiveEnv  # noqa: E402
-from agents.rolling.live_policy import action_offsets, masked_argmax  # noqa: E402
-from agents.rolling.runtimes import draw_runtimes  # noqa: E402
-from agents.rolling.simulation import realized_day, rolling  # noqa: E402
+from agents.live.anticipate import live_planner  # noqa: E402
+from agents.live.forecast import NoiseModel  # noqa: E402
+from agents.live.runtimes import draw_runtimes  # noqa: E402
+from agents.live_gym.live_env import GpuClusterLiveEnv  # noqa: E402
+from agents.live_gym.live_policy import action_offsets, masked_argmax  # noqa: E402
+from agents.simulator.simulation import realized_day, rolling  # noqa: E402
 from gpu_env.generators import FAMILIES, generate  # noqa: E402
 from gpu_env.validation import validate  # noqa: E402
+from lab.drawn_history import past_days  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------- arguments
 

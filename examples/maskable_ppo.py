@@ -19,7 +19,7 @@ What it does:
 * **Vector env**: SB3's ``DummyVecEnv`` of ``--num-envs`` list envs (each in a
   ``Monitor``, for TensorBoard's ``rollout/ep_rew_mean``), built by SB3's
   ``make_vec_env``. The project's batched vector env and its SB3 adapter
-  (:class:`gpu_env.batch.sb3.BatchVecEnv`) step FIT actions only; sb3-contrib
+  (:class:`lab.sb3_vec_env.BatchVecEnv`) step FIT actions only; sb3-contrib
   reads the list envs' masks through ``action_masks()``.
 * **Training draws**: fresh instances of the seven generator families
   (:mod:`gpu_env.generators`) at their own sizes, drawn from the env's seeded

@@ -41,12 +41,12 @@ if "GpuCluster-v0" not in _gymnasium.registry:
         vector_entry_point="gpu_env.batch.vector_env:GpuClusterVectorEnv",
         kwargs={"scenario": tuple(_FAMILIES)},
     )
-# One day played live, a slot a step (agents.rolling.live_env; docs/environment.md, "The live day"): the rules
+# One day played live, a slot a step (agents.live_gym.live_env; docs/environment.md, "The live day"): the rules
 # and the objective are gpu_env's, the live loop and its base planner the allocator's; make_vec gives Gymnasium's
-# own SyncVectorEnv (AsyncVectorEnv with workers=k) with sb3-contrib's action_masks() (agents.rolling.live_vector_env).
+# own SyncVectorEnv (AsyncVectorEnv with workers=k) with sb3-contrib's action_masks() (agents.live_gym.live_vector_env).
 if "GpuClusterLive-v0" not in _gymnasium.registry:
     _gymnasium.register(
         id="GpuClusterLive-v0",
-        entry_point="agents.rolling.live_env:GpuClusterLiveEnv",
-        vector_entry_point="agents.rolling.live_vector_env:make_live_vec",
+        entry_point="agents.live_gym.live_env:GpuClusterLiveEnv",
+        vector_entry_point="agents.live_gym.live_vector_env:make_live_vec",
     )

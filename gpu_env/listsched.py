@@ -322,7 +322,7 @@ def rules_from_plan(
 
     Args:
         inst: The scenario's arrays.
-        order: (m,) the jobs in turn order (:func:`agents.learned.training.order_from_plan`).
+        order: (m,) the jobs in turn order (:func:`lab.training.training.order_from_plan`).
         placements: (p, 3) rows of (job index, start, first GPU) of the placed non-inherited jobs.
         offered: The rules to choose among (names of :data:`BLOCK_RULES`).
 

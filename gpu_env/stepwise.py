@@ -11,7 +11,7 @@ turn at a time (``docs/learned-mode.md``, "The stepwise policy"), compiled, with
    that trade costs against its value.
 3. A small network scores them: ``relu(static[j] + step_features @ w_step) @ w_out + b_out``, where ``static[j]``
    is the job's hidden row computed once per plan from :data:`gpu_env.queue_features.JOB_FEATURES` and the cluster
-   (the exported ONNX model's first output, :mod:`agents.stepwise`). The best score takes the turn (greedy's
+   (the exported ONNX model's first output, :mod:`agents.ppo_stepwise`). The best score takes the turn (greedy's
    placement: :func:`gpu_env.listsched.take_turn`); a sampled candidate adds Gumbel noise of ``temperature``.
 4. The turns' order is the candidate: :func:`gpu_env.listsched.decode` replays it (the same plan, it is
    deterministic) and promotes on it.

@@ -14,7 +14,7 @@ as many one-day scenarios, each carrying what a cluster's log would hold for tha
 
 :func:`trace_run` returns the days in memory (and the run's manifest); :func:`write_run` writes them.
 ``docs/traces.md`` ("Runs of days") describes the choices. ``gpu_env`` does not import ``agents``: the
-``history`` method (the live planner's forecaster) is registered by ``agents.trace_runs`` on import.
+``history`` method (the live planner's forecaster) is registered by ``agents.trace_forecasts`` on import.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from agents import backfill
 from agents.backfill import Reservation
+from agents.live.forecast import NoiseModel, with_demand
 from agents.options import PlanOptions
 from agents.registry import SCHEDULERS, run_scheduler
-from agents.rolling.forecast import NoiseModel, with_demand
-from agents.rolling.simulation import rolling
+from agents.simulator.simulation import rolling
 from gpu_env import rules
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.objective import peak_reservation

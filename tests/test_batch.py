@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from gpu_env.batch import BatchEngine, Sizes, sizes_for
-from gpu_env.batch.observe import KEYS, observe
+from gpu_env.batch.batch_observation import KEYS, observe
 from gpu_env.episode import ActionLayout, ActionMode, Episode
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.observation import Encoder
@@ -346,8 +346,8 @@ def test_maskable_ppo_trains_on_the_sb3_adapter() -> None:
     from sb3_contrib import MaskablePPO
     from sb3_contrib.common.maskable.utils import get_action_masks
 
-    from gpu_env.batch.sb3 import BatchVecEnv
     from gpu_env.batch.vector_env import GpuClusterVectorEnv
+    from lab.sb3_vec_env import BatchVecEnv
 
     class Recording(BatchVecEnv):
         """The adapter, keeping the engine's masks and the actions of every step, and counting engine steps."""

@@ -36,7 +36,7 @@ import numpy as np
 import pytest
 
 from gpu_env.batch import BatchEngine, Sizes, sizes_for
-from gpu_env.batch.observe import buffers, observe
+from gpu_env.batch.batch_observation import buffers, observe
 from gpu_env.observation import GLOBAL_FEATURES, JOB_FEATURES, SLOT_FEATURES
 from tests.conftest import make_scenario
 

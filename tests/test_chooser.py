@@ -8,11 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.learned.chooser import Cycle, DaySpec, NumpyScorer, base_decider, day_planner, label_cycle, play_day
+from agents.live.allocator import ClusterState
+from agents.live.anticipate import AnticipatingPlanner
+from agents.live.forecast import NoiseModel, with_demand
 from agents.policy_files import PolicyError
-from agents.rolling.allocator import ClusterState
-from agents.rolling.anticipate import AnticipatingPlanner
-from agents.rolling.chooser import (
+from agents.simulator.simulation import LiveDay, rolling
+from gpu_env.generators import generate
+from gpu_env.validation import validate
+from lab.live_chooser import (
     FEATURES,
     KINDS,
     STATS,
@@ -22,10 +25,7 @@ from agents.rolling.chooser import (
     kind_of,
     load_policy,
 )
-from agents.rolling.forecast import NoiseModel, with_demand
-from agents.rolling.simulation import LiveDay, rolling
-from gpu_env.generators import generate
-from gpu_env.validation import validate
+from lab.training.chooser_training import Cycle, DaySpec, NumpyScorer, base_decider, day_planner, label_cycle, play_day
 
 COL = {name: i for i, name in enumerate(FEATURES)}
 
@@ -148,7 +148,7 @@ def _separable(n: int = 60, seed: int = 0) -> list[Cycle]:
 
 def test_imitation_learns_a_separable_choice() -> None:
     pytest.importorskip("torch")
-    from agents.learned.chooser import ChooserNet, imitate
+    from lab.training.chooser_training import ChooserNet, imitate
 
     cycles = _separable()
     net = ChooserNet.for_cycles(cycles, hidden=16, seed=0)
@@ -160,7 +160,7 @@ def test_imitation_learns_a_separable_choice() -> None:
 def test_a_ppo_update_makes_a_choice_with_a_positive_advantage_likelier() -> None:
     """Drawn choices: candidate 1 gained over the race's pick, candidate 2 lost; PPO raises 1 and lowers 2."""
     pytest.importorskip("torch")
-    from agents.learned.chooser import ChooserNet, ppo_update
+    from lab.training.chooser_training import ChooserNet, ppo_update
 
     features = np.eye(3, len(FEATURES), dtype=np.float32)
     cycles = [
@@ -176,7 +176,7 @@ def test_a_ppo_update_makes_a_choice_with_a_positive_advantage_likelier() -> Non
 
 def test_the_exported_network_scores_as_the_trained_one_and_reads_its_card(tmp_path: Path) -> None:
     pytest.importorskip("torch")
-    from agents.learned.chooser import ChooserNet, export_onnx, imitate
+    from lab.training.chooser_training import ChooserNet, export_onnx, imitate
 
     cycles = _separable(20)
     net = ChooserNet.for_cycles(cycles, hidden=8, seed=0)
@@ -208,7 +208,7 @@ def test_the_networks_train_on_cuda_where_there_is_one() -> None:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
-    from agents.learned.chooser import ChooserNet, imitate, ppo_update
+    from lab.training.chooser_training import ChooserNet, imitate, ppo_update
 
     cycles = _separable()
     net = ChooserNet.for_cycles(cycles, hidden=16, seed=0, device="cuda")
@@ -222,7 +222,7 @@ def test_the_networks_train_on_cuda_where_there_is_one() -> None:
 def test_the_shipped_chooser_departs_on_its_validation_days() -> None:
     """The shipped chooser takes, on a validation day it was chosen on, a candidate that is neither
     the base decision nor ``anticipate``'s (the retired raw-action policy never did)."""
-    from agents.rolling.chooser import POLICY, onnx_scorer
+    from lab.live_chooser import POLICY, onnx_scorer
 
     if not POLICY.is_file():
         pytest.skip("no shipped live chooser")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from agents.rolling.decisions import late_starts, trace_table
-from agents.rolling.simulation import SlotRecord
+from agents.simulator.decisions import late_starts, trace_table
+from agents.simulator.simulation import SlotRecord
 from gpu_env.plan import Placement, Plan
 
 
@@ -131,7 +131,7 @@ def test_the_push_it_never_came_back_from_decides() -> None:
 
 
 def test_the_margin_labels_read_as_above_the_forecast() -> None:
-    from agents.rolling.decisions import _above_forecast
+    from agents.simulator.decisions import _above_forecast
 
     assert _above_forecast("corrected + 1 (raw)") and _above_forecast("margin 2") and _above_forecast("ratio + 0.5")
     assert _above_forecast("corrected + 1 (error model)") and _above_forecast("margin q0.91")

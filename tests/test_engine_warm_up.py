@@ -39,7 +39,7 @@ import gymnasium, numpy as np
 import gpu_env
 from gpu_env import batch
 from gpu_env.batch import BatchEngine
-from gpu_env.batch.observe import observe
+from gpu_env.batch.batch_observation import observe
 from gpu_env.generators import generate
 
 def play(venv, steps):

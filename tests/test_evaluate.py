@@ -17,13 +17,13 @@ import pytest
 
 from agents import fanout, registry
 from agents.options import PlanOptions
-from agents.report.evaluation import exit_status, find_scenarios, load_scenarios, pick_schedulers, run_evaluation
-from agents.report.outputs import write_outputs
 from gpu_env.generators import generate
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import load_scenario, save_scenario
 from gpu_env.validation import validate
+from lab.evaluation.evaluation import exit_status, find_scenarios, load_scenarios, pick_schedulers, run_evaluation
+from lab.evaluation.outputs import write_outputs
 from tests.conftest import HANG_GUARD_S, SEVEN
 
 ROOT = Path(__file__).resolve().parents[1]

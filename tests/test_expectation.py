@@ -11,18 +11,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agents.live.allocator import ClusterState, decision_from_plan
+from agents.live.anticipate import AnticipatingPlanner, Candidate, choose, commit_slot, live_planner
+from agents.live.error_model import DEFAULT_RHO, ErrorModel, calibration
+from agents.live.forecast import NoiseModel, as_recorded, with_demand
+from agents.live.history import HistoryError
 from agents.registry import run_scheduler
-from agents.rolling import simulation
-from agents.rolling.allocator import ClusterState, decision_from_plan
-from agents.rolling.anticipate import AnticipatingPlanner, Candidate, choose, commit_slot, live_planner
-from agents.rolling.errors import DEFAULT_RHO, ErrorModel, calibration
-from agents.rolling.forecast import NoiseModel, as_recorded, with_demand
-from agents.rolling.history import HistoryError
+from agents.simulator import simulation
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
 from gpu_env.scenario import App, Job, JobType, Scenario
 from gpu_env.validation import validate
+from lab.variants import Ablated
 
 
 def _past(curves: list[list[int]]) -> list[Scenario]:
@@ -250,7 +251,7 @@ def test_demand_in_the_futures_holds_a_cheap_job_that_would_take_the_apps_gpus()
     scenario, _ = state.to_scenario()
     base = decision_from_plan(scenario, run_scheduler("greedy", scenario))
     assert [p.job for p in base.start_now] == ["cheap"]
-    planner = AnticipatingPlanner(errors=ErrorModel.none(1), fill=False)
+    planner = Ablated(errors=ErrorModel.none(1), fill=False)
     decision = planner.decide(state, 2)
     assert decision.start_now == ()
     assert re.match(r"held: over \d+ futures", decision.why["cheap"])
@@ -259,7 +260,7 @@ def test_demand_in_the_futures_holds_a_cheap_job_that_would_take_the_apps_gpus()
 
 def test_an_exact_day_so_far_leaves_nothing_to_sample_and_the_base_decision_stands() -> None:
     state = _hedging_state((2, 2))
-    planner = AnticipatingPlanner(errors=ErrorModel.none(1), fill=False)
+    planner = Ablated(errors=ErrorModel.none(1), fill=False)
     decision = planner.decide(state, 2)
     assert [p.job for p in decision.start_now] == ["cheap"] and decision.why == {}
 
@@ -268,7 +269,7 @@ def test_a_rule_that_is_unknown_is_refused() -> None:
     with pytest.raises(ValueError, match="rule"):
         AnticipatingPlanner(rule="vote")
     with pytest.raises(ValueError, match="lookahead"):
-        AnticipatingPlanner(lookahead=0)
+        Ablated(lookahead=0)
 
 
 @settings(max_examples=6, deadline=None)

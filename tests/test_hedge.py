@@ -7,12 +7,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.registry import run_scheduler
-from agents.rolling.allocator import ClusterState, decision_from_plan
-from agents.rolling.anticipate import AnticipatingPlanner, live_planner
-from agents.rolling.errors import ErrorModel
-from agents.rolling.forecast import Corrector, observed_error_level, residual_error_level
-from agents.rolling.hedge import (
+from agents.live.allocator import ClusterState, decision_from_plan
+from agents.live.anticipate import AnticipatingPlanner, live_planner
+from agents.live.error_model import ErrorModel
+from agents.live.forecast import Corrector, observed_error_level, residual_error_level
+from agents.live.hedge import (
     ChosenForecast,
     HedgedForecaster,
     choose_forecast,
@@ -21,10 +20,12 @@ from agents.rolling.hedge import (
     newsvendor_forecaster,
     newsvendor_ratio,
 )
-from agents.rolling.history import ArrivalModel
-from agents.rolling.race import choose, race
+from agents.live.history import ArrivalModel
+from agents.live.race import choose, race
+from agents.registry import run_scheduler
 from gpu_env.scenario import App, Job, JobType, Scenario
 from gpu_env.validation import validate
+from lab.variants import Ablated
 
 # ----------------------------------------------------------------------------- the error level
 
@@ -118,7 +119,7 @@ def test_a_job_that_pays_only_if_the_apps_are_squeezed_starts_when_demand_runs_b
     scenario, _ = state.to_scenario()
     base = decision_from_plan(scenario, run_scheduler("greedy", scenario))
     assert base.start_now == ()  # planned on the raised forecast, the job waits
-    planner = AnticipatingPlanner(errors=_persistent(), fill=False)
+    planner = Ablated(errors=_persistent(), fill=False)
     decision = planner.decide(state, 4)
     assert [p.job for p in decision.start_now] == ["wide"]
     assert decision.chosen in ("margin -1", "margin 0")
@@ -128,7 +129,7 @@ def test_a_job_that_pays_only_if_the_apps_are_squeezed_starts_when_demand_runs_b
 
 def test_without_the_candidates_below_the_forecast_the_job_waits() -> None:
     """The same state without hedge candidates (holds alone, as before them; no newsvendor plan): the job waits."""
-    planner = AnticipatingPlanner(errors=_persistent(), fill=False, margins=(), newsvendor=False)
+    planner = Ablated(errors=_persistent(), fill=False, margins=(), newsvendor=False)
     decision = planner.decide(_below_forecast_state(), 4)
     assert decision.start_now == ()
 

@@ -1,4 +1,4 @@
-"""The day with hindsight: ``gpualloc simulate --hindsight`` and :func:`agents.rolling.plan_hindsight`."""
+"""The day with hindsight: ``gpualloc simulate --hindsight`` and :func:`agents.simulator.plan_hindsight`."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from agents import rolling
+from agents import simulator
 from agents.cli import build_parser, main
 from agents.options import PlanOptions
 from agents.report import rolling as report
-from agents.rolling.hindsight import DEFAULT_SECONDS
+from agents.simulator.hindsight import DEFAULT_SECONDS
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Plan
 from gpu_env.scenario import load_scenario, save_scenario
@@ -58,8 +58,8 @@ def day_file(tmp_path: Path) -> Path:
 
 
 def test_the_hindsight_optimum_of_a_late_big_job_by_hand():
-    roll, fixed = rolling.simulate(_late_big_job(), "greedy", sigma=0.0, options=SOLVE)
-    hindsight = rolling.plan_hindsight(roll.actual, SOLVE)
+    roll, fixed = simulator.simulate(_late_big_job(), "greedy", sigma=0.0, options=SOLVE)
+    hindsight = simulator.plan_hindsight(roll.actual, SOLVE)
     assert roll.metrics.objective == pytest.approx(52.0) and hindsight.objective == pytest.approx(58.0)
     assert hindsight.status == "optimal" and hindsight.optimal
     assert hindsight.bound == pytest.approx(58.0)
@@ -75,8 +75,8 @@ def test_the_hindsight_optimum_of_a_late_big_job_by_hand():
 
 @pytest.mark.parametrize(("scheduler", "sigma", "seed"), [("greedy", 0.3, 2), ("fifo", 0.5, 1)])
 def test_no_executed_day_beats_its_proven_hindsight_optimum(scheduler: str, sigma: float, seed: int):
-    roll, fixed = rolling.simulate(_late_big_job(), scheduler, sigma=sigma, seed=seed, options=SOLVE)
-    hindsight = rolling.plan_hindsight(roll.actual, SOLVE)
+    roll, fixed = simulator.simulate(_late_big_job(), scheduler, sigma=sigma, seed=seed, options=SOLVE)
+    hindsight = simulator.plan_hindsight(roll.actual, SOLVE)
     assert hindsight.optimal
     for sim in (roll, fixed):  # both are plans of the realized day: neither may beat its optimum, nor its bound
         share = hindsight.share(sim.metrics.objective)
@@ -91,15 +91,15 @@ def test_a_non_positive_hindsight_objective_has_no_share():
         horizon={"slots": 3},
         realtime=[{"name": "chat", "demand": [4] * 3, "ramp": 2, "initial": 2, "penalty": 5}],
     )
-    hindsight = rolling.plan_hindsight(day, SOLVE)
+    hindsight = simulator.plan_hindsight(day, SOLVE)
     assert hindsight.objective < 0 and hindsight.share(-30.0) is None
     assert "leaves no share" in hindsight.describe(-30.0)
     assert hindsight.summary(-30.0)["executed_share"] is None
 
 
 def test_a_plan_not_proven_optimal_says_so_and_gives_the_share_of_the_bound():
-    roll, _ = rolling.simulate(_late_big_job(), "greedy", sigma=0.0, options=SOLVE)
-    proven = rolling.plan_hindsight(roll.actual, SOLVE)
+    roll, _ = simulator.simulate(_late_big_job(), "greedy", sigma=0.0, options=SOLVE)
+    proven = simulator.plan_hindsight(roll.actual, SOLVE)
     unproven = replace(proven, status="feasible", bound=65.0, bound_source="lp-dual")
     line = unproven.describe(52.0)
     assert (
@@ -112,8 +112,8 @@ def test_a_plan_not_proven_optimal_says_so_and_gives_the_share_of_the_bound():
 
 
 def test_write_simulation_adds_the_hindsight_plan_and_figure(tmp_path: Path):
-    roll, fixed = rolling.simulate(_late_big_job(), "greedy", sigma=0.3, seed=2, options=SOLVE)
-    hindsight = rolling.plan_hindsight(roll.actual, SOLVE)
+    roll, fixed = simulator.simulate(_late_big_job(), "greedy", sigma=0.3, seed=2, options=SOLVE)
+    hindsight = simulator.plan_hindsight(roll.actual, SOLVE)
     written = {p.name for p in report.write_simulation(tmp_path, roll, fixed, {}, hindsight=hindsight)}
     assert {"hindsight.json", "metrics.json", "simulation.png"} <= written
     assert not validate(load_scenario(tmp_path / "actual.yaml"), Plan.load(tmp_path / "hindsight.json"))

@@ -1,4 +1,5 @@
-"""The import graph of the project's packages (``agents``, ``gpu_env``) has no cycle.
+"""The import graph of the project's packages (``agents``, ``gpu_env``, ``lab``) has no cycle; the product never
+imports the laboratory.
 
 Every import counts, wherever it stands: at the top of a module, inside a function ("import late to keep one
 direction at load time" still ties the two modules together), under ``if TYPE_CHECKING:``, and
@@ -15,7 +16,8 @@ import itertools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("agents", "gpu_env")
+PACKAGES = ("agents", "gpu_env", "lab")
+PRODUCT = ("agents", "gpu_env")  # what the wheel ships; lab/ is the laboratory (docs/layout.md)
 
 Graph = dict[str, dict[str, int]]  # module -> {imported module: first line that imports it}
 
@@ -113,6 +115,41 @@ def test_the_import_graph_has_no_cycle():
     assert "gpu_env.scenario" in graph["gpu_env"]  # a package's __init__ counts
     cycle = find_cycle(graph)
     assert cycle is None, f"import cycle: {describe(cycle, graph)}"
+
+
+def test_the_product_never_imports_the_laboratory():
+    """No module of ``agents`` or ``gpu_env`` imports ``lab``, at any depth (the wheel has no ``lab``)."""
+    graph = import_graph()
+    assert "lab" in graph and "lab.training.training" in graph
+    offending = [
+        f"{module}:{line} imports {target}"
+        for module, targets in sorted(graph.items())
+        if module.partition(".")[0] in PRODUCT
+        for target, line in sorted(targets.items())
+        if target.partition(".")[0] == "lab"
+    ]
+    assert offending == []
+
+
+def test_the_laboratory_has_no_cycle():
+    graph = import_graph(ROOT, ("lab",))
+    cycle = find_cycle(graph)
+    assert cycle is None, f"import cycle in lab: {describe(cycle, graph)}"
+
+
+def test_no_two_modules_share_a_name():
+    """A module's file name says what it holds, once: no two modules of agents/, gpu_env/, lab/ share one.
+
+    ``__init__.py`` aside; ``cli.py`` is the one pair left: ``agents/cli.py`` is the ``gpualloc`` command (its entry
+    point), ``agents/slurm/cli.py`` the ``gpualloc slurm`` subcommands.
+    """
+    allowed = {"__init__.py": None, "cli.py": {"agents/cli.py", "agents/slurm/cli.py"}}
+    by_name: dict[str, set[str]] = {}
+    for path in modules(ROOT).values():
+        by_name.setdefault(path.name, set()).add(path.relative_to(ROOT).as_posix())
+    shared = {name: sorted(paths) for name, paths in by_name.items() if len(paths) > 1}
+    assert {name: paths for name, paths in shared.items() if name not in allowed} == {}
+    assert all(allowed[name] is None or set(paths) == allowed[name] for name, paths in shared.items())
 
 
 def test_the_checker_sees_late_typing_and_importlib_imports(tmp_path):

@@ -42,3 +42,18 @@ def test_pyproject_lists_every_package():
         for init in (ROOT / top).rglob("__init__.py")
     }
     assert found <= listed
+
+
+def test_the_layout_drawing_reads_the_packages_and_their_imports(tmp_path):
+    """lab/layout.py (docs/layout.md): the packages, the edges between them, and an SVG drawn from them."""
+    from lab.layout import draw, package_edges, package_modules, shipped_packages
+
+    packages = package_modules(ROOT)
+    assert {"agents", "agents.live", "agents.simulator", "gpu_env", "lab", "lab.training"} <= set(packages)
+    assert "anticipate" in packages["agents.live"]
+    edges = package_edges(ROOT, packages)
+    assert edges["agents.simulator", "agents.live"] > 0 and edges["lab.training", "agents"] > 0
+    assert not [(a, b) for a, b in edges if not a.startswith("lab") and b.startswith("lab")]
+    assert "lab" not in shipped_packages(ROOT) and "agents.live" in shipped_packages(ROOT)
+    draw(ROOT, "test", tmp_path / "layout.svg")
+    assert (tmp_path / "layout.svg").read_text().startswith("<?xml")

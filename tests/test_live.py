@@ -8,14 +8,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from agents.rolling import simulation
-from agents.rolling.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
-from agents.rolling.forecast import Corrector, NoiseModel, with_demand
-from agents.rolling.history import ArrivalModel, HistoryError, HistoryForecaster, load_history
-from agents.rolling.runtimes import TRACE_RUNTIMES, RuntimeSampler, draw_runtimes
+from agents.live.anticipate import AnticipatingPlanner, fill_ceiling, fill_idle, live_planner
+from agents.live.forecast import Corrector, NoiseModel, with_demand
+from agents.live.history import ArrivalModel, HistoryError, HistoryForecaster, load_history
+from agents.live.runtimes import TRACE_RUNTIMES, RuntimeSampler, draw_runtimes
+from agents.simulator import simulation
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.scenario import App, Job, JobType, Scenario, load_scenario, save_scenario
 from gpu_env.validation import validate
+from lab.variants import Ablated
 
 
 def _day(jobs: tuple[Job, ...], slots: int = 4, gpus: int = 8, demand: tuple[int, ...] | None = None) -> Scenario:
@@ -163,7 +164,7 @@ def test_without_history_exact_runtimes_and_fill_it_is_rolling_greedy() -> None:
     day = generate("priority-inversion", seed=11)
     actual = with_demand(day, NoiseModel(sigma=0.2).draw(day, 3))
     plain = simulation.rolling(day, "greedy", actual, corrector=Corrector())
-    planner = AnticipatingPlanner("greedy", forecaster=Corrector(), fill=False)
+    planner = Ablated("greedy", forecaster=Corrector(), fill=False)
     live = simulation.rolling(day, planner, actual)
     assert not planner.anticipates
     assert live.executed.placements == plain.executed.placements

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gpu_env  # noqa: F401  (registers the environments)
-from agents.rolling.anticipate import LIVE_FORECAST, AnticipatingPlanner
-from agents.rolling.forecast import NoiseModel
-from agents.rolling.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv, allowed, slot_rewards
-from agents.rolling.live_policy import HEADROOM, MAX_STARTS, action_nvec, decide_action, masked_argmax, view
-from agents.rolling.runtimes import draw_runtimes
-from agents.rolling.simulation import realized_day, rolling
+from agents.live.anticipate import LIVE_FORECAST, AnticipatingPlanner
+from agents.live.forecast import NoiseModel
+from agents.live.runtimes import draw_runtimes
+from agents.live_gym.live_env import TRAIN_SEEDS, VALIDATION_SEEDS, GpuClusterLiveEnv, allowed, slot_rewards
+from agents.live_gym.live_policy import HEADROOM, MAX_STARTS, action_nvec, decide_action, masked_argmax, view
+from agents.simulator.simulation import realized_day, rolling
 from gpu_env.generators import FAMILIES, generate
 from gpu_env.validation import validate
 
@@ -194,7 +194,7 @@ def test_the_same_seed_draws_the_same_days_and_the_same_rewards() -> None:
 def test_training_days_are_never_the_days_the_benchmarks_score() -> None:
     """Played days have seeds below 100,000 (the benchmarks' 70,000 on): neither they nor their past days (the
     history seeds online_benchmark draws for them) are ever a training or a validation day."""
-    from agents.rolling.drawn_history import history_seeds
+    from lab.drawn_history import history_seeds
 
     assert set(TRAIN_SEEDS).isdisjoint(VALIDATION_SEEDS)
     largest_past_day = max(history_seeds(99_999, 100))

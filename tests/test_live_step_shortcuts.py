@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from agents.live.anticipate import LIVE_FORECAST
+from agents.live.forecast import NoiseModel
+from agents.live.runtimes import draw_runtimes
+from agents.live_gym.live_policy import base_plan
 from agents.registry import run_scheduler
-from agents.rolling.anticipate import LIVE_FORECAST
-from agents.rolling.forecast import NoiseModel
-from agents.rolling.live_policy import base_plan
-from agents.rolling.runtimes import draw_runtimes
-from agents.rolling.simulation import LiveDay, realized_day
+from agents.simulator.simulation import LiveDay, realized_day
 from gpu_env.generators import generate
 
 

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import gpu_env  # noqa: F401  (registers the environments)
-from agents.rolling.live_env import GpuClusterLiveEnv
-from agents.rolling.live_policy import OBSERVATION_SIZE, action_nvec, action_offsets
-from agents.rolling.live_vector_env import LiveAsyncVectorEnv, LiveSyncVectorEnv, make_live_vec
+from agents.live_gym.live_env import GpuClusterLiveEnv
+from agents.live_gym.live_policy import OBSERVATION_SIZE, action_nvec, action_offsets
+from agents.live_gym.live_vector_env import LiveAsyncVectorEnv, LiveSyncVectorEnv, make_live_vec
 
 SMALL = {"families": ("mixed-control",), "sigma": 0.3, "runtime_model": "trace"}
 

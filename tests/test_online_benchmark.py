@@ -12,13 +12,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pytest
 
-import agents.rolling.live_arms as arms
 import benchmarks.online_benchmark as bench
-from agents.rolling.drawn_history import history_seeds, past_days
-from agents.rolling.forecast import NoiseModel
-from agents.rolling.runtimes import draw_runtimes
-from agents.rolling.simulation import realized_day
+import lab.live_arms as arms
+from agents.live.forecast import NoiseModel
+from agents.live.runtimes import draw_runtimes
+from agents.simulator.simulation import realized_day
 from gpu_env.generators import generate
+from lab.drawn_history import history_seeds, past_days
 
 SEED = 123
 SETTINGS = bench.Settings(

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.learned import optima
 from gpu_env.metrics import compute_metrics
 from gpu_env.validation import validate
+from lab.training import optima
 
 FAMILIES = ("training-heavy", "scale-64x30")
 DTIME = 0.5

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from agents import policy_files, ppo, stepwise
+from agents import policy_files, ppo
+from agents import ppo_stepwise as stepwise
 from agents.policy_files import PolicyError, PolicyFile, PolicyKind
-from agents.rolling import chooser
 from gpu_env.generators import generate
 from gpu_env.scenario import save_scenario
+from lab import live_chooser as chooser
 
 SHIPPED = Path(__file__).resolve().parents[1] / "agents" / "policies"
 # planner: (shipped file, its loader, a card change that makes it another planner's, the field the error names)

@@ -30,8 +30,8 @@ torch = pytest.importorskip("torch")
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     """(model, onnx path) of a tiny untrained scorer exported once for the module."""
-    from agents.learned.export import export_policy
-    from agents.learned.scorer import QueueScorer
+    from lab.training.export import export_policy
+    from lab.training.scorer import QueueScorer
 
     torch.manual_seed(0)
     model = QueueScorer(hidden=16, attention=1)
@@ -271,7 +271,7 @@ def test_shipped_policy_plans_every_benchmark_family():
 
 
 def test_shipped_policy_was_trained_with_the_documented_config():
-    from agents.learned.config import as_dict, load_config
+    from lab.training.train_config import as_dict, load_config
 
     card = json.loads(ppo.DEFAULT_POLICY.with_suffix(".json").read_text())
     cfg = as_dict(load_config(ROOT / "configs/train/default.yaml"))
@@ -295,8 +295,8 @@ def test_a_policy_of_other_feature_sizes_is_refused(tmp_path):
     """A card with the right names beside an ONNX graph of other input sizes: refused at load, naming the file."""
     import torch
 
-    from agents.learned.export import export_policy
-    from agents.learned.scorer import QueueScorer
+    from lab.training.export import export_policy
+    from lab.training.scorer import QueueScorer
 
     model = QueueScorer(hidden=8)
     path = tmp_path / "p.onnx"
@@ -313,7 +313,7 @@ def test_a_policy_of_other_feature_sizes_is_refused(tmp_path):
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notes, as in agents/learned/export.py
+        warnings.simplefilter("ignore")  # the legacy exporter's deprecation notes, as in lab/training/export.py
         torch.onnx.export(
             Other(),
             (torch.zeros(1, 3, 5), torch.ones(1, 3), torch.zeros(1, 2)),

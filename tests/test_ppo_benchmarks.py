@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-import agents.learned.fresh_draws as fresh_draws
 import benchmarks.ppo_benchmarks as bench
+import lab.training.fresh_draws as fresh_draws
 from agents.fanout import available_cpus
-from agents.learned.config import load_config
-from agents.learned.training import draw_scenarios
 from gpu_env.generators import FAMILIES, generate
+from lab.training.train_config import load_config
+from lab.training.training import draw_scenarios
 from tests.conftest import HANG_GUARD_S
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -12,10 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agents.rolling.drawn_history import past_days
-from agents.rolling.forecast import NoiseModel, as_recorded, day_forecast
-from agents.rolling.hedge import work_worth
-from agents.rolling.history import ArrivalModel
+from agents.live.forecast import NoiseModel, as_recorded, day_forecast
+from agents.live.hedge import work_worth
+from agents.live.history import ArrivalModel
 from agents.slurm.config import config_from_dict
 from agents.slurm.record import DayRecord
 from gpu_env.generators import generate
@@ -29,6 +28,7 @@ from gpu_env.scenario import (
     save_scenario,
     scenario_from_dict,
 )
+from lab.drawn_history import past_days
 from tests.slurm_helpers import NOW
 from tests.test_slurm_live import _app_config
 
@@ -115,8 +115,8 @@ def test_sampled_arrivals_are_discounted_as_known_jobs_are() -> None:
 
 
 def test_the_live_planner_discounts_its_sampled_arrivals(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agents.rolling.allocator import ClusterState
-    from agents.rolling.anticipate import FUTURE_PREFIX, AnticipatingPlanner
+    from agents.live.allocator import ClusterState
+    from agents.live.anticipate import FUTURE_PREFIX, AnticipatingPlanner
 
     job = Job("past", JobType.TRAINING, 2, 3, release=12, priority=5.0)
     model = ArrivalModel.fit([Scenario("past", gpus=8, slots=24, decay=0.98, jobs=(job,))] * 3)

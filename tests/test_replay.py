@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from agents.cli import main
-from agents.rolling import actual_of, replayed, simulate
-from agents.rolling.drawn_history import past_days
-from agents.rolling.forecast import NoiseModel, as_recorded, with_demand
+from agents.live import actual_of, replayed
+from agents.live.forecast import NoiseModel, as_recorded, with_demand
+from agents.simulator import simulate
 from gpu_env.generators import generate
 from gpu_env.scenario import ScenarioError, load_scenario, save_scenario
+from lab.drawn_history import past_days
 
 
 @pytest.fixture(scope="module")

@@ -11,14 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents import rolling
+from agents import live, simulator
 from agents.cli import main
+from agents.live import allocator
+from agents.live.allocator import ClusterState, RunningJob, decide
 from agents.options import PlanOptions
 from agents.registry import SCHEDULERS, available_schedulers
 from agents.report import rolling as report
 from agents.report.statistics import mean_ci
-from agents.rolling import allocator, simulation
-from agents.rolling.allocator import ClusterState, RunningJob, decide
+from agents.simulator import simulation
 from gpu_env.generators import generate
 from gpu_env.metrics import compute_metrics
 from gpu_env.plan import Placement, Plan
@@ -69,12 +70,12 @@ SURPRISE = np.array([[2, 2, 2, 6, 6, 6, 2, 2]])  # a peak nobody forecast, in sl
 
 def test_zero_error_draws_the_forecast_exactly():
     sc = generate("realtime-diurnal", 1)
-    assert np.array_equal(rolling.NoiseModel(sigma=0.0).draw(sc, 7), sc.demand)
+    assert np.array_equal(live.NoiseModel(sigma=0.0).draw(sc, 7), sc.demand)
 
 
 def test_noise_is_seeded_bounded_and_grows_with_sigma():
     sc = generate("mixed-control", 2)
-    model = rolling.NoiseModel(sigma=0.3)
+    model = live.NoiseModel(sigma=0.3)
     assert np.array_equal(model.draw(sc, 4), model.draw(sc, 4))
     assert not np.array_equal(model.draw(sc, 4), model.draw(sc, 5))
     for seed in range(5):
@@ -82,7 +83,7 @@ def test_noise_is_seeded_bounded_and_grows_with_sigma():
         assert a.min() >= 0 and a.max() <= sc.gpus and a.dtype == np.int64
 
     def error(sigma: float) -> float:
-        draws = [rolling.NoiseModel(sigma=sigma).draw(sc, s) for s in range(20)]
+        draws = [live.NoiseModel(sigma=sigma).draw(sc, s) for s in range(20)]
         return float(np.mean([np.abs(d - sc.demand).sum() for d in draws]))
 
     assert error(0.05) < error(0.2) < error(0.5)
@@ -94,18 +95,18 @@ def test_peaks_come_early_and_late():
         horizon={"slots": 24},
         realtime=[make_app("x", [2] * 10 + [20] + [2] * 13, ramp=4, penalty=1)],
     )
-    model = rolling.NoiseModel(sigma=0.4, rho=0.8, shift=4.0)
+    model = live.NoiseModel(sigma=0.4, rho=0.8, shift=4.0)
     peaks = {int(np.argmax(model.draw(sc, s)[0])) for s in range(30)}
     assert min(peaks) < 10 < max(peaks)
 
 
 def test_bad_noise_parameters_are_refused():
     with pytest.raises(ValueError, match="sigma"):
-        rolling.NoiseModel(sigma=-0.1)
+        live.NoiseModel(sigma=-0.1)
     with pytest.raises(ValueError, match="rho"):
-        rolling.NoiseModel(rho=1.0)
+        live.NoiseModel(rho=1.0)
     with pytest.raises(ValueError, match="correction"):
-        rolling.Corrector(method="oracle")
+        live.Corrector(method="oracle")
 
 
 # ----------------------------------------------------------------------------- the corrector
@@ -114,21 +115,21 @@ def test_bad_noise_parameters_are_refused():
 def test_ratio_correction_carries_the_observed_error_forward():
     forecast = np.array([[2, 2, 2, 2, 2, 2]])
     actual = np.array([[4, 4, 0, 0, 0, 0]])
-    c = rolling.Corrector(method="ratio", rho=0.8, window=2, margin=0.0)
+    c = live.Corrector(method="ratio", rho=0.8, window=2, margin=0.0)
     # Observed sum 8 against forecast 4: e = 1, then 2 * (1 + 0.8**h).
     assert c.forecast(forecast, actual, 2, gpus=16).tolist() == [[4, 3, 3, 3]]
     assert c.forecast(forecast, actual, 0, gpus=16).tolist() == forecast.tolist()
-    assert rolling.Corrector(method="none").forecast(forecast, actual, 2, 16).tolist() == [[2, 2, 2, 2]]
+    assert live.Corrector(method="none").forecast(forecast, actual, 2, 16).tolist() == [[2, 2, 2, 2]]
     # Zero forecast: the error is a difference.
     zero = np.zeros((1, 4), dtype=np.int64)
     seen = np.array([[2, 2, 0, 0]])
-    assert rolling.Corrector(margin=0.0).forecast(zero, seen, 2, 16).tolist() == [[2, 1]]  # 2*0.8, 2*0.64
+    assert live.Corrector(margin=0.0).forecast(zero, seen, 2, 16).tolist() == [[2, 1]]  # 2*0.8, 2*0.64
 
 
 def test_margin_grows_with_the_observed_error_and_the_lead():
     forecast = np.full((1, 8), 10)
     actual = np.array([[13, 7, 13, 7, 0, 0, 0, 0]])  # errors +-30 %, no bias over the last two slots
-    out = rolling.Corrector(margin=1.0, rho=0.8).forecast(forecast, actual, 4, gpus=64)[0]
+    out = live.Corrector(margin=1.0, rho=0.8).forecast(forecast, actual, 4, gpus=64)[0]
     # sigma_hat = 0.3: 10 * (1 + 0.3 * sqrt(1 - 0.64**h)) rises with the lead h.
     assert out.tolist() == [12, 12, 13, 13]
     assert out[0] > 10 and list(out) == sorted(out)
@@ -136,9 +137,9 @@ def test_margin_grows_with_the_observed_error_and_the_lead():
 
 def test_a_known_error_level_sets_the_margin_before_anything_is_observed():
     forecast = np.full((1, 4), 10)
-    told = rolling.Corrector(margin=1.0, prior_sigma=0.2)
+    told = live.Corrector(margin=1.0, prior_sigma=0.2)
     assert told.forecast(forecast, forecast, 0, gpus=64).tolist() == [[12, 12, 12, 12]]
-    assert rolling.Corrector(margin=1.0).forecast(forecast, forecast, 0, gpus=64).tolist() == [[10, 10, 10, 10]]
+    assert live.Corrector(margin=1.0).forecast(forecast, forecast, 0, gpus=64).tolist() == [[10, 10, 10, 10]]
     # Observed errors of 0 pull the prior down: sqrt(4 * 0.04 / (4 + 2)) = 0.163 at full weight.
     out = told.forecast(forecast, forecast, 2, gpus=64)[0]
     assert out.tolist() == [11, 11]
@@ -150,7 +151,7 @@ def test_a_known_error_level_sets_the_margin_before_anything_is_observed():
 @pytest.mark.parametrize("scheduler", ["fifo", "greedy", *EXACT])
 def test_exact_forecast_rolling_equals_open_loop(scheduler: str):
     sc = _flat_day()
-    roll, fixed = rolling.simulate(sc, scheduler, sigma=0.0, seed=3, options=SOLVE)
+    roll, fixed = simulator.simulate(sc, scheduler, sigma=0.0, seed=3, options=SOLVE)
     assert np.array_equal(roll.actual.demand, sc.demand)
     assert roll.metrics.objective == pytest.approx(fixed.metrics.objective, abs=1e-6)
     assert roll.metrics.shortfall == fixed.metrics.shortfall == 0
@@ -186,8 +187,8 @@ def test_exact_planner_rolling_is_time_consistent(scheduler: str):
     )
     options = SOLVE
     for scenario in (sc, late):
-        roll, fixed = rolling.simulate(
-            scenario, scheduler, sigma=0.0, reveal="all", options=options, corrector=rolling.Corrector(margin=0.0)
+        roll, fixed = simulator.simulate(
+            scenario, scheduler, sigma=0.0, reveal="all", options=options, corrector=live.Corrector(margin=0.0)
         )
         assert roll.metrics.objective == pytest.approx(fixed.metrics.objective, abs=1e-6)
     assert roll.metrics.shortfall == 0 and roll.metrics.placed == 0
@@ -196,7 +197,7 @@ def test_exact_planner_rolling_is_time_consistent(scheduler: str):
 @pytest.mark.parametrize("scheduler", ["fifo", "greedy", *EXACT])
 def test_surprise_peak_is_served_better_by_rolling(scheduler: str):
     sc = _surprise_day()
-    roll, fixed = rolling.simulate(sc, scheduler, actual_demand=SURPRISE, options=SOLVE)
+    roll, fixed = simulator.simulate(sc, scheduler, actual_demand=SURPRISE, options=SOLVE)
     assert fixed.metrics.shortfall == 12  # the open-loop plan follows the forecast through the peak
     assert roll.metrics.shortfall < fixed.metrics.shortfall
     assert roll.metrics.objective > fixed.metrics.objective
@@ -209,7 +210,7 @@ def test_surprise_peak_is_served_better_by_rolling(scheduler: str):
 # ----------------------------------------------------------------------------- invariants of the loop
 
 
-def _check_loop(sc, sim: rolling.Simulation, states: list[ClusterState], reveal: str) -> None:
+def _check_loop(sc, sim: simulator.Simulation, states: list[ClusterState], reveal: str) -> None:
     """Every committed slot and every state handed to the planner obeys the rules of the loop."""
     by_id = {job.id: job for job in sc.jobs}
     committed: dict[str, tuple[int, tuple[int, ...]]] = {
@@ -272,7 +273,7 @@ def test_loop_never_starts_early_nor_moves_a_running_job(family, seed, sigma, ev
     sc = generate(family, seed, gpus=16, num_jobs=12)
     with pytest.MonkeyPatch.context() as mp:
         states = _spy(mp)
-        roll, _ = rolling.simulate(sc, "fifo", sigma=sigma, seed=seed, replan_every=every, reveal=reveal)
+        roll, _ = simulator.simulate(sc, "fifo", sigma=sigma, seed=seed, replan_every=every, reveal=reveal)
     assert roll.replans == len(states) == -(-sc.slots // every)
     _check_loop(sc, roll, states, reveal)
 
@@ -281,15 +282,15 @@ def test_loop_never_starts_early_nor_moves_a_running_job(family, seed, sigma, ev
 def test_loop_invariants_hold_for_greedy(family: str, monkeypatch):
     sc = generate(family, 11, gpus=16, num_jobs=14)
     states = _spy(monkeypatch)
-    roll, fixed = rolling.simulate(sc, "greedy", sigma=0.25, seed=2, replan_every=2)
+    roll, fixed = simulator.simulate(sc, "greedy", sigma=0.25, seed=2, replan_every=2)
     _check_loop(sc, roll, states, "release")
     assert not validate(fixed.actual, fixed.executed)
 
 
 def test_a_planner_that_breaks_the_rules_is_caught(monkeypatch):
     monkeypatch.setitem(SCHEDULERS, "broken", "tests.test_rolling:_broken_plan")
-    with pytest.raises(rolling.RollingError, match="broken at slot 0"):
-        rolling.simulate(_flat_day(), "broken")
+    with pytest.raises(simulator.RollingError, match="broken at slot 0"):
+        simulator.simulate(_flat_day(), "broken")
 
 
 def _broken_plan(scenario, options=None):
@@ -302,7 +303,7 @@ def _broken_plan(scenario, options=None):
 
 def test_simulation_files_validate_and_reload(tmp_path: Path):
     sc = generate("mixed-control", 4, gpus=16, num_jobs=10)
-    roll, fixed = rolling.simulate(sc, "fifo", sigma=0.2, seed=1)
+    roll, fixed = simulator.simulate(sc, "fifo", sigma=0.2, seed=1)
     written = report.write_simulation(tmp_path, roll, fixed, {"sigma": 0.2, "seed": 1})
     names = {p.name for p in written}
     assert {"actual.yaml", "executed.json", "open_loop.json", "metrics.json", "simulation.png"} <= names
@@ -327,7 +328,7 @@ def test_mean_ci_by_hand():
 
 def test_compare_pairs_modes_on_the_same_actual_demand():
     sc = generate("training-heavy", 3)
-    rows = rolling.compare([sc], ["fifo"], [0.0, 0.3], [0, 1])
+    rows = simulator.compare([sc], ["fifo"], [0.0, 0.3], [0, 1])
     # sigma 0 draws the forecast whatever the seed: one seed only, so one outcome is not counted twice
     assert len(rows) == 6 and all(r["valid"] for r in rows)
     summary = report.summarise(rows)
@@ -337,7 +338,7 @@ def test_compare_pairs_modes_on_the_same_actual_demand():
     pooled = report.pooled(rows)
     assert [e["pairs"] for e in pooled] == [1, 2]
     for seed in (0, 1, 7):  # the reason: every seed draws the same day at sigma 0
-        assert (rolling.NoiseModel(0.0).draw(sc, seed) == sc.demand).all()
+        assert (live.NoiseModel(0.0).draw(sc, seed) == sc.demand).all()
 
 
 # ----------------------------------------------------------------------------- the allocator API
@@ -523,7 +524,7 @@ def test_a_comparison_task_carries_every_plan_option():
     # --samples and --guard (and every other PlanOptions field) reach the planner inside a rolling task, for the
     # rolling side (the task's options) and the open-loop side (its params) alike.
     from agents.options import Guard
-    from agents.rolling.tasks import _options_from, comparison_tasks
+    from agents.simulator.tasks import _options_from, comparison_tasks
 
     sc = generate("training-heavy", seed=1)
     mine = PlanOptions(time_limit=3.0, seed=5, workers=1, policy=Path("p.onnx"), samples=3, guard=Guard.FIFO)

@@ -67,7 +67,7 @@ def test_cover_curve_under_a_cap_stays_under_it(demand: list[int], initial: int,
 
 
 def _two_passes(cap: np.ndarray, initial: int, ramp: int) -> np.ndarray:
-    """The envelope as agents/rolling/anticipate.py ``fill_idle`` computes it inline: backward, then forward."""
+    """The envelope as agents/live/anticipate.py ``fill_idle`` computes it inline: backward, then forward."""
     u = np.array(cap, dtype=np.int64)
     for s in range(u.size - 2, -1, -1):
         u[s] = min(u[s], u[s + 1] + ramp)

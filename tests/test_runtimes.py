@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agents.rolling.runtimes import (
+from agents.live.runtimes import (
     TRACE_RUNTIMES,
     RuntimeDistribution,
     RuntimeModel,
@@ -101,7 +101,7 @@ def test_an_inherited_job_is_drawn_on_what_remains_of_its_limit():
 
 
 def test_a_job_draw_does_not_depend_on_the_process_hash_salt():
-    code = "from agents.rolling.runtimes import job_uniform; print(repr(job_uniform(3, 'train-1')))"
+    code = "from agents.live.runtimes import job_uniform; print(repr(job_uniform(3, 'train-1')))"
     outs = set()
     for salt in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": salt, "PYTHONPATH": str(ROOT)}

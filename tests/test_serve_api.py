@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from agents import cli
+from agents.live.allocator import decide
 from agents.options import PlanOptions
 from agents.registry import SCHEDULERS, run_scheduler
-from agents.rolling.allocator import decide
 from gpu_env import scenario as scenario_module
 from gpu_env.generators import BENCHMARK_SEEDS, generate
 from gpu_env.plan import Plan
@@ -133,7 +133,7 @@ CLUSTER_STATE = {
 
 
 def test_decide_takes_the_cluster_state_form_too(client):
-    from agents.rolling import ClusterState, RunningJob
+    from agents.live import ClusterState, RunningJob
     from gpu_env.scenario import App, Job, JobType
 
     state = ClusterState(
@@ -230,7 +230,7 @@ def test_openapi_documents_every_endpoint_with_the_projects_types(client):
 
 
 def test_the_schemas_hold_every_key_the_readers_accept_and_no_other():
-    from agents.rolling import ClusterState, RunningJob
+    from agents.live import ClusterState, RunningJob
     from agents.serve import bodies, schemas
 
     assert set(schemas.ScenarioDocument.model_fields) == scenario_module._TOP_KEYS

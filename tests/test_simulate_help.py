@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from agents.cli import build_parser, main
-from agents.rolling.anticipate import DEFAULT_SAMPLES, FORECASTS, LARGE_CLUSTER, forecast_of
-from agents.rolling.forecast import Corrector
+from agents.live.anticipate import DEFAULT_SAMPLES, FORECASTS, LARGE_CLUSTER, forecast_of
+from agents.live.forecast import Corrector
 from gpu_env.generators import generate
 from gpu_env.scenario import save_scenario
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents.rolling.history import load_history
+from agents.live.history import load_history
 from agents.slurm.accounting import day_starts, past_days, read_sacct
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agents.rolling.history import load_history
+from agents.live.history import load_history
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
 from agents.slurm.live import day_template

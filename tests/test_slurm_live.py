@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import yaml
 
-from agents.rolling.allocator import with_forecast
-from agents.rolling.hedge import HedgedForecaster
-from agents.rolling.history import load_history
+from agents.live.allocator import with_forecast
+from agents.live.hedge import HedgedForecaster
+from agents.live.history import load_history
 from agents.slurm import loop, snapshot
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
@@ -345,14 +345,14 @@ def test_history_days_are_read_newest_last(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(
-    not (Path(__file__).resolve().parents[1] / "agents" / "policies" / "live_chooser.onnx").is_file(),
+    not (Path(__file__).resolve().parents[1] / "lab" / "policies" / "live_chooser.onnx").is_file(),
     reason="no shipped live chooser",
 )
 def test_the_learned_chooser_runs_the_loop_with_four_apps(tmp_path: Path, monkeypatch) -> None:
     """The loop's cycle with the shipped chooser (not offered by name: the loop is handed it) and four real-time
     apps: every plan validated; the chooser reads the slot of the day as the simulator does (``now`` of the
     configured ``day_slots``), though the Slurm state's window runs past the day's end."""
-    from agents.rolling import chooser
+    from lab import live_chooser as chooser
 
     plain = LiveSetup.planner
 

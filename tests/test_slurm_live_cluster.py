@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.rolling.history import load_history
+from agents.live.history import load_history
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
 from agents.slurm.live import LiveSetup, day_template

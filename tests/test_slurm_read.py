@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from agents.live.allocator import decision_from_plan
 from agents.registry import run_scheduler
-from agents.rolling.allocator import decision_from_plan
 from agents.slurm import commit, jsonread, snapshot
 from agents.slurm.client import SlurmClient
 from agents.slurm.config import config_from_dict, load_config

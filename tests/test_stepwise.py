@@ -11,7 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agents import greedy, stepwise
+from agents import greedy
+from agents import ppo_stepwise as stepwise
 from agents.options import PlanOptions
 from agents.ppo import PolicyError
 from agents.registry import run_scheduler
@@ -274,7 +275,7 @@ torch = pytest.importorskip("torch")
 
 
 def test_export_round_trips_into_the_planner(tmp_path):
-    from agents.learned import stepwise as learned
+    from lab.training import stepwise_training as learned
 
     torch.manual_seed(0)
     model = learned.StepScorer(hidden=8, width=16)
@@ -298,7 +299,7 @@ def test_export_round_trips_into_the_planner(tmp_path):
 
 def test_torch_scores_are_the_compiled_scores():
     """The log-probabilities training takes: the compiled argmax is the torch argmax at each turn."""
-    from agents.learned import stepwise as learned
+    from lab.training import stepwise_training as learned
 
     torch.manual_seed(1)
     model = learned.StepScorer(hidden=8, width=16)
@@ -319,7 +320,7 @@ def test_torch_scores_are_the_compiled_scores():
 
 
 def test_training_is_seeded():
-    from agents.learned import stepwise as learned
+    from lab.training import stepwise_training as learned
 
     def run() -> list[float]:
         torch.manual_seed(0)

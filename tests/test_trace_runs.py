@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import agents.trace_runs  # noqa: F401  (registers the history method)
+import agents.trace_forecasts  # noqa: F401  (registers the history method)
 from agents.cli import main
 from gpu_env import trace_runs, traces
 from gpu_env.scenario import ScenarioError, load_scenario

@@ -1,4 +1,4 @@
-"""Training (agents.learned and train.py): config checking, labels from optima, the losses, a smoke run."""
+"""Training (lab.training and train.py): config checking, labels from optima, the losses, a smoke run."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ import yaml
 
 torch = pytest.importorskip("torch")
 
-from agents.learned import training as tr  # noqa: E402
-from agents.learned.config import ConfigError, choose_device, load_config  # noqa: E402
-from agents.learned.optima import load_optima  # noqa: E402
-from agents.learned.scorer import QueueScorer, order_log_prob  # noqa: E402
 from gpu_env.generators import generate  # noqa: E402
 from gpu_env.listsched import ListInstance, decode  # noqa: E402
+from lab.training import training as tr  # noqa: E402
+from lab.training.optima import load_optima  # noqa: E402
+from lab.training.scorer import QueueScorer, order_log_prob  # noqa: E402
+from lab.training.train_config import ConfigError, choose_device, load_config  # noqa: E402
 from tests.conftest import HANG_GUARD_S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -246,7 +246,7 @@ def test_explained_variance_of_the_group_baseline():
 
 
 def test_a_ppo_round_stores_the_drawing_policy_and_never_lowers_a_label():
-    from agents.learned.config import RLConfig
+    from lab.training.train_config import RLConfig
 
     torch.manual_seed(0)
     items = [tr.prepare(generate(f, seed=s)) for f in ("batch-fragmentation", "mixed-control") for s in range(2)]
@@ -369,7 +369,7 @@ def test_held_out_seeds_apart_from_training(tmp_path):
 
 
 def test_training_validation_and_evaluation_draw_no_instance_in_common():
-    from agents.learned.config import draw_specs
+    from lab.training.train_config import draw_specs
 
     cfg = load_config(ROOT / "configs" / "train" / "default.yaml")
     draws = cfg.draws()

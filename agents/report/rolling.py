@@ -2,7 +2,7 @@
 
 :func:`write_simulation` writes what ``gpualloc simulate -o`` leaves behind;
 :func:`summarise` and :func:`pooled` turn the rows of
-:func:`agents.rolling.compare` into means with 95 % confidence intervals and
+:func:`agents.simulator.compare` into means with 95 % confidence intervals and
 paired gains, :func:`markdown_table` and :func:`pooled_table` into Markdown, and
 :func:`evaluation_section` runs the comparison for ``evaluate.py --rolling``
 (files, figure and the report's section). The figures are in
@@ -25,10 +25,10 @@ import numpy as np
 from agents.fanout import Backend, Run, TaskResult
 from agents.options import PlanOptions
 from agents.report.statistics import mean_ci
-from agents.rolling.decisions import LATE_SLACK, late_starts, trace_table
-from agents.rolling.hindsight import Hindsight
-from agents.rolling.simulation import MODES, Simulation, SlotRecord
-from agents.rolling.tasks import compare_tasks
+from agents.simulator.decisions import LATE_SLACK, late_starts, trace_table
+from agents.simulator.hindsight import Hindsight
+from agents.simulator.simulation import MODES, Simulation, SlotRecord
+from agents.simulator.tasks import compare_tasks
 from gpu_env.files import write_text_atomic
 from gpu_env.scenario import Scenario, save_scenario
 from gpu_env.validation import validate
@@ -46,7 +46,7 @@ def write_simulation(
 ) -> list[Path]:
     """Write ``actual.yaml``, ``executed.json``, ``open_loop.json``, ``metrics.json``, ``decisions.md`` and a picture.
 
-    ``decisions.md`` is the decision trace (:mod:`agents.rolling.decisions`): each re-plan's margin, the
+    ``decisions.md`` is the decision trace (:mod:`agents.simulator.decisions`): each re-plan's margin, the
     candidate taken and the planned starts that moved; with ``hindsight``, the jobs that started late
     against the hindsight plan, each with its cause.
 
@@ -56,7 +56,7 @@ def write_simulation(
         fixed: The open-loop simulation on the same realized day.
         settings: The options of the run, copied into ``metrics.json``.
         picture: Draw ``simulation.png``.
-        hindsight: The realized day planned with hindsight (:func:`agents.rolling.plan_hindsight`):
+        hindsight: The realized day planned with hindsight (:func:`agents.simulator.plan_hindsight`):
             also ``hindsight.json``, its numbers under ``metrics.json``'s ``hindsight`` (and its
             validation), and its allocation in the picture.
 
@@ -281,7 +281,7 @@ def evaluation_section(
     """Run the comparison and write ``rolling.csv``, ``rolling.json`` and ``figures/rolling.png`` under ``out``.
 
     The comparison runs as one task per scenario and scheduler
-    (:func:`agents.rolling.compare_tasks`) over ``backend``; the progress bar counts
+    (:func:`agents.simulator.compare_tasks`) over ``backend``; the progress bar counts
     finished tasks. A task that raised has no rows, and one whose executed schedules break
     a rule is failed too: the section names both, as :meth:`Run.failure_lines` does.
 

@@ -16,7 +16,7 @@ from gpu_env.render import hour_ticks, pyplot, scheduler_colours
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from agents.rolling import Hindsight, Simulation
+    from agents.simulator import Hindsight, Simulation
     from gpu_env.plan import Plan
     from gpu_env.scenario import Scenario
 
@@ -47,7 +47,7 @@ def plot_simulation(roll: Simulation, fixed: Simulation | None = None, hindsight
     Args:
         roll: The rolling simulation.
         fixed: The open-loop simulation on the same actual demand, if any.
-        hindsight: The realized day planned with hindsight (:func:`agents.rolling.plan_hindsight`), if any.
+        hindsight: The realized day planned with hindsight (:func:`agents.simulator.plan_hindsight`), if any.
 
     Returns:
         The figure.

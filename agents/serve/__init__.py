@@ -4,7 +4,7 @@
 - :mod:`agents.serve.bodies`: request bodies, checked by the project's readers with the CLI's words;
 - :mod:`agents.serve.work`: what a request computes, in a thread (fast mode) or a worker process (exact mode);
 - :mod:`agents.serve.exact`: the exact-mode pool, one worker process per request, bounded, with 429s;
-- :mod:`agents.serve.metrics`: the Prometheus metrics;
+- :mod:`agents.serve.service_metrics`: the Prometheus metrics;
 - :mod:`agents.serve.schemas`: the OpenAPI schemas, from the project's own types;
 - :mod:`agents.serve.server`: binding, the port file, uvicorn.
 

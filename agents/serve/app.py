@@ -34,7 +34,7 @@ from agents.ppo import PolicyError
 from agents.registry import SCHEDULERS, SchedulerUnavailableError
 from agents.serve import bodies
 from agents.serve.exact import ClientGoneError, ExactPool, Failure, JobTimeoutError, PoolFullError, WorkerDiedError
-from agents.serve.metrics import ServiceMetrics
+from agents.serve.service_metrics import ServiceMetrics
 from agents.serve.settings import Settings
 from agents.serve.work import EXACT, InvalidPlanError, Job, Kind, compute, with_policy
 from gpu_env.metrics import compute_metrics
@@ -329,9 +329,9 @@ def _add_allocator_routes(app: FastAPI, service: Service) -> None:
 
     @app.post("/v1/decide", tags=["allocator"])
     async def decide(request: Request) -> JSONResponse:
-        """This slot's decisions for a cluster state (``agents.rolling.decide``): what starts now, and the plan.
+        """This slot's decisions for a cluster state (``agents.live.decide``): what starts now, and the plan.
 
-        The state is a scenario whose slot 0 is now, or the fields of ``agents.rolling.ClusterState``.
+        The state is a scenario whose slot 0 is now, or the fields of ``agents.live.ClusterState``.
         """
 
         def read(data: dict[str, Any]) -> Job:

@@ -85,11 +85,11 @@ STATE_KEYS = {
     "day_forecast",
     "observed",
 }
-"""The fields of :class:`agents.rolling.allocator.ClusterState`: the other form of ``/v1/decide``'s ``state``."""
+"""The fields of :class:`agents.live.allocator.ClusterState`: the other form of ``/v1/decide``'s ``state``."""
 
 
 def read_state(value: Any, source: str = "state") -> tuple[Scenario, tuple[str, ...]]:
-    """A cluster state: the scenario form (slot 0 = now) or the :class:`~agents.rolling.allocator.ClusterState` form.
+    """A cluster state: the scenario form (slot 0 = now) or the :class:`~agents.live.allocator.ClusterState` form.
 
     The ClusterState form is ``{"gpus", "horizon", "running": [{"job", "gpus", "remaining"}], "queue": [jobs],
     "apps": [apps], ...}`` with jobs and apps as in a scenario file. It is told from the scenario form by its
@@ -104,7 +104,7 @@ def read_state(value: Any, source: str = "state") -> tuple[Scenario, tuple[str, 
         value = parse_text(value, source, json_only=value.lstrip().startswith("{"))
     if not isinstance(value, Mapping) or "gpus" not in value:
         return scenario_from_dict(value, source), ()
-    from agents.rolling.allocator import ClusterState, RunningJob
+    from agents.live.allocator import ClusterState, RunningJob
 
     r = FieldReader(source)
     data = r.mapping(value, "", STATE_KEYS, {"gpus", "horizon"})

@@ -160,7 +160,7 @@ class ValidateRequest(BaseModel):
 
 
 class RunningEntry(BaseModel):
-    """A job that holds GPUs now (``agents.rolling.RunningJob``)."""
+    """A job that holds GPUs now (``agents.live.RunningJob``)."""
 
     model_config = _STRICT
     job: JobEntry
@@ -169,7 +169,7 @@ class RunningEntry(BaseModel):
 
 
 class ClusterStateDocument(BaseModel):
-    """``agents.rolling.ClusterState``: what a cluster manager knows at the start of a slot."""
+    """``agents.live.ClusterState``: what a cluster manager knows at the start of a slot."""
 
     model_config = _STRICT
     gpus: int = Field(ge=1, le=MAX_GPUS)

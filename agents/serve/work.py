@@ -3,7 +3,7 @@
 A :class:`Job` is picklable data: the checked scenario (a frozen
 :class:`~gpu_env.scenario.Scenario`, checked once when the request was read), the
 scheduler's name, the plan options. :func:`compute` runs it with the project's own
-functions (:func:`agents.registry.run_scheduler`, :func:`agents.rolling.allocator.decide`,
+functions (:func:`agents.registry.run_scheduler`, :func:`agents.live.allocator.decide`,
 :func:`gpu_env.validation.validate`) and returns plain JSON-ready data:
 
 - ``plan``: ``Plan.to_dict()``, exactly what ``gpualloc plan`` writes;
@@ -63,8 +63,8 @@ def compute(job: Job) -> dict[str, Any]:
         PolicyError, SchedulerUnavailableError: The scheduler cannot run here (the server's setup).
     """
     from agents.fanout import warm_up_learned
+    from agents.live.allocator import decision_from_plan
     from agents.registry import run_scheduler
-    from agents.rolling.allocator import decision_from_plan
     from gpu_env.validation import validate
 
     scenario = job.scenario

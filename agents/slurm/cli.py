@@ -338,8 +338,8 @@ def _scheduler(args: argparse.Namespace) -> Any:
         BadInputError: An unknown name, a missing ``--history`` file, or a live planner's option with a
             registry scheduler.
     """
+    from agents.live.anticipate import LIVE_PLANNERS
     from agents.registry import SCHEDULERS
-    from agents.rolling.anticipate import LIVE_PLANNERS
     from agents.slurm.errors import BadInputError
     from agents.slurm.live import LiveSetup
 

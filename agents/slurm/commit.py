@@ -62,7 +62,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agents.rolling.allocator import Decision
+from agents.live.allocator import Decision
 from agents.slurm.errors import CommandError, SlurmError, UnreadableError
 from agents.slurm.jsonread import SlurmJob, SlurmReservation, parse_gres
 from agents.slurm.snapshot import (

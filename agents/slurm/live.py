@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from agents.live.allocator import ClusterState, Decision, RunningJob, with_forecast
+from agents.live.anticipate import LIVE_FORECAST, AnticipatingPlanner, live_planner
+from agents.live.history import HistoryError, load_history
 from agents.options import PlanOptions
-from agents.rolling.allocator import ClusterState, Decision, RunningJob, with_forecast
-from agents.rolling.anticipate import LIVE_FORECAST, AnticipatingPlanner, live_planner
-from agents.rolling.history import HistoryError, load_history
 from agents.slurm.clock import DayClock
 from agents.slurm.config import SlurmConfig
 from agents.slurm.record import DayRecord

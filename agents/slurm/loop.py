@@ -21,9 +21,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
+from agents.live.allocator import Decision, decision_from_plan
 from agents.options import PlanOptions
 from agents.registry import run_scheduler
-from agents.rolling.allocator import Decision, decision_from_plan
 from agents.slurm import commit as commit_module
 from agents.slurm import live as live_module
 from agents.slurm import snapshot as snapshot_module

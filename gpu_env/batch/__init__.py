@@ -3,7 +3,7 @@
 :class:`~gpu_env.batch.engine.BatchEngine` steps B episodes (of one scenario or
 of several, padded to common sizes) with one call, with the reference
 :class:`~gpu_env.episode.Episode`'s exact masks, rewards and plans;
-:mod:`gpu_env.batch.observe` gives :class:`~gpu_env.observation.Encoder`'s
+:mod:`gpu_env.batch.batch_observation` gives :class:`~gpu_env.observation.Encoder`'s
 observations for all of them. See ``docs/environment.md`` for the design.
 :func:`warm_up` compiles the engine's kernels into numba's disk cache (``gpualloc warm-up`` runs it).
 """

@@ -37,8 +37,8 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from gpu_env.batch.batch_observation import buffers, observe
 from gpu_env.batch.engine import BatchEngine
-from gpu_env.batch.observe import buffers, observe
 from gpu_env.batch.state import Sizes
 from gpu_env.env import GpuClusterEnv
 from gpu_env.plan import Plan
