@@ -676,13 +676,13 @@ def _convert_2kp(args: argparse.Namespace) -> int:
 
 
 def _slurm_arguments(p: argparse.ArgumentParser) -> None:
-    from agents.slurm import cli as slurm_cli
+    from agents.slurm import slurm_commands as slurm_cli
 
     slurm_cli.arguments(p)
 
 
 def _slurm(args: argparse.Namespace) -> int:
-    from agents.slurm import cli as slurm_cli
+    from agents.slurm import slurm_commands as slurm_cli
     from agents.slurm.errors import SlurmError
 
     try:

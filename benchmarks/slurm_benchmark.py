@@ -10,7 +10,7 @@
     python benchmarks/slurm_benchmark.py --part cycle --pending 50,500 --schedulers anticipate   # the live planner
     python benchmarks/slurm_benchmark.py --part replicas --scenario day.yaml --sigma 0.3 --seed 11 --raw r.json  # lab/
 
-Needs root and Debian's Slurm (agents/slurm/localcluster.py starts and stops the clusters).
+Needs root and Debian's Slurm (lab/local_slurm.py starts and stops the clusters).
 
 Part 1, cycle time: on a fresh 4-node cluster (8 fake GPUs each) N held jobs of the allocator's partition
 (N = 50, 500; sizes 1-8 GPUs or two whole nodes, 1-8 hour limits, every workload type) and one real-time app;
@@ -74,7 +74,6 @@ from agents.slurm.client import SlurmClient  # noqa: E402
 from agents.slurm.config import config_from_dict  # noqa: E402
 from agents.slurm.errors import SlurmError  # noqa: E402
 from agents.slurm.live import LiveSetup  # noqa: E402
-from agents.slurm.localcluster import LocalCluster, missing_tools  # noqa: E402
 from agents.slurm.loop import cycle  # noqa: E402
 from gpu_env import rules  # noqa: E402
 from gpu_env.generators import BENCHMARK_SEEDS, FAMILIES, generate  # noqa: E402
@@ -84,6 +83,7 @@ from gpu_env.scenario import Job, Scenario, save_scenario, scenario_from_dict  #
 from lab.drawn_history import past_days  # noqa: E402
 from lab.live_arms import Settings, hindsight  # noqa: E402
 from lab.live_arms import play as play_live  # noqa: E402
+from lab.local_slurm import LocalCluster, missing_tools  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "slurm.md"
 TYPES = ("training", "batch_inference", "quantization")
@@ -1074,7 +1074,7 @@ def _live_section(scored: list[tuple[dict[str, Any], dict[str, Any]]], seed: int
         "scored against the same actual demand, with each app's forecast peak reserved all day.",
         "",
         "Each column is a share of the hindsight optimum of the day's realized day (CP-SAT with every job, its "
-        "actual runtime and the actual demand known; `agents.rolling.live_arms.hindsight`). `simulated` is the "
+        "actual runtime and the actual demand known; `lab.live_arms.hindsight`). `simulated` is the "
         "simulator's prediction, `gpualloc simulate`'s loop with the same planner, history, seed and realized "
         "day; `real - sim` is the real day's objective minus the simulated one, as a share of the simulated.",
         "",

@@ -28,9 +28,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from agents.slurm.localcluster import LocalCluster
 from gpu_env.generators import FAMILIES
 from gpu_env.scenario import Scenario, load_scenario
+from lab.local_slurm import LocalCluster
 from lab.slurm_replicas import Autoscaler
 
 DRAIN_SECONDS = 20.0  # replicas.drain_seconds of the day (a slot is 60 s)

@@ -1,7 +1,7 @@
 """What the tests against a real Slurm (tests/test_slurm_*cluster*.py) share: the skip, the cluster, waits, reads.
 
 Each such module calls :func:`skip_without_slurm` at import and takes its module-scoped ``cluster`` fixture from
-:func:`cluster_fixture`: a :class:`~agents.slurm.localcluster.LocalCluster` on 127.0.0.1, started once for the
+:func:`cluster_fixture`: a :class:`~lab.local_slurm.LocalCluster` on 127.0.0.1, started once for the
 module and stopped after it even when a test fails. Waits poll Slurm with a deadline that only guards a hang.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from agents.slurm import jsonread
 from agents.slurm.client import SlurmClient
-from agents.slurm.localcluster import ACCOUNTING_HINT, INSTALL_HINT, LocalCluster, missing_tools
+from lab.local_slurm import ACCOUNTING_HINT, INSTALL_HINT, LocalCluster, missing_tools
 from tests.conftest import HANG_GUARD_S
 
 

@@ -26,8 +26,8 @@ import pytest
 from agents.slurm import jsonread
 from agents.slurm.client import SlurmClient
 from agents.slurm.config import load_config
-from agents.slurm.localcluster import LocalCluster
 from agents.slurm.loop import cycle, run_loop
+from lab.local_slurm import LocalCluster
 from tests.conftest import HANG_GUARD_S
 from tests.real_slurm import all_jobs, client_of, cluster_fixture, queue, skip_without_slurm, wait_for
 from tests.slurm_helpers import JsonLines

@@ -159,10 +159,7 @@ def test_a_job_slurm_started_since_the_snapshot_makes_its_node_wait_a_cycle() ->
     done = commit.apply(snap, planned, fake, confirm_seconds=0)
     failed = {c.target: why for c, why in done.failed}
     assert failed["1"].startswith("not held: Slurm started it since the snapshot")
-    assert (
-        failed["n1"]
-        == "not grown: 4 GPUs of node n1 taken since the snapshot; the next cycle plans from it"
-    )
+    assert failed["n1"] == "not grown: 4 GPUs of node n1 taken since the snapshot; the next cycle plans from it"
     assert failed["2"].startswith("not released: 4 GPUs of node n1 taken")
     assert [c[:2] for c in fake.calls] == [("nodes", "3"), ("release", "3")]
 

@@ -20,7 +20,7 @@ from agents.live.history import load_history
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
 from agents.slurm.live import day_template
-from agents.slurm.localcluster import LocalCluster
+from lab.local_slurm import LocalCluster
 from tests.conftest import HANG_GUARD_S
 from tests.real_slurm import skip_without_slurm, wait_for
 

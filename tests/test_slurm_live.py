@@ -237,7 +237,7 @@ def test_a_failed_reading_is_reported_and_the_cycle_plans_with_the_forecast(tmp_
 def test_the_configured_sources_are_read_each_cycle_through_the_cli_reader(tmp_path: Path) -> None:
     """``realtime[].observed`` as the CLI wires it: a command that answers, one that answers nonsense (one line,
     the forecast kept), and a reading above the cluster's GPUs read as all of them (said)."""
-    from agents.slurm.cli import _observe
+    from agents.slurm.slurm_commands import _observe
 
     base = _app_config(tmp_path)
     chat = {**base["realtime"][0], "observed": {"command": "echo 5"}}

@@ -14,9 +14,9 @@ from agents.live.history import load_history
 from agents.slurm.clock import DayClock
 from agents.slurm.config import config_from_dict
 from agents.slurm.live import LiveSetup, day_template
-from agents.slurm.localcluster import LocalCluster
 from agents.slurm.loop import cycle
 from agents.slurm.record import History
+from lab.local_slurm import LocalCluster
 from tests.conftest import HANG_GUARD_S
 from tests.real_slurm import all_jobs, client_of, cluster_fixture, skip_without_slurm, wait_for
 

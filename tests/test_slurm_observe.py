@@ -244,8 +244,8 @@ def test_a_reading_that_breaks_unexpectedly_is_reported_not_raised(monkeypatch: 
 
 
 def test_the_cli_observer_keeps_the_readings_and_reports_the_failures() -> None:
-    from agents.slurm.cli import _observe
     from agents.slurm.live import LiveSetup
+    from agents.slurm.slurm_commands import _observe
 
     cfg = config_from_dict(_config({"command": [PY, "-c", "print(6)"]}, {"command": [PY, "-c", "print(-1)"]}, None))
     reader = _observe(cfg, LiveSetup())

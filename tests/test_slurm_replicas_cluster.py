@@ -26,8 +26,8 @@ import pytest
 
 from agents.slurm import jsonread, snapshot
 from agents.slurm.config import load_config
-from agents.slurm.localcluster import LocalCluster
 from agents.slurm.loop import cycle
+from lab.local_slurm import LocalCluster
 from lab.slurm_replicas import Autoscaler, read_capacity, scale_script
 from tests.real_slurm import all_jobs, client_of, cluster_fixture, queue, skip_without_slurm, wait_for
 

@@ -20,8 +20,8 @@ import pytest
 from agents.slurm import jsonread, snapshot
 from agents.slurm.client import SlurmClient
 from agents.slurm.config import load_config
-from agents.slurm.localcluster import LocalCluster
 from agents.slurm.loop import cycle
+from lab.local_slurm import LocalCluster
 from tests.real_slurm import client_of, cluster_fixture, queue, skip_without_slurm, wait_for
 
 pytestmark = pytest.mark.slurm

@@ -6,6 +6,8 @@
 - :mod:`agents.slurm.snapshot`: the cluster now as a scenario whose slot 0 is now;
 - :mod:`agents.slurm.commit`: the plan's slot 0 as changes to Slurm, and the decisions printed;
 - :mod:`agents.slurm.loop`: one cycle and the loop that repeats it;
-- :mod:`agents.slurm.cli`: ``gpualloc slurm snapshot | cycle | run``;
-- :mod:`agents.slurm.localcluster`: a throw-away Slurm cluster on this machine, for tests and benchmarks.
+- :mod:`agents.slurm.capacity`: the apps told their capacity (a file, a command) for their replicas;
+- :mod:`agents.slurm.slurm_commands`: ``gpualloc slurm snapshot | cycle | run``.
+
+The throw-away Slurm cluster of the tests and benchmarks is the laboratory's (:mod:`lab.local_slurm`).
 """

@@ -1,13 +1,13 @@
 """The live planner in the Slurm loop: the cluster's own history in, the slot's decisions and why out.
 
 ``gpualloc slurm cycle`` and ``run`` plan, by default, with the live planner of ``gpualloc simulate``
-(:func:`agents.rolling.anticipate.live_planner`), fed as the simulator feeds it:
+(:func:`agents.live.anticipate.live_planner`), fed as the simulator feeds it:
 
 - **the slot of the day** from the day's clock (:mod:`agents.slurm.clock`): where the arrival model
   is read, and the decay of the day's objective (job worth is scaled by ``decay ** slot``, as the
   simulator scores a day);
 - **the forecast corrected** by the demand observed in the day's slots before this one
-  (:data:`agents.rolling.anticipate.LIVE_FORECAST`), from the day's record (:mod:`agents.slurm.record`);
+  (:data:`agents.live.anticipate.LIVE_FORECAST`), from the day's record (:mod:`agents.slurm.record`);
   a reading counts for the slot it was taken in, so the plan of slot ``s`` reads slots ``0..s-1``,
   exactly what the simulator hands the planner at ``s``;
 - **the history**: the past days recorded in ``slurm.history_dir`` (the newest
@@ -15,7 +15,7 @@
 - **how long each running job has run**, from Slurm's start times.
 
 What the planner decides departs from its base plan only where the sampled futures say so, and each
-departure comes with a sentence (:attr:`agents.rolling.allocator.Decision.why`) that the cycle prints.
+departure comes with a sentence (:attr:`agents.live.allocator.Decision.why`) that the cycle prints.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class LiveSetup:
     """What the loop plans with live: the planner's name, its history and its draws.
 
     Attributes:
-        name: A live planner (:data:`agents.rolling.anticipate.LIVE_PLANNERS`).
+        name: A live planner (:data:`agents.live.anticipate.LIVE_PLANNERS`).
         history: Past-day files given on the command line (``--history``); empty: the recorded days.
         samples: Futures per cycle (None: the planner's default).
         seed: Seed of every draw.
@@ -107,7 +107,7 @@ def state_of(
     The day's forecast is the record's forecast of the slots before now followed by the snapshot's
     forecast ahead; what was observed is the record's (a slot without a reading: its forecast, no error).
     The apps' demand ahead is ``forecaster``'s (the planner's own, as the simulator hands it), built by the
-    simulator's own builder (:func:`agents.rolling.allocator.with_forecast`).
+    simulator's own builder (:func:`agents.live.allocator.with_forecast`).
     """
     scenario = snapshot.scenario
     config = snapshot.config

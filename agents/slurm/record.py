@@ -11,7 +11,7 @@ day's clock, :mod:`agents.slurm.clock`), kept in ``<history_dir>/recording/<day>
   demand observed in the slot (the largest reading of the app's ``observed`` source in it).
 
 The first cycle of a later day closes the record: the day becomes ``<history_dir>/<day>.yaml``, a
-scenario file that ``--history`` reads and the live planner fits its models on (:mod:`agents.rolling.history`):
+scenario file that ``--history`` reads and the live planner fits its models on (:mod:`agents.live.history`):
 its jobs are the day's arrivals (``release``: the slot of arrival; ``duration``: the time limit;
 ``runtime``: the slots it actually ran, when Slurm recorded its start and end within the record), and
 each app's ``demand`` is what was observed (the forecast in a slot without a reading; with ``anchor:
