@@ -295,3 +295,27 @@ def test_a_replica_given_a_list_of_reservations_counts_once_and_holds_each_one()
     snap = _snap(fake)
     assert set(snap.replicas) == {"r1"} and snap.app_replicas("chat") == {"n1": 1}
     assert commit.jobs_in(snap.config, fake.jobs()) == {"gpualloc-chat.n1": 1, "gpualloc-chat.n1~2": 1}
+
+
+def test_a_replica_that_comes_in_after_the_commits_read_is_drained_before_the_delete() -> None:
+    """Seen on a real day: the app started a replica in a reservation between the commit's read (none there, so
+    no drain) and the delete ("in use"). The delete waits for it within the drain time, then goes."""
+    fake = FakeSlurm()
+    fake.held_reservations = [
+        core_reservation("gpualloc-chat.n1", "n1", 4),
+        core_reservation("gpualloc-chat.n1~2", "n1", 4),
+    ]
+    snap = _snap(fake)
+    read = fake.reservations
+
+    def reservations():  # the commit's read, then the app's replica comes in
+        found = read()
+        if not any(j.id == "r9" for j in fake.queue):
+            fake.queue.append(_replica("r9", "n1", 1, "gpualloc-chat.n1~2"))
+        return found
+
+    fake.reservations = reservations
+    clock = Clock(lambda: fake.queue.clear())  # the app stops it, told to leave
+    done = commit.apply(snap, [_shrink_to(snap, 1)], fake, confirm_seconds=0, sleep=clock.sleep, clock=clock)
+    assert not done.failed and not done.above_plan and done.drained["n1"].startswith("drained in")
+    assert [c[:2] for c in fake.calls] == [("delete", "gpualloc-chat.n1~2")] and clock.t < 30

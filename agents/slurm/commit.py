@@ -603,6 +603,12 @@ def apply(
         result.signal.extend(signal(capacity(snapshot, nodes, leaving)))
     busy = {node: names for node, names in leaving.items() if any(fresh.in_use.get(n) for n in names)}
     stuck = drain(client, snapshot, busy, result, sleep, clock) if busy else {}
+
+    def until_empty(node: str, name: str) -> bool:  # what the rest of the drain time allows, for one reservation
+        left = snapshot.config.replicas.drain_seconds - result.drain_wait_s
+        return not drain(client, snapshot, {node: [name]}, result, sleep, clock, max(left, 0.0))
+
+    made.until_empty = until_empty
     for change in [c for c in todo if c.kind != "leave"]:
         try:
             if change.kind == "hold":
@@ -691,8 +697,9 @@ def drain(
     result: Commit,
     sleep: Callable[[float], None],
     clock: Callable[[], float],
+    seconds: float | None = None,
 ) -> dict[str, str]:
-    """Wait up to ``replicas.drain_seconds`` for every job to leave the reservations in ``leaving`` (by node).
+    """Wait up to ``seconds`` (``replicas.drain_seconds``) for every job to leave the reservations in ``leaving``.
 
     The loop never cancels a replica: the apps were told their capacity and stop their own. A read that fails
     while waiting is counted and waited through.
@@ -700,7 +707,7 @@ def drain(
     Returns:
         The nodes whose reservations still hold jobs when the time is up, with why (one line each).
     """
-    seconds = snapshot.config.replicas.drain_seconds
+    seconds = snapshot.config.replicas.drain_seconds if seconds is None else seconds
     start = clock()
     waiting = {n: set(names) for n, names in leaving.items() if names}
     failed_reads = 0
@@ -718,7 +725,7 @@ def drain(
         if not waiting or clock() - start >= seconds:
             break
         sleep(min(1.0, max(seconds - (clock() - start), 0.0)))
-    result.drain_wait_s = clock() - start
+    result.drain_wait_s += clock() - start
     unread = f" ({failed_reads} reads of squeue failed meanwhile)" if failed_reads else ""
     stuck: dict[str, str] = {}
     for node, names in waiting.items():
@@ -770,6 +777,7 @@ class _Maker:
         self.result = result
         self.tries = tries
         self.sleep = sleep
+        self.until_empty: Callable[[str, str], bool] | None = None  # (node, reservation): drained in time
 
     def _made(self, what: str, make: Callable[[], None], happened: Callable[[], bool]) -> str | None:
         """Make one change: None when it is made, else why not (one line)."""
@@ -939,6 +947,9 @@ def arrange(
     problems: list[str] = []
     for old in [n for n in split if n not in keep]:
         gone = made.delete(old)
+        if gone is not None and IN_USE in gone.lower() and made.until_empty is not None:
+            if made.until_empty(node, old):  # a replica came in after the commit's read: drained, then deleted
+                gone = made.delete(old)
         if gone is not None:
             problems.append(f"delete {old}: {gone}")
             keep.append(old)
@@ -1001,6 +1012,7 @@ def _below_split(
     return list(best[3])
 
 
+IN_USE = "reservation is in use"  # Slurm's answer to deleting a reservation a job runs in
 NO_ROOM = "nodes are busy"  # Slurm's answer to a reservation whose cores are taken ("Requested nodes are busy")
 
 
