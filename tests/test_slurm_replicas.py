@@ -27,6 +27,12 @@ def _replica(jid: str, node: str, first: int, reservation: str, gpus: int = 1):
     return running(jid, node, first, gpus, partition="gpu", reservation=reservation)
 
 
+def _chat_pieces(fake: FakeSlurm, *gpus: int) -> None:
+    """chat's reservations on n1, ``gpus`` GPUs each: gpualloc-chat.n1, then ~2, ..."""
+    names = ["gpualloc-chat.n1", *(f"gpualloc-chat.n1~{k}" for k in range(2, len(gpus) + 1))]
+    fake.held_reservations = [core_reservation(n, "n1", 4 * g) for n, g in zip(names, gpus, strict=True)]
+
+
 class Clock:
     """A fake monotonic clock that a sleep moves on; ``on_sleep`` runs at each sleep (an autoscaler's step)."""
 
@@ -72,10 +78,7 @@ def test_a_pending_job_asking_for_an_apps_reservation_is_the_apps_own_never_held
 
 def _two_pieces_with_replicas(fake: FakeSlurm) -> None:
     """chat holds 1 + 1 GPUs on n1, a replica of 1 GPU in each piece."""
-    fake.held_reservations = [
-        core_reservation("gpualloc-chat.n1", "n1", 4),
-        core_reservation("gpualloc-chat.n1~2", "n1", 4),
-    ]
+    _chat_pieces(fake, 1, 1)
     fake.queue = [_replica("r1", "n1", 0, "gpualloc-chat.n1"), _replica("r2", "n1", 1, "gpualloc-chat.n1~2")]
 
 
@@ -143,10 +146,7 @@ def test_a_replica_that_will_not_leave_keeps_the_app_above_its_plan_and_the_job_
 def test_a_shrink_keeps_the_reservations_replicas_run_in_and_needs_no_drain() -> None:
     """2 + 2 GPUs, one replica in the second piece, the plan wants 2: the busy piece stays, the idle one goes."""
     fake = FakeSlurm()
-    fake.held_reservations = [
-        core_reservation("gpualloc-chat.n1", "n1", 8),
-        core_reservation("gpualloc-chat.n1~2", "n1", 8),
-    ]
+    _chat_pieces(fake, 2, 2)
     fake.queue = [_replica("r2", "n1", 0, "gpualloc-chat.n1~2")]
     snap = _snap(fake)
     clock = Clock()
@@ -287,10 +287,7 @@ def test_replicas_coming_and_going_start_no_cycle() -> None:
 def test_a_replica_given_a_list_of_reservations_counts_once_and_holds_each_one() -> None:
     """Slurm 22.05 shows a running job's whole --reservation list, and refuses to delete any of them meanwhile."""
     fake = FakeSlurm()
-    fake.held_reservations = [
-        core_reservation("gpualloc-chat.n1", "n1", 4),
-        core_reservation("gpualloc-chat.n1~2", "n1", 4),
-    ]
+    _chat_pieces(fake, 1, 1)
     fake.queue = [_replica("r1", "n1", 0, "gpualloc-chat.n1,gpualloc-chat.n1~2")]
     snap = _snap(fake)
     assert set(snap.replicas) == {"r1"} and snap.app_replicas("chat") == {"n1": 1}
@@ -301,10 +298,7 @@ def test_a_replica_that_comes_in_after_the_commits_read_is_drained_before_the_de
     """Seen on a real day: the app started a replica in a reservation between the commit's read (none there, so
     no drain) and the delete ("in use"). The delete waits for it within the drain time, then goes."""
     fake = FakeSlurm()
-    fake.held_reservations = [
-        core_reservation("gpualloc-chat.n1", "n1", 4),
-        core_reservation("gpualloc-chat.n1~2", "n1", 4),
-    ]
+    _chat_pieces(fake, 1, 1)
     snap = _snap(fake)
     read = fake.reservations
 

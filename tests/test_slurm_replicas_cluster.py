@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import yaml
 
 from agents.slurm import jsonread, snapshot
 from agents.slurm.config import load_config
@@ -36,17 +37,6 @@ pytestmark = pytest.mark.slurm
 skip_without_slurm()
 
 cluster = cluster_fixture("slurm-replicas", nodes=2, set_conf=True)
-
-CONFIG = """\
-slurm: {partitions: [gpu], gres: gpu, gpu_type: h100, cpus_per_gpu: 4, retries: 4, timeout: 900, confirm: 60,
-        state_dir: STATE_DIR}
-owned: {partitions: [gpu]}
-horizon: {slots: 24, slot_minutes: 60, decay: 0.99}
-workloads: {default_type: batch_inference}
-realtime:
-  - {name: chat, demand: DEMAND, ramp: 8, penalty: 50}
-replicas: REPLICAS
-"""
 
 
 def _reset(cluster: LocalCluster) -> None:
@@ -197,11 +187,20 @@ def test_a_comma_list_with_a_node_runs_only_in_the_first_and_holds_every_one(clu
 # ----------------------------------------------------------------------------- the driver's side
 
 
-def _config(tmp_path: Path, demand: int, **replicas):
-    text = CONFIG.replace("STATE_DIR", str(tmp_path / "state")).replace("DEMAND", str([demand] * 24))
-    text = text.replace("REPLICAS", json.dumps(replicas))
+def _config(tmp_path: Path, demand: int, search: int | None = None, **replicas):
+    """The driver's configuration file (app chat, and search when given, each wanting a flat demand) and its path."""
+    apps = {"chat": demand, **({} if search is None else {"search": search})}
+    data = {
+        "slurm": {"partitions": ["gpu"], "gres": "gpu", "gpu_type": "h100", "cpus_per_gpu": 4, "retries": 4,
+                  "timeout": 900, "confirm": 60, "state_dir": str(tmp_path / "state")},
+        "owned": {"partitions": ["gpu"]},
+        "horizon": {"slots": 24, "slot_minutes": 60, "decay": 0.99},
+        "workloads": {"default_type": "batch_inference"},
+        "realtime": [{"name": a, "demand": [g] * 24, "ramp": 8, "penalty": 50} for a, g in apps.items()],
+        "replicas": replicas,
+    }  # fmt: skip
     path = tmp_path / "slurm.yaml"
-    path.write_text(text)
+    path.write_text(yaml.safe_dump(data))
     return load_config(path), path
 
 
@@ -359,26 +358,6 @@ def test_the_loop_killed_mid_drain_and_the_next_cycle_finishes_the_shrink(cluste
         assert not scaler.killed(_ended_replicas(cluster, scaler))
 
 
-TWO_APPS = """\
-slurm: {partitions: [gpu], gres: gpu, gpu_type: h100, cpus_per_gpu: 4, retries: 4, timeout: 900, confirm: 60,
-        state_dir: STATE_DIR}
-owned: {partitions: [gpu]}
-horizon: {slots: 24, slot_minutes: 60, decay: 0.99}
-workloads: {default_type: batch_inference}
-realtime:
-  - {name: chat, demand: CHAT, ramp: 8, penalty: 50}
-  - {name: search, demand: SEARCH, ramp: 8, penalty: 50}
-replicas: REPLICAS
-"""
-
-
-def _two(tmp_path: Path, chat: int, search: int, **replicas):
-    text = TWO_APPS.replace("STATE_DIR", str(tmp_path / "state")).replace("REPLICAS", json.dumps(replicas))
-    path = tmp_path / "two.yaml"
-    path.write_text(text.replace("CHAT", str([chat] * 24)).replace("SEARCH", str([search] * 24)))
-    return load_config(path)
-
-
 def test_a_full_node_shared_by_a_second_app_while_replicas_run(cluster: LocalCluster, tmp_path: Path) -> None:
     """Seen in ``--part replicas``: search holds a full node as two reservations (7, then 1 grown beside), its
     replicas run in the first; chat comes (chat 3 + search 5). The capacity told during the drain must not offer
@@ -392,10 +371,10 @@ def test_a_full_node_shared_by_a_second_app_while_replicas_run(cluster: LocalClu
     with _autoscaling(cap, cluster, demand) as scaler:
         client = client_of(cluster)
         for search in (7, 8):  # 7, then 1 beside it: the node is full
-            result = cycle(_two(tmp_path, 0, search, **rep), client, "greedy")
+            result = cycle(_config(tmp_path, 0, search, **rep)[0], client, "greedy")
             assert not result.commit.failed, result.lines[-1]
         wait_for(lambda: len(_running(cluster, scaler).get("gpu02", [])) == 2, "search's 2 replicas")
-        config = _two(tmp_path, 3, 5, **rep)
+        config, _ = _config(tmp_path, 3, 5, **rep)
         result = cycle(config, client, "greedy")
         told = [(p.told, p.placed) for p in scaler.polls if p.told or p.placed]
         assert not result.commit.failed and not result.commit.above_plan, json.dumps(told[-3:])
