@@ -141,49 +141,70 @@ def main_replicas(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     return 0
 
 
-def summary(paths: list[Path]) -> list[str]:
-    """The results section of the days played with replicas (``--raw`` files), one row a day, with the targets."""
+def _share(value: float, best: float) -> str:
+    return "n/a" if not (best > 0 and math.isfinite(best) and math.isfinite(value)) else f"{value / best:.3f}"
 
-    def share(value: float, best: float) -> str:
-        return "n/a" if not (best > 0 and math.isfinite(best) and math.isfinite(value)) else f"{value / best:.3f}"
 
+def table(paths: list[Path]) -> list[str]:
+    """One row a day of ``--raw`` files: the ratios to hindsight, against the simulator, and the targets' counts."""
     lines = [
-        "# The Slurm loop with the apps' replicas in their reservations",
-        "",
-        "Each day: `gpualloc generate FAMILY --seed N -o day.yaml`, then `python benchmarks/slurm_benchmark.py "
-        "--part replicas --scenario day.yaml --sigma S --seed N --runtime-model trace --raw RAW` (as root, Debian's "
-        "Slurm 22.05.8, slots of 60 s, `replicas.drain_seconds` 20 s; the apps' replicas sized to the day's actual "
-        "demand by `lab.slurm_replicas.Autoscaler`); this page: `python -m lab.replica_day RAW... -o PAGE`.",
-        "",
-        "Targets on every day: 0 failed cycles, 0 replicas killed, 0 ramp violations; the loop within 2 % of the "
-        "simulator's live planner on the same realized day (the drain lands inside its slot, which the simulator's "
-        "slots cannot show); at least backfill. Ratios are to the hindsight optimum of the realized day.",
-        "",
-        "| day | loop / hindsight | simulator / hindsight | backfill / hindsight | loop / simulator | failed cycles "
-        "| replicas killed | ramp violations | drains (cycles, longest s) | replicas started |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
+        "| day | GPUs | loop / hindsight | simulator / hindsight | backfill / hindsight | loop / simulator "
+        "| failed cycles | replicas killed | ramp violations | drains (cycles, longest s) | replicas started |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for path in paths:
-        data = json.loads(Path(path).read_text())
-        for day in data["days"]:
+        for day in json.loads(Path(path).read_text())["days"]:
             raw = day["raw"]
             best = day["hindsight_objective"]
             waits = [w for w in day["drain_waits"] if w]
             drains = f"{len(waits)}, {max(waits):.1f}" if waits else "0"
-            name = Path(raw["scenario"]).stem
             lines.append(
-                f"| {name} (σ {raw['live']['sigma']:g}) | {share(day['objective'], best)} "
-                f"| {share(day['simulator_objective'], best)} | {share(day['backfill_objective'], best)} "
-                f"| {share(day['objective'], day['simulator_objective'])} | {day['failed_cycles']} "
-                f"| {day['replicas_killed']} | {day['ramp_violations']} | {drains} | {raw['replicas_submitted']} |"
+                f"| {raw['family']} seed {raw['seed']} (σ {raw['live']['sigma']:g}) | {raw['gpus']} "
+                f"| {_share(day['objective'], best)} | {_share(day['simulator_objective'], best)} "
+                f"| {_share(day['backfill_objective'], best)} | {_share(day['objective'], day['simulator_objective'])} "
+                f"| {day['failed_cycles']} | {day['replicas_killed']} | {day['ramp_violations']} | {drains} "
+                f"| {raw['replicas_submitted']} |"
             )
-    return [*lines, ""]
+    return lines
+
+
+def summary(paths: list[Path], before: list[Path]) -> list[str]:
+    """The results page of the days played with replicas, with the targets; ``before``: runs kept for the record."""
+    lines = [
+        "# The Slurm loop with the apps' replicas in their reservations",
+        "",
+        "Each day: `gpualloc generate FAMILY --seed N [--gpus G] -o day.yaml`, then "
+        "`python benchmarks/slurm_benchmark.py --part replicas --scenario day.yaml --sigma S --seed N "
+        "--runtime-model trace --raw RAW` (as root, Debian's "
+        "Slurm 22.05.8, slots of 60 s, `replicas.drain_seconds` 20 s; the apps' replicas sized to the day's actual "
+        "demand by `lab.slurm_replicas.Autoscaler`); this page: `python -m lab.replica_day RAW... [--before RAW...] "
+        "-o PAGE`. Raw records: the `slurm_replicas_*.json` beside this page.",
+        "",
+        "Targets on every day: 0 failed cycles, 0 replicas killed, 0 ramp violations; the loop within 2 % of the "
+        "simulator's live planner on the same realized day (the drain lands inside its slot, which the simulator's "
+        "slots cannot show); at least backfill. Ratios are to the hindsight optimum of the realized day "
+        "(CP-SAT, every job, its actual runtime and the actual demand known).",
+        "",
+        *table(paths),
+        "",
+    ]
+    if before:
+        lines += [
+            "Runs before the last fix, kept for the record (same commands): a replica the app started between the "
+            'commit\'s read and the delete of its reservation ("in use") failed a cycle; since then such a delete '
+            "waits for it within the drain time.",
+            "",
+            *table(before),
+            "",
+        ]
+    return lines
 
 
 if __name__ == "__main__":
     cli = argparse.ArgumentParser(description="Write the results page of days played with --part replicas.")
     cli.add_argument("raw", nargs="+", type=Path, help="--raw files of slurm_benchmark.py --part replicas")
+    cli.add_argument("--before", nargs="*", type=Path, default=[], help="earlier runs kept for the record")
     cli.add_argument("-o", "--output", type=Path, required=True)
     given = cli.parse_args()
-    given.output.write_text("\n".join(summary(given.raw)))
+    given.output.write_text("\n".join(summary(given.raw, given.before)))
     print(f"-> {given.output}", file=sys.stderr)
