@@ -123,6 +123,7 @@ class FakeSlurm:
         shared: Per reservation made with ``Flags=OVERLAP``, the cores it shares with others (counted once).
         before_change: Called with each change's tuple just before it is made (a foreign job, say).
         retries: Tries per change (what the commit reads from a client).
+        no_detail: Running jobs that ``squeue`` lists without their GPU indices (just started; ``sinfo`` counts them).
     """
 
     def __init__(self, nodes: tuple[str, ...] = ("n1",), size: int = 8, cores: int = 32) -> None:
@@ -145,6 +146,7 @@ class FakeSlurm:
         self.before_change = None
         self.retries = 3
         self.shared: dict[str, int] = {}  # cores an OVERLAP reservation shares with others (counted once)
+        self.no_detail: set[str] = set()  # running jobs whose GPU indices squeue leaves out (just started)
         self._node_list: dict[str, tuple[str, ...]] = {}
 
     # ---------------------------------------------------------------- reading
@@ -153,7 +155,7 @@ class FakeSlurm:
         self.polls += 1
         if self.squeue_error is not None:
             raise CommandError(f"squeue --all --json: failed 3 times: {self.squeue_error}", unreachable=True)
-        return list(self.queue)
+        return [replace(j, gres_detail=()) if j.id in self.no_detail else j for j in self.queue]
 
     def pending_jobs(self, jobs: Sequence[str]) -> set[str]:
         self.polls += 1

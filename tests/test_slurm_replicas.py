@@ -313,3 +313,17 @@ def test_a_replica_that_comes_in_after_the_commits_read_is_drained_before_the_de
     done = commit.apply(snap, [_shrink_to(snap, 1)], fake, confirm_seconds=0, sleep=clock.sleep, clock=clock)
     assert not done.failed and not done.above_plan and done.drained["n1"].startswith("drained in")
     assert [c[:2] for c in fake.calls] == [("delete", "gpualloc-chat.n1~2")] and clock.t < 30
+
+
+def test_a_replica_just_started_without_its_gres_detail_is_the_apps_not_a_job_taking_the_node() -> None:
+    """Seen on a real day: a replica read by the commit before Slurm filled in its GPU indices made its node look
+    taken since the snapshot, and the app's growth there waited a cycle. Its GPUs per node are what it asked."""
+    fake = FakeSlurm()
+    _chat_pieces(fake, 1)
+    snap = _snap(fake)
+    fake.queue = [_replica("r1", "n1", 0, "gpualloc-chat.n1")]
+    fake.no_detail = {"r1"}
+    decision = SimpleNamespace(app_gpus_now={"chat": 2}, plan=SimpleNamespace(placements=[]))
+    grow = commit.node_change(snap, "n1", commit.app_layout(snap, decision))
+    done = commit.apply(snap, [grow], fake, confirm_seconds=0)
+    assert not done.failed and [c[:2] for c in fake.calls] == [("create", "gpualloc-chat.n1~2")]

@@ -448,10 +448,13 @@ def jobs_in(config: Any, jobs: Sequence[SlurmJob]) -> dict[str, int]:
 
 
 def _gpus_on(config: Any, job: SlurmJob, node: str) -> int:
-    """GPUs a running job holds on one node, from its gres detail (0 where it cannot be read)."""
-    if node not in job.nodes or len(job.gres_detail) != len(job.nodes):
+    """GPUs a running job holds on one node (0 where it cannot be read).
+
+    Its gres detail, else the GPUs per node it asked for: a job just started, whose detail Slurm has not filled in.
+    """
+    if node not in job.nodes:
         return 0
-    detail = job.gres_detail[job.nodes.index(node)]
+    detail = job.gres_detail[job.nodes.index(node)] if len(job.gres_detail) == len(job.nodes) else job.tres_per_node
     try:
         return sum(g.count for g in parse_gres(detail, f"job {job.id}") if g.name == config.gres)
     except UnreadableError:
