@@ -30,6 +30,7 @@ from typing import Any
 
 from gpu_env.generators import FAMILIES
 from gpu_env.scenario import Scenario, load_scenario
+from lab.benchmarking import table
 from lab.local_slurm import LocalCluster
 from lab.slurm_replicas import Autoscaler
 
@@ -145,27 +146,25 @@ def _share(value: float, best: float) -> str:
     return "n/a" if not (best > 0 and math.isfinite(best) and math.isfinite(value)) else f"{value / best:.3f}"
 
 
-def table(paths: list[Path]) -> list[str]:
+def day_table(paths: list[Path]) -> list[str]:
     """One row a day of ``--raw`` files: the ratios to hindsight, against the simulator, and the targets' counts."""
-    lines = [
-        "| day | GPUs | loop / hindsight | simulator / hindsight | backfill / hindsight | loop / simulator "
-        "| failed cycles | replicas killed | ramp violations | drains (cycles, longest s) | replicas started |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
-    ]
+    head = [
+        "day", "GPUs", "loop / hindsight", "simulator / hindsight", "backfill / hindsight", "loop / simulator",
+        "failed cycles", "replicas killed", "ramp violations", "drains (cycles, longest s)", "replicas started",
+    ]  # fmt: skip
+    rows = []
     for path in paths:
         for day in json.loads(Path(path).read_text())["days"]:
-            raw = day["raw"]
-            best = day["hindsight_objective"]
+            raw, best = day["raw"], day["hindsight_objective"]
             waits = [w for w in day["drain_waits"] if w]
-            drains = f"{len(waits)}, {max(waits):.1f}" if waits else "0"
-            lines.append(
-                f"| {raw['family']} seed {raw['seed']} (σ {raw['live']['sigma']:g}) | {raw['gpus']} "
-                f"| {_share(day['objective'], best)} | {_share(day['simulator_objective'], best)} "
-                f"| {_share(day['backfill_objective'], best)} | {_share(day['objective'], day['simulator_objective'])} "
-                f"| {day['failed_cycles']} | {day['replicas_killed']} | {day['ramp_violations']} | {drains} "
-                f"| {raw['replicas_submitted']} |"
-            )
-    return lines
+            rows.append([
+                f"{raw['family']} seed {raw['seed']} (σ {raw['live']['sigma']:g})", raw["gpus"],
+                _share(day["objective"], best), _share(day["simulator_objective"], best),
+                _share(day["backfill_objective"], best), _share(day["objective"], day["simulator_objective"]),
+                day["failed_cycles"], day["replicas_killed"], day["ramp_violations"],
+                f"{len(waits)}, {max(waits):.1f}" if waits else "0", raw["replicas_submitted"],
+            ])  # fmt: skip
+    return table(head, rows).splitlines()
 
 
 def summary(paths: list[Path], before: list[Path]) -> list[str]:
@@ -186,7 +185,7 @@ def summary(paths: list[Path], before: list[Path]) -> list[str]:
         "slots cannot show); at least backfill. Ratios are to the hindsight optimum of the realized day "
         "(CP-SAT, every job, its actual runtime and the actual demand known).",
         "",
-        *table(paths),
+        *day_table(paths),
         "",
     ]
     if before:
@@ -198,7 +197,7 @@ def summary(paths: list[Path], before: list[Path]) -> list[str]:
             "the snapshot (its asked GPUs now count as the app's). The same 16-GPU day gave the loop 0.881, 0.951 "
             "and 0.898 of hindsight in three runs: the real day's spread from Slurm's timing is that wide.",
             "",
-            *table(before),
+            *day_table(before),
             "",
         ]
     return lines
