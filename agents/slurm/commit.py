@@ -70,6 +70,8 @@ from agents.slurm.snapshot import (
     Note,
     Snapshot,
     app_pieces,
+    departed_app,
+    gpus_on,
     piece_gpus,
     piece_of,
     replicas_of,
@@ -420,7 +422,7 @@ def read_fresh(snapshot: Snapshot, client: Any) -> Fresh:
     replica_gpus: dict[str, int] = {}
     for job in replicas.values():
         for n in job.nodes:
-            replica_gpus[n] = replica_gpus.get(n, 0) + _gpus_on(config, job, n)
+            replica_gpus[n] = replica_gpus.get(n, 0) + gpus_on(config, job, n)
     return Fresh(
         jobs={j.id: j for j in jobs},
         free=free,
@@ -441,24 +443,10 @@ def jobs_in(config: Any, jobs: Sequence[SlurmJob]) -> dict[str, int]:
     out: dict[str, int] = {}
     for job in jobs:
         if job.state in ACTIVE_STATES and job.reservation:
-            gpus = max(1, sum(_gpus_on(config, job, n) for n in job.nodes))
+            gpus = max(1, sum(gpus_on(config, job, n) for n in job.nodes))
             for name in dict.fromkeys(n for n in job.reservation.split(",") if n):
                 out[name] = out.get(name, 0) + gpus
     return out
-
-
-def _gpus_on(config: Any, job: SlurmJob, node: str) -> int:
-    """GPUs a running job holds on one node (0 where it cannot be read).
-
-    Its gres detail, else the GPUs per node it asked for: a job just started, whose detail Slurm has not filled in.
-    """
-    if node not in job.nodes:
-        return 0
-    detail = job.gres_detail[job.nodes.index(node)] if len(job.gres_detail) == len(job.nodes) else job.tres_per_node
-    try:
-        return sum(g.count for g in parse_gres(detail, f"job {job.id}") if g.name == config.gres)
-    except UnreadableError:
-        return 0
 
 
 def check(snapshot: Snapshot, planned: Sequence[Change], fresh: Fresh, result: Commit) -> list[Change]:
@@ -766,9 +754,8 @@ def capacity(
             if g or names:
                 mine[node] = {"gpus": g, "reservations": [n for n in names if n not in leave], "leave": leave}
         apps[app.name] = mine
-    for name in snapshot.departed:
-        gone = name[len(snapshot.config.reservation_prefix) :].rpartition(".")[0].split("+")[0].partition(":")[0]
-        apps.setdefault(gone, {})
+    for name, node in snapshot.departed.items():
+        apps.setdefault(departed_app(snapshot.config, name, node) or name, {})
     return {"time": _iso(time.time()), "apps": apps}
 
 

@@ -282,7 +282,7 @@ def build(
         relaxed=relaxed,
         jobs=tuple(every_job),
         replicas={jid: job for jid, job in replicas.items() if set(job.nodes) <= set(order)},
-        in_use=_in_use(config, replicas, order, node_size),
+        in_use=_in_use(config, replicas, order),
         departed=departed,
     )
 
@@ -308,9 +308,7 @@ def replicas_of(
     return running, asking
 
 
-def _in_use(
-    config: SlurmConfig, replicas: Mapping[str, SlurmJob], nodes: Sequence[str], node_size: int
-) -> dict[str, int]:
+def _in_use(config: SlurmConfig, replicas: Mapping[str, SlurmJob], nodes: Sequence[str]) -> dict[str, int]:
     """GPUs the replicas hold in each of the apps' reservations on ``nodes`` (a replica read short counts 1).
 
     A replica submitted with a list of reservations (``--reservation=a,b``; Slurm shows the list, not the one it
@@ -318,14 +316,24 @@ def _in_use(
     """
     out: dict[str, int] = {}
     for job in replicas.values():
-        try:
-            per_node = _running_gpus(config, job, node_size)
-        except UnreadableError:
-            per_node = {n: (0,) for n in job.nodes}  # in use, however many GPUs
         name = next((n for n in job.reservation.split(",") if piece_of(config, n, nodes) is not None), None)
-        if name is not None and any(n in nodes for n in per_node):
-            out[name] = out.get(name, 0) + sum(len(ix) for ix in per_node.values())
+        if name is not None and any(n in nodes for n in job.nodes):
+            out[name] = out.get(name, 0) + max(1, sum(gpus_on(config, job, n) for n in job.nodes))
     return out
+
+
+def gpus_on(config: SlurmConfig, job: SlurmJob, node: str) -> int:
+    """GPUs a running job holds on one node (0 where it cannot be read).
+
+    Its gres detail, else the GPUs per node it asked for: a job just started, whose detail Slurm has not filled in.
+    """
+    if node not in job.nodes:
+        return 0
+    detail = job.gres_detail[job.nodes.index(node)] if len(job.gres_detail) == len(job.nodes) else job.tres_per_node
+    try:
+        return sum(g.count for g in parse_gres(detail, f"job {job.id}") if g.name == config.gres)
+    except UnreadableError:
+        return 0
 
 
 def check_names(config: SlurmConfig, reservations: Sequence[SlurmReservation], nodes: Sequence[str]) -> None:
@@ -346,7 +354,7 @@ def check_names(config: SlurmConfig, reservations: Sequence[SlurmReservation], n
             continue
         body = _body(r.name, node)
         if r.name.startswith(prefix):
-            if piece_of(config, r.name, [node]) is not None or _departed_app(config, r.name, node) is not None:
+            if piece_of(config, r.name, [node]) is not None or departed_app(config, r.name, node) is not None:
                 continue
             problems.append(f"{r.name} has the prefix {prefix!r} but names no app, shared part or piece")
             continue
@@ -366,27 +374,28 @@ def check_names(config: SlurmConfig, reservations: Sequence[SlurmReservation], n
         )
 
 
+def _stem(name: str) -> str:
+    """A reservation's name without its ``~k`` (its k-th piece on a node)."""
+    head, mark, k = name.rpartition(PIECE_MARK)
+    return head if mark and k.isdigit() else name
+
+
 def _node_of_name(name: str, nodes: set[str]) -> str | None:
     """The node a name ends with (``<...>.<node>`` or ``<...>.<node>~k``), None when it ends with none of them."""
-    head, mark, k = name.rpartition(PIECE_MARK)
-    stem = head if mark and k.isdigit() else name
-    _, dot, node = stem.rpartition(".")
+    _, dot, node = _stem(name).rpartition(".")
     return node if dot and node in nodes else None
 
 
 def _body(name: str, node: str) -> str:
     """What stands before ``.<node>`` in a name."""
-    head, mark, k = name.rpartition(PIECE_MARK)
-    stem = head if mark and k.isdigit() else name
-    return stem[: -len(node) - 1]
+    return _stem(name)[: -len(node) - 1]
 
 
-def _departed_app(config: SlurmConfig, name: str, node: str) -> str | None:
+def departed_app(config: SlurmConfig, name: str, node: str) -> str | None:
     """The app a reservation with the prefix names when no configured app is it (a removed app), else None."""
-    body = _body(name, node)
     if not name.startswith(config.reservation_prefix):
         return None
-    body = body[len(config.reservation_prefix) :]
+    body = _body(name, node)[len(config.reservation_prefix) :]
     parts = [p.partition(":")[0] for p in body.split("+")]
     if not body or not all(p and set(p) <= NAME_OK for p in parts):
         return None
@@ -414,7 +423,7 @@ def _drop_foreign_reserved(
         notes: Where each node left out gets its note.
 
     Returns:
-        The reservations of apps no longer configured (:func:`_departed_app`), by name, with their node.
+        The reservations of apps no longer configured (:func:`departed_app`), by name, with their node.
     """
     horizon_end = now + config.slots * config.slot_seconds
     all_nodes = [n.name for n in nodes]
@@ -427,7 +436,7 @@ def _drop_foreign_reserved(
         if r.start_time is not None and r.start_time >= horizon_end:
             continue
         node = _node_of_name(r.name, set(all_nodes))
-        gone = None if node is None else _departed_app(config, r.name, node)
+        gone = None if node is None else departed_app(config, r.name, node)
         if gone is not None and node is not None:
             departed[r.name] = node
         for n in r.nodes:
